@@ -1,0 +1,1 @@
+"""The user database (UDB): entries, the account registry, udbgen and udbsee."""

@@ -1,0 +1,48 @@
+"""What every command of the suite shares: the --udb option and the error contract.
+
+A command is a click command wrapped by `command`: any `UdbError` becomes one
+line on stderr (``PROG: message``) and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from udb.errors import UdbError
+
+udb_option = click.option(
+    "--udb",
+    "udb",
+    metavar="PATH|URL",
+    envvar="UDB_URL",
+    show_envvar=True,
+    help="The UDB: a SQLite file or any SQLAlchemy URL "
+    "(default ~/.local/share/fairshare/udb.sqlite).",
+)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print `PROG: message` on stderr and exit with `code`."""
+    prog = click.get_current_context(silent=True)
+    name = prog.info_name if prog else "fairshare"
+    click.echo(f"{name}: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(func):
+    """Decorator for a click callback: turn UdbError into one line and exit 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except UdbError as err:
+            fail(str(err), err.exit_code)
+        except BrokenPipeError:  # `udbsee -a | head`
+            sys.stderr.close()
+            sys.exit(0)
+
+    return wrapper

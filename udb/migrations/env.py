@@ -1,0 +1,17 @@
+"""Alembic environment: the engine comes from udb.session, never from a config file."""
+
+from alembic import context
+
+from udb.models import Base
+
+engine = context.config.attributes["engine"]
+
+with engine.connect() as connection:
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        render_as_batch=True,  # SQLite can only alter tables by copying them
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+    connection.commit()

@@ -1,0 +1,70 @@
+"""The UDB's tables as SQLAlchemy 2 models.
+
+An `Entry` is one UDB entry: a user, a resource group (shflags 040000) or a
+shareholder/account (shflags 01000000).  `Account` is the account registry
+(the guide's /etc/acid): account names and their numbers, which the acids
+lists refer to.  A shareholder entry's uid is its account number.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Float, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: shflags bit that marks a resource group entry.
+SHF_GROUP = 0o40000
+#: shflags bit that marks a shareholder (account) entry.
+SHF_ACCOUNT = 0o1000000
+
+#: uid reserved for the Idle entry (the guide, section 4.4.4.1).
+IDLE_UID = 11
+#: uid of the root of the share tree; resgrp 0 means "directly under root".
+ROOT_UID = 0
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Entry(Base):
+    """One UDB entry.  Units: shusage and shcharge in charge units, shextime
+    in seconds since the epoch, cpuquota and cpuquotaused in CPU seconds."""
+
+    __tablename__ = "entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    uid: Mapped[int] = mapped_column(Integer, unique=True, nullable=False)
+    gids: Mapped[list[int]] = mapped_column(JSON, nullable=False, default=list)
+    acids: Mapped[list[int]] = mapped_column(JSON, nullable=False, default=list)
+    resgrp: Mapped[int] = mapped_column(Integer, nullable=False, default=0, index=True)
+    shares: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    shflags: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    shusage: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    shcharge: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    shextime: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    cpuquota: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    cpuquotaused: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    nice: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    passwd: Mapped[str] = mapped_column(String(256), nullable=False, default="")
+    comment: Mapped[str] = mapped_column(Text, nullable=False, default="")
+
+    @property
+    def is_group(self) -> bool:
+        return bool(self.shflags & SHF_GROUP)
+
+    @property
+    def is_account(self) -> bool:
+        return bool(self.shflags & SHF_ACCOUNT)
+
+    def __repr__(self) -> str:
+        return f"Entry(name={self.name!r}, uid={self.uid}, resgrp={self.resgrp})"
+
+
+class Account(Base):
+    """The account registry (/etc/acid): account number <-> name."""
+
+    __tablename__ = "accounts"
+
+    acid: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)

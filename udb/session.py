@@ -1,0 +1,155 @@
+"""Where the UDB lives and how to open it.
+
+The UDB is chosen, first match wins, by the `--udb PATH|URL` option, the
+`UDB_URL` environment variable, or the default SQLite file
+``$XDG_DATA_HOME/fairshare/udb.sqlite`` (``~/.local/share/fairshare/udb.sqlite``),
+which needs no root.  A site shares one UDB between the daemon and its
+administrators by setting UDB_URL system-wide (for example
+``sqlite:////var/lib/fairshare/udb.sqlite`` or a PostgreSQL URL).
+
+SQLite runs in WAL mode with a busy timeout, so the daemon and the admin
+commands can use one UDB at once; every transaction begins explicitly so a
+run of udbgen is one transaction, and `write_session` takes the write lock
+at BEGIN so that two writers serialise instead of failing half-way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+#: Seconds a SQLite connection waits for another writer before giving up.
+BUSY_TIMEOUT = 30.0
+
+
+def default_path() -> Path:
+    """The default SQLite UDB file for the calling user."""
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "fairshare" / "udb.sqlite"
+
+
+def resolve_url(udb: str | None = None) -> str:
+    """The SQLAlchemy URL for `udb` (a path or URL), else UDB_URL, else the default."""
+    udb = udb or os.environ.get("UDB_URL") or str(default_path())
+    if "://" in udb:
+        return udb
+    return f"sqlite:///{Path(udb).expanduser().resolve()}"
+
+
+def display_name(url: str) -> str:
+    """The UDB's name for displays: the file path for SQLite, the URL without password else."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return u.database or ":memory:"
+    return u.render_as_string(hide_password=True)
+
+
+def _sqlite_setup(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record):
+        # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        mode = "IMMEDIATE" if conn.get_execution_options().get("udb_write") else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+@cache
+def _head_revision() -> str:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The schema revision the UDB is at (None for an empty database)."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the UDB's schema to `revision`, keeping every row."""
+    command.upgrade(_alembic_config(engine), revision)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for `url` with the UDB's connection settings, schema not touched."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        if u.database and u.database != ":memory:":
+            Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT})
+        _sqlite_setup(engine)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+_engines: dict[str, Engine] = {}
+
+
+def open_udb(udb: str | None = None, *, migrate: bool = True) -> Engine:
+    """An engine on the UDB named by `udb` (see `resolve_url`), its schema at head.
+
+    A new UDB is created; an older one is migrated in place.  Engines are cached
+    per URL within a process.
+    """
+    url = resolve_url(udb)
+    engine = _engines.get(url)
+    if engine is None:
+        engine = make_engine(url)
+        if migrate and current_revision(engine) != _head_revision():
+            upgrade(engine)
+        _engines[url] = engine
+    return engine
+
+
+def dispose_all() -> None:
+    """Close every cached engine (tests, and processes that fork)."""
+    for engine in _engines.values():
+        engine.dispose()
+    _engines.clear()
+
+
+@contextmanager
+def read_session(engine: Engine) -> Iterator[Session]:
+    """A session for reading; nothing it does is committed."""
+    with Session(engine) as session:
+        yield session
+
+
+@contextmanager
+def write_session(engine: Engine) -> Iterator[Session]:
+    """One write transaction: committed when the block ends, rolled back on any error.
+
+    On SQLite the write lock is taken at BEGIN, so concurrent writers queue
+    (up to BUSY_TIMEOUT) rather than fail when they first write.
+    """
+    with Session(engine.execution_options(udb_write=True)) as session:
+        with session.begin():
+            yield session
