@@ -35,7 +35,7 @@ BUSY_TIMEOUT = 30.0
 
 def default_path() -> Path:
     """The default SQLite UDB file for the calling user."""
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    data = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
     return Path(data) / "fairshare" / "udb.sqlite"
 
 
