@@ -1,0 +1,199 @@
+"""The real machine's collector: per-process deltas read from /proc.
+
+psutil lists the processes and gives the machine's boot time and idle CPU;
+the per-process counters are parsed here from /proc/PID/stat, status and io
+directly, the way psutil's Linux backend does, because psutil's per-process
+objects cost about 170 us a process (4% of a core for 1,000 processes every
+4 s) against about 50 us for the three reads.
+
+Counters are cumulative in /proc, so the collector keeps the previous reading
+of every process keyed by (pid, create time): a pid the kernel reuses for a
+new process is a new key, so nothing is charged twice and nothing is charged
+from another process's counters.  A process that already existed at the
+previous sample but was not seen then (the collector's first sample) gives
+only a baseline; a process created since the previous sample is charged for
+everything it used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import psutil
+
+from fairshare.collect import ProcessSample, Sample
+
+MIB = 1024.0 * 1024.0
+BLOCK = 4096.0
+
+CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
+PAGE = float(os.sysconf("SC_PAGE_SIZE"))
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Cumulative counters of one process as /proc reports them (raw units)."""
+
+    pid: int
+    create_time: float
+    uid: int
+    cpu: float  # CPU s (user + system, children not included)
+    io_blocks: float  # bytes read + written on block devices / 4096
+    io_calls: float  # read + write system calls
+    ctx: float  # voluntary + involuntary context switches
+    rss: float  # MiB resident now
+    runnable: bool
+    nice: int
+    kernel: bool
+
+
+def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: float) -> Counters:
+    """The counters in the text of /proc/PID/stat, /proc/PID/status and /proc/PID/io.
+
+    `io` may be empty (the file is unreadable without privileges); `boot_time`
+    is the epoch second the machine booted, to turn the start tick into a
+    create time.
+    """
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    rest = stat[stat.rindex(b")") + 2 :].split()
+    state = rest[0]
+    ppid = int(rest[1])
+    utime, stime = int(rest[11]), int(rest[12])
+    nice = int(rest[16])
+    start = int(rest[19])
+    rss_pages = int(rest[21])
+    uid = ctx = 0
+    for line in status.splitlines():
+        if line.startswith(b"Uid:"):
+            uid = int(line.split()[1])
+        elif line.startswith(b"voluntary_ctxt_switches:") or line.startswith(
+            b"nonvoluntary_ctxt_switches:"
+        ):
+            ctx += int(line.split()[1])
+    blocks = calls = 0.0
+    for line in io.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"read_bytes", b"write_bytes"):
+            blocks += int(value) / BLOCK
+        elif key in (b"syscr", b"syscw"):
+            calls += int(value)
+    return Counters(
+        pid=pid,
+        create_time=boot_time + start / CLK_TCK,
+        uid=uid,
+        cpu=(utime + stime) / CLK_TCK,
+        io_blocks=blocks,
+        io_calls=calls,
+        ctx=float(ctx),
+        rss=rss_pages * PAGE / MIB,
+        runnable=state == b"R",
+        nice=nice,
+        kernel=pid == 2 or ppid == 2,
+    )
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_process(pid: int, boot_time: float, proc: str = "/proc") -> Counters | None:
+    """The counters of process `pid`, or None if it vanished before it could be read."""
+    base = f"{proc}/{pid}"
+    try:
+        stat = _read(f"{base}/stat")
+        status = _read(f"{base}/status")
+    except OSError:
+        return None
+    try:
+        io = _read(f"{base}/io")
+    except OSError:
+        io = b""
+    try:
+        return parse_process(pid, stat, status, io, boot_time)
+    except (ValueError, IndexError):
+        return None
+
+
+def machine_idle() -> float:
+    """CPU seconds all CPUs have spent idle since boot (idle + iowait)."""
+    t = psutil.cpu_times()
+    return t.idle + getattr(t, "iowait", 0.0)
+
+
+class DeltaTracker:
+    """Turns successive cumulative readings into per-interval deltas (pure bookkeeping)."""
+
+    def __init__(self) -> None:
+        self._prev: dict[tuple[int, float], Counters] = {}
+        self._prev_idle: float | None = None
+        self._prev_mono: float | None = None
+        self._prev_time: float | None = None
+
+    def update(self, readings: Iterable[Counters], idle: float, mono: float, now: float) -> Sample:
+        """A Sample of the deltas between `readings` and the previous call's.
+
+        `idle` is the machine's cumulative idle CPU seconds, `mono` a monotonic
+        clock reading (s) and `now` the wall-clock time (epoch s).
+        """
+        first = self._prev_mono is None
+        elapsed = 0.0 if first else max(mono - self._prev_mono, 0.0)
+        since = self._prev_time
+        current: dict[tuple[int, float], Counters] = {}
+        out: list[ProcessSample] = []
+        for c in readings:
+            key = (c.pid, c.create_time)
+            current[key] = c
+            old = self._prev.get(key)
+            if old is not None:
+                d_cpu = max(c.cpu - old.cpu, 0.0)
+                d_blocks = max(c.io_blocks - old.io_blocks, 0.0)
+                d_calls = max(c.io_calls - old.io_calls, 0.0)
+                d_ctx = max(c.ctx - old.ctx, 0.0)
+                mem = c.rss * elapsed
+            elif since is not None and c.create_time >= since:
+                # Born since the previous sample: all it used is new.
+                d_cpu, d_blocks, d_calls, d_ctx = c.cpu, c.io_blocks, c.io_calls, c.ctx
+                mem = c.rss * max(now - c.create_time, 0.0)
+            else:
+                d_cpu = d_blocks = d_calls = d_ctx = mem = 0.0
+            out.append(
+                ProcessSample(
+                    pid=c.pid,
+                    create_time=c.create_time,
+                    uid=c.uid,
+                    cpu=d_cpu,
+                    bio=d_blocks,
+                    sio=d_calls,
+                    syscalls=d_ctx,
+                    mem=mem,
+                    runnable=c.runnable,
+                    nice=c.nice,
+                    kernel=c.kernel,
+                )
+            )
+        d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)
+        self._prev = current
+        self._prev_idle, self._prev_mono, self._prev_time = idle, mono, now
+        return Sample(time=now, elapsed=elapsed, processes=out, idle=d_idle)
+
+
+class ProcfsCollector:
+    """The real machine's processes, read through psutil, as deltas per sample."""
+
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._wall, self._mono = wall, mono
+        self._tracker = DeltaTracker()
+
+    def sample(self) -> Sample:
+        """Every live process with its consumption since the previous call."""
+        boot = psutil.boot_time()
+        readings = [c for pid in psutil.pids() if (c := read_process(pid, boot)) is not None]
+        return self._tracker.update(readings, machine_idle(), self._mono(), self._wall())

@@ -1,0 +1,54 @@
+"""The cgroup v2 enforcer: ``cpu.weight`` and ``cpu.idle`` in MOUNT/fairshare/<lnode>.
+
+The cpu controller must be enabled in the subtree_control of the mount root
+and of MOUNT/fairshare before the lnode cgroups can be weighted; processes
+live only in the lnode cgroups (leaves), never in MOUNT/fairshare itself.
+Background lnodes (past MAXUSAGE) get ``cpu.idle = 1``: they run only on CPU
+no one else wants, whatever their weight.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from fairshare.enforce.cgroupfs import CgroupEnforcer
+from fairshare.enforce.mapping import cgroup2_weights
+
+log = logging.getLogger("shrdaemon")
+
+
+def enable_cpu(cgroup: Path) -> None:
+    """Enable the cpu controller for `cgroup`'s children (no-op when already on)."""
+    control = cgroup / "cgroup.subtree_control"
+    if "cpu" not in control.read_text().split():
+        control.write_text("+cpu")
+
+
+class Cgroup2Enforcer(CgroupEnforcer):
+    """Lnode cgroups weighted by cpu.weight (1..10000, proportional to e_share)."""
+
+    name = "cgroup2"
+    v2 = True
+
+    def prepare_parent(self) -> None:
+        """Turn the cpu controller on down to the lnode cgroups."""
+        enable_cpu(self.mount)
+        enable_cpu(self.parent)
+
+    def weights(self, e_share: np.ndarray, background: np.ndarray) -> list[tuple]:
+        """(cpu.weight, cpu.idle) per lnode."""
+        w = cgroup2_weights(e_share, background)
+        return [(int(x), int(b)) for x, b in zip(w, background, strict=True)]
+
+    def write_weight(self, cgroup: Path, values: tuple) -> None:
+        """Write cpu.weight and cpu.idle (kernels before 5.15 have no cpu.idle)."""
+        weight, idle = values
+        (cgroup / "cpu.weight").write_text(str(weight))
+        idle_file = cgroup / "cpu.idle"
+        if idle_file.exists():
+            idle_file.write_text(str(idle))
+        elif idle:
+            log.warning("%s: this kernel has no cpu.idle; background runs at weight 1", cgroup)

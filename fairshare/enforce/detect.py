@@ -1,0 +1,130 @@
+"""Choosing the enforcer: the best this machine offers, or the one asked for.
+
+Order of preference: cgroup v2 with the cpu controller, cgroup v1's cpu
+hierarchy, nice, none.  Not root, or NOSCHED/NOSHARE set, means none.  The
+`Choice` carries a one-line reason, which the daemon logs first.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from udb.errors import OptionError
+
+ENFORCERS = ("auto", "cgroup2", "cgroup1", "nice", "none")
+
+
+@dataclass(frozen=True)
+class Mount:
+    path: Path
+    fstype: str  # "cgroup2" or "cgroup"
+    options: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The enforcer to run (`name`), where its cgroup hierarchy is, and why."""
+
+    name: str
+    reason: str
+    mount: Path | None = None
+
+
+def cgroup_mounts(mounts_text: str) -> list[Mount]:
+    """The cgroup and cgroup2 mounts listed in the text of /proc/self/mounts."""
+    out = []
+    for line in mounts_text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] in ("cgroup", "cgroup2"):
+            out.append(Mount(Path(parts[1]), parts[2], tuple(parts[3].split(","))))
+    return out
+
+
+def cgroup2_cpu(mounts: list[Mount]) -> tuple[Path | None, str]:
+    """The cgroup v2 mount that offers the cpu controller, or None and why not."""
+    v2 = [m for m in mounts if m.fstype == "cgroup2"]
+    if not v2:
+        return None, "no cgroup v2 hierarchy is mounted"
+    for m in v2:
+        try:
+            controllers = (m.path / "cgroup.controllers").read_text().split()
+        except OSError:
+            continue
+        if "cpu" in controllers:
+            return m.path, f"cgroup v2 at {m.path} offers the cpu controller"
+    return None, f"cgroup v2 at {v2[0].path} lacks the cpu controller (bound to cgroup v1)"
+
+
+def cgroup1_cpu(mounts: list[Mount]) -> tuple[Path | None, str]:
+    """The cgroup v1 hierarchy with the cpu controller, or None and why not."""
+    for m in mounts:
+        if m.fstype == "cgroup" and "cpu" in m.options:
+            return m.path, f"cgroup v1 cpu hierarchy at {m.path}"
+    return None, "no cgroup v1 cpu hierarchy is mounted"
+
+
+def detect(
+    requested: str = "auto",
+    *,
+    euid: int | None = None,
+    no_scheduling: bool = False,
+    mounts_text: str | None = None,
+) -> Choice:
+    """The enforcer to use and the reason, given the request and the machine.
+
+    Raises OptionError when a named enforcer cannot work on this machine
+    (its cgroup hierarchy is missing).  Without root, or with `no_scheduling`
+    (NOSCHED or NOSHARE), the choice is none whatever was requested.
+    """
+    if requested not in ENFORCERS:
+        raise OptionError(f"--enforcer: expected one of {', '.join(ENFORCERS)}, not {requested!r}")
+    euid = os.geteuid() if euid is None else euid
+    if requested == "none":
+        return Choice("none", "--enforcer none: accounting only, no CPU scheduling")
+    if no_scheduling:
+        return Choice("none", "NOSCHED or NOSHARE is set: accounting only, no CPU scheduling")
+    if euid != 0:
+        return Choice(
+            "none", f"not root (euid {euid}): accounting only, processes are not scheduled"
+        )
+    if mounts_text is None:
+        mounts_text = Path("/proc/self/mounts").read_text()
+    mounts = cgroup_mounts(mounts_text)
+    v2, why2 = cgroup2_cpu(mounts)
+    v1, why1 = cgroup1_cpu(mounts)
+    if requested == "cgroup2":
+        if v2 is None:
+            raise OptionError(f"--enforcer cgroup2: {why2}")
+        return Choice("cgroup2", f"--enforcer cgroup2: {why2}", v2)
+    if requested == "cgroup1":
+        if v1 is None:
+            raise OptionError(f"--enforcer cgroup1: {why1}")
+        return Choice("cgroup1", f"--enforcer cgroup1: {why1}", v1)
+    if requested == "nice":
+        return Choice("nice", "--enforcer nice: per-session/per-process nice values")
+    if v2 is not None:
+        return Choice("cgroup2", f"auto: {why2}", v2)
+    if v1 is not None:
+        return Choice("cgroup1", f"auto: {why2}; using the {why1}", v1)
+    return Choice("nice", f"auto: {why2}; {why1}; falling back to nice values")
+
+
+def make_enforcer(choice: Choice):
+    """The enforcer object for `choice` (not yet set up)."""
+    if choice.name == "cgroup2":
+        from fairshare.enforce.cgroup2 import Cgroup2Enforcer
+
+        return Cgroup2Enforcer(choice.mount)
+    if choice.name == "cgroup1":
+        from fairshare.enforce.cgroup1 import Cgroup1Enforcer
+
+        return Cgroup1Enforcer(choice.mount)
+    if choice.name == "nice":
+        from fairshare.enforce.nice import NiceEnforcer
+
+        return NiceEnforcer()
+    from fairshare.enforce.none import NoEnforcer
+
+    return NoEnforcer()

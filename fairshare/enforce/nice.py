@@ -1,0 +1,204 @@
+"""The nice enforcer: nice values from e_share, through the autogroup where it is on.
+
+With the kernel's autogroup on (/proc/sys/kernel/sched_autogroup_enabled), the
+scheduler first shares the CPU between sessions (autogroups) and only then
+between the processes of one session by their nice values, so a per-process
+nice cannot move CPU from one user's session to another's.  What this
+enforcer can do then is set the nice of a whole autogroup
+(/proc/PID/autogroup), which weighs that session against the others:
+
+- an autogroup whose processes all belong to one lnode gets the nice for its
+  share of that lnode's e_share (the lnode's e_share times the fraction of
+  the lnode's runnable processes it holds);
+- an autogroup shared by several lnodes (one login session running processes
+  of two users, e.g. through su) cannot be split: its processes get
+  per-process nice values, which rank them within the session only, and the
+  log says how many such sessions there are.
+
+With autogroup off, every process gets the per-process nice of its lnode
+(e_share / nrun through the kernel's 1.25-per-step weights).  A nice value a
+user chose is never lowered (the value applied is the larger of the two),
+and `teardown` restores every value this enforcer changed and that nobody
+has changed since.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fairshare.enforce.base import LnodeTarget, arrays
+from fairshare.enforce.mapping import nice_values
+
+log = logging.getLogger("shrdaemon")
+
+AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def autogroup_enabled(switch: Path = AUTOGROUP_SWITCH) -> bool:
+    """Whether the kernel groups processes by session for scheduling."""
+    try:
+        return switch.read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def read_autogroup(pid: int, proc: str = "/proc") -> tuple[str, int] | None:
+    """(autogroup name, its nice) of `pid`, e.g. ("/autogroup-5", 0); None if gone."""
+    try:
+        name, _word, nice = Path(f"{proc}/{pid}/autogroup").read_text().split()
+        return name, int(nice)
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class _Changed:
+    original: int  # the value before we touched it
+    ours: int  # the value we set last
+
+
+class NiceEnforcer:
+    """Autogroup nice per single-lnode session, per-process nice elsewhere."""
+
+    name = "nice"
+
+    def __init__(self, autogroup: bool | None = None, proc: str = "/proc") -> None:
+        self.autogroup = autogroup_enabled() if autogroup is None else autogroup
+        self.proc = proc
+        self._procs: dict[int, _Changed] = {}  # pid -> per-process nice we changed
+        self._groups: dict[str, tuple[int, _Changed]] = {}  # autogroup -> (a pid, change)
+        self._group_of: dict[int, tuple[str, int]] = {}  # pid -> (autogroup, its nice)
+        self._mixed_reported = -1
+
+    def setup(self) -> None:
+        """Say what this enforcer can do on this kernel."""
+        if self.autogroup:
+            log.info(
+                "nice: autogroup is on, so nice acts per session through /proc/PID/autogroup; "
+                "sessions shared by several lnodes get per-process nice, which ranks their "
+                "processes only within that session"
+            )
+        else:
+            log.info("nice: autogroup is off; every process gets its lnode's per-process nice")
+
+    def apply(self, targets: Sequence[LnodeTarget]) -> None:
+        """Set autogroup or per-process nice values for every target's processes."""
+        if not targets:
+            return
+        e_share, nrun, background = arrays(targets)
+        per_process = nice_values(e_share, nrun, background)
+        if not self.autogroup:
+            for t, n in zip(targets, per_process, strict=True):
+                for pid in t.pids:
+                    self._renice(pid, int(n))
+            return
+        self._apply_autogroups(targets, e_share, nrun, background, per_process)
+
+    def _apply_autogroups(self, targets, e_share, nrun, background, per_process) -> None:
+        alive = {pid for t in targets for pid in t.pids}
+        for pid in [p for p in self._group_of if p not in alive]:
+            del self._group_of[pid]
+        members: dict[str, set[int]] = {}  # autogroup -> target indices in it
+        running: dict[tuple[str, int], int] = {}  # (autogroup, target) -> runnable count
+        for i, t in enumerate(targets):
+            for pid in t.pids:
+                g = self._group_of.get(pid)
+                if g is None:
+                    g = read_autogroup(pid, self.proc)
+                    if g is None:
+                        continue
+                    self._group_of[pid] = g
+                members.setdefault(g[0], set()).add(i)
+                if pid in t.runnable:
+                    running[(g[0], i)] = running.get((g[0], i), 0) + 1
+        pure = sorted(g for g, idx in members.items() if len(idx) == 1)
+        mixed = {g for g, idx in members.items() if len(idx) > 1}
+        if pure:
+            owner = np.array([next(iter(members[g])) for g in pure])
+            run = np.array([running.get((g, i), 0) for g, i in zip(pure, owner, strict=True)])
+            share = e_share[owner] * np.maximum(run, 1) / np.maximum(nrun[owner], 1)
+            nices = nice_values(share, np.ones(len(pure), dtype=np.int64), background[owner])
+            first_pid = {}
+            for i in set(owner.tolist()):
+                for pid in targets[i].pids:
+                    g = self._group_of.get(pid)
+                    if g is not None:
+                        first_pid.setdefault(g[0], pid)
+            for g, n in zip(pure, nices, strict=True):
+                self._renice_group(g, first_pid[g], int(n))
+        for i, t in enumerate(targets):
+            for pid in t.pids:
+                g = self._group_of.get(pid)
+                if g is not None and g[0] in mixed:
+                    self._renice(pid, int(per_process[i]))
+        if len(mixed) != self._mixed_reported:
+            self._mixed_reported = len(mixed)
+            if mixed:
+                log.warning(
+                    "nice: %d session(s) hold processes of several lnodes; their processes are "
+                    "reniced per process, which cannot move CPU between sessions",
+                    len(mixed),
+                )
+
+    def teardown(self) -> None:
+        """Restore every nice value we changed that is still ours."""
+        for pid, ch in self._procs.items():
+            try:
+                if os.getpriority(os.PRIO_PROCESS, pid) == ch.ours:
+                    os.setpriority(os.PRIO_PROCESS, pid, ch.original)
+            except OSError:
+                pass
+        for g, (pid, ch) in self._groups.items():
+            now = read_autogroup(pid, self.proc)
+            if now is not None and now[0] == g and now[1] == ch.ours:
+                self._write_group(pid, ch.original)
+        self._procs.clear()
+        self._groups.clear()
+        self._group_of.clear()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _renice(self, pid: int, target: int) -> None:
+        try:
+            current = os.getpriority(os.PRIO_PROCESS, pid)
+        except OSError:
+            return
+        ch = self._procs.get(pid)
+        if ch is None or current != ch.ours:  # new, or the user changed it since
+            ch = _Changed(original=current, ours=current)
+        value = max(target, ch.original)  # never below what the user chose
+        if value != current:
+            try:
+                os.setpriority(os.PRIO_PROCESS, pid, value)
+            except OSError:
+                return
+        ch.ours = value
+        self._procs[pid] = ch
+
+    def _renice_group(self, group: str, pid: int, target: int) -> None:
+        now = read_autogroup(pid, self.proc)
+        if now is None or now[0] != group:
+            return
+        held = self._groups.get(group)
+        ch = held[1] if held else None
+        if ch is None or now[1] != ch.ours:
+            ch = _Changed(original=now[1], ours=now[1])
+        value = max(target, ch.original)
+        if value != now[1] and not self._write_group(pid, value):
+            return
+        ch.ours = value
+        self._groups[group] = (pid, ch)
+
+    def _write_group(self, pid: int, nice: int) -> bool:
+        try:
+            Path(f"{self.proc}/{pid}/autogroup").write_text(str(nice))
+            return True
+        except OSError as err:
+            log.warning("nice: could not set autogroup nice of pid %d: %s", pid, err)
+            return False
