@@ -1,0 +1,90 @@
+"""shrtree: display and verify the fair-share hierarchy defined in the UDB (guide 4.4.11.3)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from fairshare.consts import load_consts
+from fairshare.display.shrtree import analyse_tree, render_problems, render_tree, report_json
+from udb.check import CHECK_COLUMNS, configured_maxlevels, load_accounts
+from udb.cli.common import handle_errors, udb_option
+from udb.errors import NotFound
+from udb.models import Entry
+from udb.session import display_name, open_udb, read_session, resolve_url
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@udb_option
+@click.option(
+    "-l", "--long", "long_", is_flag=True, help="Show users (or accounts with -A), not only groups."
+)
+@click.option(
+    "-e",
+    "--errors",
+    "errors_only",
+    is_flag=True,
+    help="List only the entries with warnings or errors, with their descriptions.",
+)
+@click.option(
+    "-A",
+    "--by-account",
+    is_flag=True,
+    help="Analyse in Share by Account mode (accounts under groups) instead of by UID (resgrp).",
+)
+@click.option("--node", metavar="NAME", help="Show only the subtree under the entry NAME.")
+@click.option(
+    "--now",
+    type=float,
+    metavar="EPOCH",
+    help="Age usage to this time, in seconds since the epoch (default: the current time).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
+@handle_errors
+def main(udb, long_, errors_only, by_account, node, now, as_json):
+    """Display the share tree (fair-share hierarchy) in the UDB and report its problems.
+
+    Each row shows a node's level, name, ID, static System Share (its machine
+    share if every user were logged on), Group Share (its shares among its
+    siblings'), System Usage (its fraction of all decayed usage), Status (G, U,
+    A or I and the problem codes) and shflags in octal.  The codes are listed in
+    shrtree(8).  Exit status: 0 when no errors were found (warnings allowed), 1
+    when there are errors, 2 for bad input.
+    """
+    url = resolve_url(udb)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        if not Path(parsed.database).exists():
+            raise NotFound(f"--udb {parsed.database}: no such UDB file")
+    engine = open_udb(url)
+    with read_session(engine) as session:
+        rows = session.execute(select(*CHECK_COLUMNS, Entry.shusage, Entry.shextime)).all()
+        accounts = load_accounts(session)
+        maxlevels = configured_maxlevels(session)
+        halflife = load_consts(session).halflife
+    report = analyse_tree(
+        rows,
+        accounts,
+        now=time.time() if now is None else now,
+        mode="account" if by_account else "user",
+        maxlevels=maxlevels,
+        halflife=halflife,
+        node=node,
+        udb=display_name(url),
+    )
+    if as_json:
+        click.echo(json.dumps(report_json(report, long_, errors_only)))
+    else:
+        console = Console(highlight=False, soft_wrap=True)
+        if errors_only:
+            render_problems(report, console, long_)
+        else:
+            render_tree(report, console, long_)
+    sys.exit(1 if report.errors else 0)

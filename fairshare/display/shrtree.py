@@ -1,0 +1,382 @@
+"""shrtree's report (the static analysis of the share tree) and its renderers.
+
+`analyse_tree` is pure: it takes the UDB's entries, the account registry, the
+constants and the time, and returns a `TreeReport`; `render_tree`,
+`render_problems` and `report_json` turn that into the guide's section
+4.4.11.3 displays or JSON.
+
+The figures, all fractions 0..1:
+
+- system_share: the node's m_share with every leaf of the tree active (the
+  static entitlement the guide describes).
+- group_share: the node's shares over the sum of its siblings' shares.
+- system_usage: the node's decayed usage (for a group, the sum over the leaves
+  below it) over all leaves' decayed usage, where a leaf's decayed usage is its
+  shusage aged from shextime to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
+
+Entries that belong in the tree but cannot reach ROOT (Mg, Ng, Cy, Or) are
+listed after the tree with level None.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from rich.console import Console
+
+from fairshare.display import columns, octal, percent
+from fairshare.tree import Kind, build_tree, entry_kind
+from udb.check import (
+    DEFAULT_MAXLEVELS,
+    ERROR,
+    WARNING,
+    CheckedEntry,
+    Problem,
+    check_udb,
+    count_by_kind,
+)
+from udb.errors import NotFound
+from udb.models import ROOT_UID, SHF_GROUP
+
+#: The name the root of the share tree goes by in displays and JSON.
+ROOT_NAME = "ROOT"
+
+#: Status letter per kind (the guide prints G for groups).
+STATUS_LETTER = {"group": "G", "user": "U", "account": "A", "idle": "I"}
+
+
+class UsageEntry(CheckedEntry, Protocol):
+    """What the analysis needs of an entry: the rule columns plus the stored usage."""
+
+    shusage: float  # charge units
+    shextime: float  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One row of the share tree display."""
+
+    name: str
+    id: int
+    level: int | None  # ROOT 0; None when detached from the tree
+    kind: str  # "group", "user", "account" or "idle"
+    parent: str | None  # the parent node's name (ROOT_NAME at level 1); None for ROOT/detached
+    resgrp: int
+    shares: int
+    system_share: float
+    group_share: float
+    system_usage: float
+    shflags: int
+    codes: tuple[str, ...]
+
+    @property
+    def status(self) -> str:
+        """The Status column: the kind's letter and the problem codes, e.g. "G Nc Zs"."""
+        return " ".join((STATUS_LETTER[self.kind], *self.codes))
+
+
+@dataclass(frozen=True)
+class TreeReport:
+    """Everything shrtree shows, for the whole tree or the subtree under `node`."""
+
+    udb: str
+    mode: str  # "user" (By UID) or "account" (By Account)
+    maxgroups: int
+    node: str | None  # top of the analysed subtree; None for ALL
+    nodes: list[NodeReport]  # the tree depth first, siblings by name, then detached entries
+    problems: list[Problem]  # in display order: UDB-wide first, then by node
+    group_count: int
+    account_count: int
+    user_count: int
+
+    @property
+    def warnings(self) -> int:
+        return sum(p.severity == WARNING for p in self.problems)
+
+    @property
+    def errors(self) -> int:
+        return sum(p.severity == ERROR for p in self.problems)
+
+
+def aged_usage(shusage: np.ndarray, shextime: np.ndarray, now: float, halflife: float):
+    """Stored usage decayed to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
+
+    Units: charge units; times in seconds.  A shextime in the future counts as now.
+    """
+    elapsed = np.maximum(now - np.asarray(shextime, dtype=float), 0.0)
+    return np.asarray(shusage, dtype=float) * np.exp2(-elapsed / halflife)
+
+
+def analyse_tree(
+    rows: Iterable[UsageEntry],
+    accounts: Mapping[int, str],
+    *,
+    now: float,
+    mode: str = "user",
+    maxlevels: int = DEFAULT_MAXLEVELS,
+    halflife: float = 3600.0,
+    node: str | None = None,
+    udb: str = "",
+) -> TreeReport:
+    """The static analysis of the share tree of `rows` (see the module docstring).
+
+    `now` is in seconds since the epoch, `halflife` in seconds.  `node` limits
+    the report (rows, counts and problems) to the subtree under that entry;
+    NotFound if no node of the tree has that name.
+    """
+    rows = list(rows)
+    tree = build_tree(rows, mode)
+    problems = check_udb(rows, accounts, mode, maxlevels)
+    by_name = {r.name: r for r in rows}
+
+    if node is None or node == ROOT_NAME:
+        top, node = 0, None
+    else:
+        top = tree.find(node)
+        if top is None:
+            why = next((d.reason for d in tree.detached if d.name == node), None)
+            raise NotFound(
+                f"--node {node}: "
+                + (f"entry is detached from the share tree ({why})" if why else "no such node")
+                + (" in Share by Account mode" if mode == "account" and why is None else "")
+            )
+
+    # Per-node columns as arrays over tree nodes.
+    node_rows = [None, *(by_name[n] for n in tree.names[1:])]
+    usage = np.zeros(tree.size)
+    usage[1:] = aged_usage(
+        [r.shusage for r in node_rows[1:]], [r.shextime for r in node_rows[1:]], now, halflife
+    )
+    leaf = tree.leaf_mask
+    below = tree.subtree_sum(np.where(leaf, usage, 0.0))
+    detached_rows = [by_name[d.name] for d in tree.detached] if top == 0 else []
+    detached_usage = aged_usage(
+        [r.shusage for r in detached_rows], [r.shextime for r in detached_rows], now, halflife
+    )
+    detached_leaf = np.array([entry_kind(r) != Kind.GROUP for r in detached_rows], dtype=bool)
+    total = below[0] + float(detached_usage[detached_leaf].sum())
+    fraction = below / total if total > 0 else np.zeros(tree.size)
+    m_share = tree.m_shares()
+    g_share = tree.group_shares()
+
+    codes: dict[str, list[str]] = defaultdict(list)
+    for p in problems:
+        if p.uid is not None:
+            codes[p.name].append(p.code)
+
+    order = tree.preorder(top)
+    names, ids, parent = tree.names, tree.ids.tolist(), tree.parent.tolist()
+    levels, kinds = tree.level.tolist(), tree.kinds.tolist()
+    shares, ms, gs, us = tree.shares.tolist(), m_share.tolist(), g_share.tolist(), fraction.tolist()
+    nodes = []
+    for i in order:
+        row = node_rows[i]
+        nodes.append(
+            NodeReport(
+                name=ROOT_NAME if i == 0 else names[i],
+                id=ids[i],
+                level=levels[i],
+                kind="group" if i == 0 else Kind(kinds[i]).label,
+                parent=None if i == 0 else (ROOT_NAME if parent[i] == 0 else names[parent[i]]),
+                resgrp=ROOT_UID if i == 0 else row.resgrp,
+                shares=int(shares[i]),
+                system_share=ms[i],
+                group_share=gs[i],
+                system_usage=us[i],
+                shflags=SHF_GROUP if i == 0 else row.shflags,
+                codes=tuple(codes.get(names[i], ())) if i else (),
+            )
+        )
+    for r, u in zip(detached_rows, detached_usage.tolist(), strict=True):
+        nodes.append(
+            NodeReport(
+                name=r.name,
+                id=r.uid,
+                level=None,
+                kind=entry_kind(r).label,
+                parent=None,
+                resgrp=r.resgrp,
+                shares=r.shares,
+                system_share=0.0,
+                group_share=0.0,
+                system_usage=u / total if total > 0 else 0.0,
+                shflags=r.shflags,
+                codes=tuple(codes.get(r.name, ())),
+            )
+        )
+
+    # Problems in display order; with --node only those of the subtree's entries.
+    position = {n.name: k for k, n in enumerate(nodes)}
+    if node is None:
+        shown = problems
+    else:
+        shown = [p for p in problems if p.uid is not None and p.name in position]
+    shown = sorted(
+        shown,
+        key=lambda p: (p.uid is not None, position.get(p.name, len(position)), p.name),
+    )
+
+    kind_count = defaultdict(int)
+    for n in nodes:
+        kind_count[n.kind] += 1
+    if mode == "user":
+        user_count = kind_count["user"] + kind_count["idle"]
+    else:
+        in_view = {n.id for n in nodes if n.kind == "account"}
+        users = [r for r in rows if entry_kind(r) == Kind.USER]
+        user_count = (
+            sum(1 for r in users if node is None or (r.acids and r.acids[0] in in_view))
+            + kind_count["idle"]
+        )
+    return TreeReport(
+        udb=udb,
+        mode=mode,
+        maxgroups=maxlevels,
+        node=node,
+        nodes=nodes,
+        problems=shown,
+        group_count=kind_count["group"],
+        account_count=kind_count["account"],
+        user_count=user_count,
+    )
+
+
+# -- selection ---------------------------------------------------------------------------
+
+
+def visible_nodes(report: TreeReport, long: bool = False, errors: bool = False):
+    """The rows a display shows: groups only unless `long`; only rows with codes if `errors`."""
+    return [n for n in report.nodes if (long or n.kind == "group") and (not errors or n.codes)]
+
+
+# -- text --------------------------------------------------------------------------------
+
+
+def header_lines(report: TreeReport, long: bool) -> list[str]:
+    """The guide's header block: UDB path, Analyzed, Format, ..., one line per code."""
+    members = "accounts" if report.mode == "account" else "users"
+    fields = [
+        ("UDB path:", report.udb),
+        ("Analyzed:", "By Account" if report.mode == "account" else "By UID"),
+        ("Format:", f"Groups and {members}" if long else "Groups only"),
+        ("Maxgroups:", str(report.maxgroups)),
+        ("Node:", report.node or "ALL"),
+        ("Group Count:", str(report.group_count)),
+        ("Account Count:", str(report.account_count)),
+        ("User Count:", str(report.user_count)),
+        ("Warnings:", str(report.warnings)),
+        ("Errors:", str(report.errors)),
+    ]
+    for severity, code, message, count in count_by_kind(report.problems):
+        label = "Warning Count:" if severity == WARNING else "Error Count:"
+        fields.append((label, f"{count} ({code}) {message}"))
+    width = max(len(k) for k, _ in fields) + 1
+    return ["DISPLAY OF SHARE TREE", "", *(f"{k:<{width}}{v}" for k, v in fields), ""]
+
+
+def tree_lines(nodes: list[NodeReport]) -> list[str]:
+    """The tree table: Lv, Name (indented by level), ID, shares, usage, Status, Flags."""
+    header = [
+        ("", "", "", "System", "Group", "System", "", ""),
+        ("Lv", "Name", "ID", "Share", "Share", "Usage", "Status", "Flags"),
+    ]
+    rows = [
+        (
+            "-" if n.level is None else str(n.level),
+            ("  " * (n.level or 0)) + n.name,
+            str(n.id),
+            percent(n.system_share),
+            percent(n.group_share),
+            percent(n.system_usage),
+            n.status,
+            octal(n.shflags),
+        )
+        for n in nodes
+    ]
+    return columns(header, rows, right=(True, False, True, True, True, True, False, True))
+
+
+def problem_lines(report: TreeReport) -> list[tuple[str, str]]:
+    """The -e listing as (line, severity) pairs: Type, Name, ID, Status, Description."""
+    by_name = {n.name: n for n in report.nodes}
+    rows = []
+    for p in report.problems:
+        n = by_name.get(p.name)
+        status = STATUS_LETTER[n.kind] if n else "-"
+        text = f"{p.code}: {p.message}" + (f" ({p.detail})" if p.detail else "")
+        kind = "**WARN***" if p.severity == WARNING else "**ERROR**"
+        rows.append((kind, p.name, "-" if p.uid is None else str(p.uid), status, text))
+    lines = columns(
+        [("Type", "Name", "ID", "Status", "Description")],
+        rows,
+        right=(False, False, True, False, False),
+    )
+    return [(lines[0], "")] + [
+        (line, p.severity) for line, p in zip(lines[1:], report.problems, strict=True)
+    ]
+
+
+_STYLE = {WARNING: "yellow", ERROR: "bold red", "": ""}
+
+
+def render_tree(report: TreeReport, console: Console, long: bool = False) -> None:
+    """Print the share tree display (groups only unless `long`)."""
+    lines = header_lines(report, long) + tree_lines(visible_nodes(report, long))
+    console.out("\n".join(lines), highlight=False)
+
+
+def render_problems(report: TreeReport, console: Console, long: bool = False) -> None:
+    """Print the -e display: the header, then one line per problem."""
+    console.out("\n".join(header_lines(report, long)), highlight=False)
+    for line, severity in problem_lines(report):
+        console.out(line, style=_STYLE[severity] or None, highlight=False)
+
+
+# -- JSON --------------------------------------------------------------------------------
+
+
+def report_json(report: TreeReport, long: bool = False, errors: bool = False) -> dict:
+    """The --json document (shape documented in man/shrtree.8)."""
+    return {
+        "udb": report.udb,
+        "analyzed": "account" if report.mode == "account" else "uid",
+        "maxgroups": report.maxgroups,
+        "node": report.node,
+        "group_count": report.group_count,
+        "account_count": report.account_count,
+        "user_count": report.user_count,
+        "nodes": [
+            {
+                "name": n.name,
+                "id": n.id,
+                "level": n.level,
+                "kind": n.kind,
+                "parent": n.parent,
+                "resgrp": n.resgrp,
+                "shares": n.shares,
+                "system_share": n.system_share,
+                "group_share": n.group_share,
+                "system_usage": n.system_usage,
+                "shflags": n.shflags,
+                "codes": list(n.codes),
+            }
+            for n in visible_nodes(report, long, errors)
+        ],
+        "problems": [
+            {
+                "code": p.code,
+                "severity": p.severity,
+                "name": p.name,
+                "uid": p.uid,
+                "message": p.message,
+                "detail": p.detail,
+            }
+            for p in report.problems
+        ],
+        "warnings": report.warnings,
+        "errors": report.errors,
+    }
