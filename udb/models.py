@@ -3,7 +3,9 @@
 An `Entry` is one UDB entry: a user, a resource group (shflags 040000) or a
 shareholder/account (shflags 01000000).  `Account` is the account registry
 (the guide's /etc/acid): account names and their numbers, which the acids
-lists refer to.  A shareholder entry's uid is its account number.
+lists refer to.  A shareholder entry's uid is its account number.  `Const` is
+one scheduling constant (the guide's sh_consts, set by shradmin): every command
+and the daemon read the same values from here (see fairshare.consts).
 """
 
 from __future__ import annotations
@@ -68,3 +70,15 @@ class Account(Base):
 
     acid: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+
+
+class Const(Base):
+    """One fair-share constant (sh_consts): `name` as in fairshare.consts.Consts, JSON value.
+
+    Absent rows mean the default; fairshare.consts.load_consts/save_consts read and write them.
+    """
+
+    __tablename__ = "consts"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[object] = mapped_column(JSON, nullable=True)

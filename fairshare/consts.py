@@ -1,0 +1,283 @@
+"""The fair-share constants (the guide's sh_consts, set with shradmin) and their storage.
+
+Every command and the daemon read one `Consts` from the UDB's `consts` table
+(`load_consts`), so they all agree; an absent row means the default.
+
+Units:
+
+- durations (`halflife`, `delta`, `writeback`, `checkpoint`, `quota_threshold`) in seconds;
+- charges in *charge units*.  A leaf's charge for one cycle is
+  ``(cost_tick * CPU ticks + cost_bio * block I/O operations + cost_sio * stream I/O
+  operations + cost_syscall * system calls + cost_mem * MiB-seconds of resident memory
+  + cost_tty * tty I/O operations) * percent / 100``, where a CPU tick is 1/100 of a CPU
+  second (`TICKS_PER_SECOND`, Linux's USER_HZ; UNICOS charged per clock tick too).
+  With the default tick cost of 100, one CPU second costs 10,000 charge units, so one
+  busy CPU under a one-hour half-life settles at a usage of about 5.2e7, far below the
+  default MAXUSAGE of 1e12.
+- shares fractions (`maxushare` is a multiple of the due share, `mingshare` a fraction of
+  it, `sharemin` a fraction of the machine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from udb.errors import OptionError
+from udb.models import Const
+
+#: Fair share off (accounting continues, nothing is enforced).
+NOSHARE = 0o1
+#: Group adjustment: compensate groups that get less than mingshare x their due share.
+ADJGROUPS = 0o2
+#: Effective share at most maxushare x the due share.
+LIMSHARE = 0o4
+#: Share by Account: lnodes are accounts (shareholders), not users.
+SHAREBYACCT = 0o10
+#: Usage and charges ignored when scheduling processes (no marooning).
+NOSCHED = 0o20
+#: User-level fair share (the only mode this suite has; kept for shrinfo/shradmin).
+USRLEVLFSS = 0o100
+
+#: Flag names in the guide's spelling, by bit.
+FLAG_NAMES: dict[str, int] = {
+    "NOSHARE": NOSHARE,
+    "ADJGROUPS": ADJGROUPS,
+    "LIMSHARE": LIMSHARE,
+    "SHAREBYACCT": SHAREBYACCT,
+    "NOSCHED": NOSCHED,
+    "USRLEVLFSS": USRLEVLFSS,
+}
+ALL_FLAGS = sum(FLAG_NAMES.values())
+
+#: CPU ticks per CPU second (cost_tick is charged per tick).
+TICKS_PER_SECOND = 100.0
+
+#: Kay-Lauder's K5: nobody gets more than K5 x their due share in one cycle (edge effects).
+K5 = 2.0
+
+
+@dataclass(frozen=True)
+class Consts:
+    """The scheduling constants (sh_consts).  See the module docstring for units."""
+
+    flags: int = 0
+    halflife: float = 3600.0  # s, -K
+    delta: float = 4.0  # s, -R: the scheduling cycle
+    cost_tick: float = 100.0  # charge units per CPU tick (1/100 CPU s), -t
+    cost_bio: float = 0.0  # per block I/O operation, -b
+    cost_sio: float = 0.0  # per stream I/O operation, -s
+    cost_syscall: float = 0.0  # per system call, -y
+    cost_mem: float = 0.0  # per MiB-second of resident memory (a "memory click"), -m
+    cost_tty: float = 0.0  # per tty I/O operation
+    percent: float = 100.0  # multiplier applied to every cost, in percent
+    maxushare: float = 2.0  # -X, LIMSHARE: e_share at most maxushare x due share
+    mingshare: float = 0.75  # -Y, ADJGROUPS: tolerated fraction of a group's due share
+    sharemin: float = 0.0  # -Z, fraction of the machine every active lnode gets at least
+    maxusage: float = 1e12  # -U, charge units: usage at which a user is put in background
+    maxlevels: int = 4  # -G, levels 0..maxlevels-1 allowed in the share tree
+    nice_decay: tuple[float, float] = (2.0, 60.0)  # -D, process priority half-lives, s
+    writeback: float = 60.0  # s, -n: how often released lnodes are written to the UDB
+    checkpoint: float = 300.0  # s: how often every active lnode is checkpointed
+    quota_threshold: float = 3.0  # s of CPU: quota warnings this close to the limit
+
+    @property
+    def K(self) -> float:
+        """The usage decay factor per cycle of `delta` seconds: 0.5 ** (delta / halflife)."""
+        return decay(self.delta, self.halflife)
+
+    @property
+    def share_by_account(self) -> bool:
+        """True in Share by Account mode (SHAREBYACCT flag)."""
+        return bool(self.flags & SHAREBYACCT)
+
+    @property
+    def mode(self) -> str:
+        """The share tree mode for fairshare.tree.build_tree: "account" or "user"."""
+        return "account" if self.share_by_account else "user"
+
+    def has(self, flag: int) -> bool:
+        """True if every bit of `flag` is set."""
+        return self.flags & flag == flag
+
+    def replace(self, **changes) -> Consts:
+        """A copy with `changes` applied (not validated; call `validate`)."""
+        return dataclasses.replace(self, **changes)
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Consts))
+DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint")
+
+
+def decay(elapsed: float, halflife: float) -> float:
+    """The factor usage decays by over `elapsed` seconds: 0.5 ** (elapsed / halflife)."""
+    if halflife <= 0:
+        return 0.0
+    return 0.5 ** (max(elapsed, 0.0) / halflife)
+
+
+def flag_names(flags: int) -> list[str]:
+    """Names of the flags set in `flags`, in bit order."""
+    return [name for name, bit in FLAG_NAMES.items() if flags & bit]
+
+
+def parse_flags(value: object) -> int:
+    """Flags from an int, an octal string ("006", "0o6"), names ("ADJGROUPS,LIMSHARE") or a list.
+
+    Raises OptionError naming what was expected.
+    """
+    if isinstance(value, bool):
+        raise OptionError(f"flags: expected an octal number or flag names, got {value!r}")
+    if isinstance(value, int):
+        flags = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"(0o)?[0-7]+", text):
+            flags = int(text.removeprefix("0o"), 8)
+        else:
+            return parse_flags([t for t in re.split(r"[,|+\s]+", text) if t])
+    elif isinstance(value, Iterable):
+        flags = 0
+        for item in value:
+            name = str(item).upper()
+            if name not in FLAG_NAMES:
+                known = ", ".join(FLAG_NAMES)
+                raise OptionError(f"flags: unknown flag {item!r}; expected one of {known}")
+            flags |= FLAG_NAMES[name]
+    else:
+        raise OptionError(f"flags: expected an octal number or flag names, got {value!r}")
+    if flags & ~ALL_FLAGS or flags < 0:
+        raise OptionError(f"flags: {oct(flags)} has bits outside {oct(ALL_FLAGS)}")
+    return flags
+
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(value: object, what: str = "duration") -> float:
+    """Seconds from a number or a string like "4", "3600s", "90m", "2h", "7d", "1w".
+
+    Raises OptionError naming `what` when the value is not a non-negative duration.
+    """
+    if isinstance(value, bool):
+        raise OptionError(f"{what}: expected a duration such as 3600s, 2h or 7d, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-z]*)\s*", str(value))
+        if not m or m.group(2) not in _UNITS:
+            raise OptionError(f"{what}: expected a duration such as 3600s, 2h or 7d, got {value!r}")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if not math.isfinite(seconds) or seconds < 0:
+        raise OptionError(f"{what}: expected a non-negative duration, got {value!r}")
+    return seconds
+
+
+def validate(consts: Consts) -> Consts:
+    """`consts` itself if every value is in range; else OptionError naming the constant."""
+
+    def bad(name: str, expected: str) -> OptionError:
+        return OptionError(f"{name}: expected {expected}, got {getattr(consts, name)!r}")
+
+    parse_flags(consts.flags)
+    if not consts.halflife > 0:
+        raise bad("halflife", "a positive number of seconds")
+    if not consts.delta > 0:
+        raise bad("delta", "a positive number of seconds")
+    for name in ("cost_tick", "cost_bio", "cost_sio", "cost_syscall", "cost_mem", "cost_tty"):
+        v = getattr(consts, name)
+        if not (math.isfinite(v) and v >= 0):
+            raise bad(name, "a non-negative cost")
+    if not (math.isfinite(consts.percent) and consts.percent >= 0):
+        raise bad("percent", "a non-negative percentage")
+    if not consts.maxushare > 1.0:
+        raise bad("maxushare", "a number greater than 1.0")
+    if not 0.0 < consts.mingshare < 1.0:
+        raise bad("mingshare", "a number between 0 and 1")
+    if not 0.0 <= consts.sharemin < 1.0:
+        raise bad("sharemin", "a fraction of the machine in [0, 1)")
+    if not consts.maxusage > 0:
+        raise bad("maxusage", "a positive usage")
+    if not (isinstance(consts.maxlevels, int) and 2 <= consts.maxlevels <= 64):
+        raise bad("maxlevels", "an integer from 2 to 64")
+    lo, hi = consts.nice_decay
+    if not 0 < lo <= hi:
+        raise bad("nice_decay", "two half-lives in seconds, the first not above the second")
+    for name in ("writeback", "checkpoint", "quota_threshold"):
+        if not getattr(consts, name) >= 0:
+            raise bad(name, "a non-negative number of seconds")
+    return consts
+
+
+def _coerce(name: str, value: object) -> object:
+    """The typed value of constant `name` from a stored or user-supplied `value`."""
+    if name == "flags":
+        return parse_flags(value)
+    if name in DURATION_FIELDS:
+        return parse_duration(value, name)
+    if name == "maxlevels":
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise OptionError(f"maxlevels: expected an integer, got {value!r}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise OptionError(f"maxlevels: expected an integer, got {value!r}") from None
+        if number != int(number):
+            raise OptionError(f"maxlevels: expected an integer, got {value!r}")
+        return int(number)
+    if name == "nice_decay":
+        items = value.split(",") if isinstance(value, str) else value
+        try:
+            lo, hi = (float(v) for v in items)  # type: ignore[union-attr]
+        except (TypeError, ValueError):
+            msg = f"nice_decay: expected two numbers like 2,60, got {value!r}"
+            raise OptionError(msg) from None
+        return (lo, hi)
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise OptionError(f"{name}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except ValueError:
+        raise OptionError(f"{name}: expected a number, got {value!r}") from None
+
+
+def consts_from_mapping(values: Mapping[str, object], base: Consts | None = None) -> Consts:
+    """`base` (default: the defaults) with the named constants in `values` applied, validated.
+
+    Flags may be names or octal strings, durations strings like "2h".  Raises
+    OptionError for an unknown name or a bad value.
+    """
+    changes = {}
+    for name, value in values.items():
+        if name not in FIELDS:
+            raise OptionError(f"unknown constant {name!r}; expected one of {', '.join(FIELDS)}")
+        changes[name] = _coerce(name, value)
+    return validate((base or Consts()).replace(**changes))
+
+
+def load_consts(session: Session) -> Consts:
+    """The constants stored in the UDB (defaults for absent rows; unknown rows ignored)."""
+    rows = session.execute(select(Const.name, Const.value)).all()
+    stored = {name: value for name, value in rows if name in FIELDS and value is not None}
+    return consts_from_mapping(stored)
+
+
+def save_consts(session: Session, consts: Consts) -> None:
+    """Store every constant of `consts` in the UDB (within the caller's transaction)."""
+    validate(consts)
+    existing = {c.name: c for c in session.scalars(select(Const))}
+    for name in FIELDS:
+        value = getattr(consts, name)
+        if isinstance(value, tuple):
+            value = list(value)
+        row = existing.get(name)
+        if row is None:
+            session.add(Const(name=name, value=value))
+        elif row.value != value:
+            row.value = value
