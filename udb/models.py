@@ -6,11 +6,13 @@ shareholder/account (shflags 01000000).  `Account` is the account registry
 lists refer to.  A shareholder entry's uid is its account number.  `Const` is
 one scheduling constant (the guide's sh_consts, set by shradmin): every command
 and the daemon read the same values from here (see fairshare.consts).
+`LnodeCycle`, `PublishedLnode` and `LnodeCheckpoint` are shrdaemon's: the lnode
+table it publishes every cycle for shrview, and its checkpoint (fairshare.store).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Float, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: shflags bit that marks a resource group entry.
@@ -82,3 +84,72 @@ class Const(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[object] = mapped_column(JSON, nullable=True)
+
+
+class LnodeCycle(Base):
+    """The header of the lnode table a shrdaemon published (one row per host).
+
+    `time` (epoch s) is when the cycle ran, `delta` (s) the cycle length then,
+    `started` (epoch s) when the daemon started, `enforcer` what enforced it.
+    """
+
+    __tablename__ = "lnode_cycles"
+
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    time: Mapped[float] = mapped_column(Float, nullable=False)
+    delta: Mapped[float] = mapped_column(Float, nullable=False)
+    enforcer: Mapped[str] = mapped_column(String(32), nullable=False)
+    pid: Mapped[int] = mapped_column(Integer, nullable=False)
+    cycle: Mapped[int] = mapped_column(Integer, nullable=False)
+    mode: Mapped[str] = mapped_column(String(16), nullable=False)
+    started: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class PublishedLnode(Base):
+    """One active lnode as the daemon's last cycle left it (see fairshare.lnode for units).
+
+    `node` is the tree node number (0 = root), `parent` the parent's node number
+    (-1 for the root), `kind` one of root, group, user, account, idle.
+    """
+
+    __tablename__ = "lnodes"
+
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    node: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(64), nullable=False)
+    uid: Mapped[int] = mapped_column(Integer, nullable=False)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    parent: Mapped[int] = mapped_column(Integer, nullable=False)
+    level: Mapped[int] = mapped_column(Integer, nullable=False)
+    shares: Mapped[float] = mapped_column(Float, nullable=False)
+    refs: Mapped[int] = mapped_column(Integer, nullable=False)
+    nrun: Mapped[int] = mapped_column(Integer, nullable=False)
+    usage: Mapped[float] = mapped_column(Float, nullable=False)
+    charge: Mapped[float] = mapped_column(Float, nullable=False)
+    cpu_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    rate: Mapped[float] = mapped_column(Float, nullable=False)
+    m_share: Mapped[float] = mapped_column(Float, nullable=False)
+    e_share: Mapped[float] = mapped_column(Float, nullable=False)
+    cpu: Mapped[float] = mapped_column(Float, nullable=False)
+    adj: Mapped[float] = mapped_column(Float, nullable=False)
+    priority: Mapped[float] = mapped_column(Float, nullable=False)
+    background: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    demand: Mapped[bool] = mapped_column(Boolean, nullable=False)
+
+
+class LnodeCheckpoint(Base):
+    """An active leaf lnode as last checkpointed (the guide's /etc/lnodes.chkpt).
+
+    `uid` is the entry's uid, `usage` and `charge` in charge units, `cpu_seconds`
+    CPU s since the lnode was created, `time` the checkpoint's epoch second.
+    """
+
+    __tablename__ = "lnode_checkpoints"
+
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    uid: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(64), nullable=False)
+    usage: Mapped[float] = mapped_column(Float, nullable=False)
+    charge: Mapped[float] = mapped_column(Float, nullable=False)
+    cpu_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    time: Mapped[float] = mapped_column(Float, nullable=False)

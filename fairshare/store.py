@@ -1,0 +1,237 @@
+"""What the daemon remembers in the UDB: the published lnode table, write-backs,
+checkpoints and recovery.
+
+- `publish`: every cycle the whole table of active lnodes replaces this host's
+  previous one, with a header row (cycle time, delta, enforcer, daemon pid), in
+  one transaction, so shrview never sees half a cycle.
+- `write_back`: released lnodes' shusage and shextime are stored, their charges
+  added to shcharge and their CPU seconds to cpuquotaused, by UPDATE statements
+  that touch only those four columns (an administrator's concurrent change to
+  shares, resgrp or acids is never overwritten), and their checkpoint rows are
+  deleted in the same transaction so that a later recovery cannot add the same
+  charges twice.
+- `checkpoint`: every active leaf lnode's usage, charges and CPU seconds replace
+  this host's previous checkpoint (the guide's /etc/lnodes.chkpt).
+- `recover`: at start, whatever a crashed daemon checkpointed is written back as
+  if those lnodes had been released at the checkpoint's time; what accrued after
+  the checkpoint is lost, nothing more.
+
+Every row is keyed by host name, so daemons on several hosts can share one UDB.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import Engine, bindparam, delete, insert, select, update
+
+from fairshare.lnode import LnodeTable, WriteBack
+from fairshare.tree import Kind, ShareTree
+from udb.models import Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
+from udb.session import read_session, write_session
+
+
+@dataclass(frozen=True)
+class CycleHeader:
+    """The published cycle's header: `time` (epoch s), `delta` (s), the enforcer in
+    force, the daemon's pid, the cycle number and the share mode."""
+
+    time: float
+    delta: float
+    enforcer: str
+    pid: int
+    cycle: int
+    mode: str
+    started: float
+
+
+@dataclass(frozen=True)
+class EntryState:
+    """The UDB fields the daemon needs about the entry behind an lnode (units as Entry)."""
+
+    uid: int
+    shusage: float
+    shextime: float
+    cpuquota: float
+    cpuquotaused: float
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """One lnode recovered from a checkpoint: its entry's uid and name, usage (charge
+    units), charge added, CPU seconds added, and the checkpoint time (epoch s)."""
+
+    uid: int
+    name: str
+    usage: float
+    charge: float
+    cpu_seconds: float
+    time: float
+
+
+class LnodeStore:
+    """The daemon's rows in the UDB for one host."""
+
+    def __init__(self, engine: Engine, host: str | None = None) -> None:
+        self.engine = engine
+        self.host = host or socket.gethostname()
+
+    # -- every cycle -----------------------------------------------------------------------
+
+    def publish(self, tree: ShareTree, table: LnodeTable, header: CycleHeader) -> None:
+        """Replace this host's published lnode table with `table`'s active lnodes."""
+        nodes = np.flatnonzero(table.active)
+        rows = published_rows(self.host, tree, table, nodes)
+        with write_session(self.engine) as s:
+            s.execute(delete(PublishedLnode).where(PublishedLnode.host == self.host))
+            if rows:
+                s.execute(insert(PublishedLnode), rows)
+            s.merge(
+                LnodeCycle(
+                    host=self.host,
+                    time=header.time,
+                    delta=header.delta,
+                    enforcer=header.enforcer,
+                    pid=header.pid,
+                    cycle=header.cycle,
+                    mode=header.mode,
+                    started=header.started,
+                )
+            )
+
+    def unpublish(self) -> None:
+        """Remove this host's published table and header (the daemon has stopped)."""
+        with write_session(self.engine) as s:
+            s.execute(delete(PublishedLnode).where(PublishedLnode.host == self.host))
+            s.execute(delete(LnodeCycle).where(LnodeCycle.host == self.host))
+
+    def entry_states(self, uids: Iterable[int]) -> dict[int, EntryState]:
+        """The usage, exit time and quota fields of the entries with these uids."""
+        uids = sorted(set(uids))
+        if not uids:
+            return {}
+        cols = (Entry.uid, Entry.shusage, Entry.shextime, Entry.cpuquota, Entry.cpuquotaused)
+        with read_session(self.engine) as s:
+            rows = s.execute(select(*cols).where(Entry.uid.in_(uids))).all()
+        return {r.uid: EntryState(*r) for r in rows}
+
+    # -- write-back, checkpoint, recovery ----------------------------------------------------
+
+    def write_back(self, released: Sequence[tuple[int, WriteBack]]) -> None:
+        """Store released lnodes (entry uid, WriteBack) in one transaction."""
+        if not released:
+            return
+        with write_session(self.engine) as s:
+            _write_back(s, released)
+            uids = [uid for uid, _wb in released]
+            s.execute(
+                delete(LnodeCheckpoint).where(
+                    LnodeCheckpoint.host == self.host, LnodeCheckpoint.uid.in_(uids)
+                )
+            )
+
+    def checkpoint(self, tree: ShareTree, table: LnodeTable, now: float) -> int:
+        """Replace this host's checkpoint with every active leaf lnode; returns how many."""
+        leaves = np.flatnonzero(table.active & tree.leaf_mask)
+        rows = [
+            {
+                "host": self.host,
+                "uid": int(tree.ids[n]),
+                "name": tree.names[n],
+                "usage": float(table.usage[n]),
+                "charge": float(table.charge[n]),
+                "cpu_seconds": float(table.cpu_seconds[n]),
+                "time": float(now),
+            }
+            for n in leaves
+        ]
+        with write_session(self.engine) as s:
+            s.execute(delete(LnodeCheckpoint).where(LnodeCheckpoint.host == self.host))
+            if rows:
+                s.execute(insert(LnodeCheckpoint), rows)
+        return len(rows)
+
+    def recover(self) -> list[Recovered]:
+        """Write back this host's checkpoint (left by a daemon that did not stop
+        cleanly) and delete it, in one transaction; returns what was recovered."""
+        with write_session(self.engine) as s:
+            rows = s.scalars(select(LnodeCheckpoint).where(LnodeCheckpoint.host == self.host)).all()
+            out = [Recovered(r.uid, r.name, r.usage, r.charge, r.cpu_seconds, r.time) for r in rows]
+            _write_back(
+                s, [(r.uid, WriteBack(r.usage, r.time, r.charge, r.cpu_seconds)) for r in out]
+            )
+            s.execute(delete(LnodeCheckpoint).where(LnodeCheckpoint.host == self.host))
+            s.execute(delete(PublishedLnode).where(PublishedLnode.host == self.host))
+            s.execute(delete(LnodeCycle).where(LnodeCycle.host == self.host))
+        return out
+
+
+def _write_back(session, released: Sequence[tuple[int, WriteBack]]) -> None:
+    """UPDATE only shusage, shextime, shcharge (+=) and cpuquotaused (+=) per uid."""
+    if not released:
+        return
+    stmt = (
+        update(Entry.__table__)
+        .where(Entry.__table__.c.uid == bindparam("b_uid"))
+        .values(
+            shusage=bindparam("b_usage"),
+            shextime=bindparam("b_time"),
+            shcharge=Entry.__table__.c.shcharge + bindparam("b_charge"),
+            cpuquotaused=Entry.__table__.c.cpuquotaused + bindparam("b_cpu"),
+        )
+    )
+    session.connection().execute(
+        stmt,
+        [
+            {
+                "b_uid": uid,
+                "b_usage": wb.shusage,
+                "b_time": wb.shextime,
+                "b_charge": wb.charge,
+                "b_cpu": wb.cpu_seconds,
+            }
+            for uid, wb in released
+        ],
+    )
+
+
+def published_rows(host: str, tree: ShareTree, table: LnodeTable, nodes: np.ndarray) -> list[dict]:
+    """The PublishedLnode rows (as dicts) for `nodes` of `table`."""
+    cols = {
+        "usage": table.usage,
+        "charge": table.charge,
+        "cpu_seconds": table.cpu_seconds,
+        "rate": table.rate,
+        "m_share": table.m_share,
+        "e_share": table.e_share,
+        "cpu": table.cpu,
+        "adj": table.adj,
+        "priority": table.priority,
+    }
+    picked = {k: v[nodes].tolist() for k, v in cols.items()}
+    refs, nrun = table.refs[nodes].tolist(), table.nrun[nodes].tolist()
+    bg, demand = table.background[nodes].tolist(), table.demand[nodes].tolist()
+    parent, shares = tree.parent[nodes].tolist(), tree.shares[nodes].tolist()
+    ids, kinds, level = tree.ids[nodes].tolist(), tree.kinds[nodes].tolist(), tree.level[nodes]
+    rows = []
+    for i, n in enumerate(nodes.tolist()):
+        row = {k: v[i] for k, v in picked.items()}
+        row.update(
+            host=host,
+            node=n,
+            name=tree.names[n] or "root",
+            uid=ids[i],
+            kind=Kind(kinds[i]).label,
+            parent=parent[i],
+            level=int(level[i]),
+            shares=shares[i],
+            refs=refs[i],
+            nrun=nrun[i],
+            background=bg[i],
+            demand=demand[i],
+        )
+        rows.append(row)
+    return rows
