@@ -1,0 +1,79 @@
+"""udbsee: show UDB entries as udbgen directives (the default) or as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from udb import directives as udbdir
+from udb.cli.common import handle_errors, udb_option
+from udb.errors import NotFound, OptionError
+from udb.models import Entry
+from udb.session import open_udb, read_session
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option(
+    "-a",
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Every entry, after the account registry (as acid directives).",
+)
+@click.option(
+    "-f",
+    "--fields",
+    "field_list",
+    metavar="[VERB,]FIELD,...",
+    help="Only these fields; a leading create or update sets the directive verb.",
+)
+@click.option("--accounts", is_flag=True, help="Only the account registry.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of directives.")
+@udb_option
+@handle_errors
+def main(names, show_all, field_list, accounts, as_json, udb):  # fmt: skip
+    """Show UDB entries as udbgen directives.
+
+    With no NAME and no -a, show the entry whose uid is the caller's.  The
+    output of ``udbsee -a`` loaded by ``udbgen -`` into an empty UDB reproduces
+    the UDB (password hashes are never shown, so they are not carried over).
+    """
+    verb, fields = "create", None
+    if field_list is not None:
+        try:
+            verb, fields = udbdir.parse_field_list(field_list)
+        except ValueError as err:
+            raise OptionError(f"-f: {err}") from None
+    if show_all and names:
+        raise OptionError("give NAMEs or -a, not both")
+    engine = open_udb(udb)
+    with read_session(engine) as s:
+        registry = udbdir.select_accounts(s) if (show_all or accounts) else []
+        if accounts and not show_all and not names:
+            entries: list[Entry] = []
+        elif show_all:
+            entries = udbdir.select_entries(s)
+        elif names:
+            entries = udbdir.select_entries(s, list(names))
+        else:
+            entries = [e for e in udbdir.select_entries(s) if e.uid == os.getuid()]
+            if not entries:
+                raise NotFound(f"no entry has your uid {os.getuid()}; give a NAME or -a")
+        if as_json:
+            if accounts and not show_all and not names:
+                out: list[dict] = [{"name": n, "acid": a} for n, a in registry]
+            else:
+                out = [udbdir.entry_record(e, fields) for e in entries]
+            click.echo(json.dumps(out, indent=2))
+            return
+        for name, acid in registry:
+            click.echo(udbdir.format_account(name, acid))
+        for e in entries:
+            click.echo(udbdir.format_entry(e, fields, verb))
+
+
+if __name__ == "__main__":
+    main()
