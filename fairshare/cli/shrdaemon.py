@@ -1,0 +1,167 @@
+"""shrdaemon: the fair-share daemon (see man/shrdaemon.8).
+
+Parses options, chooses the collector, enforcer and clock (the real machine, or
+the simulator with --simulate), takes the per-UDB lock and runs
+fairshare.daemon.Daemon.  Logs go to stderr through Python's logging, so
+journald picks them up under systemd; the first line says which enforcer is
+in force and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import click
+
+from fairshare.consts import NOSCHED, NOSHARE, load_consts
+from fairshare.daemon import Daemon, Options
+from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
+from fairshare.lock import DaemonLock
+from fairshare.store import LnodeStore
+from udb.cli.common import handle_errors, udb_option
+from udb.errors import OptionError
+from udb.session import display_name, open_udb, read_session, resolve_url
+
+log = logging.getLogger("shrdaemon")
+
+
+def setup_logging(verbose: int, log_file: str | None) -> None:
+    """Log to stderr (or `log_file`): INFO by default, DEBUG with -v."""
+    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s shrdaemon[%(process)d]: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.propagate = False
+
+
+def detach() -> None:
+    """Become a background daemon: double fork, new session, stdio on /dev/null."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    os.chdir("/")
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@udb_option
+@click.option(
+    "--enforcer",
+    type=click.Choice(ENFORCERS),
+    default="auto",
+    show_default=True,
+    help="How shares reach the kernel: auto picks cgroup2, else cgroup1, else nice; "
+    "none only accounts.  Without root it is always none.",
+)
+@click.option("--once", is_flag=True, help="Run one cycle (one delta after start), then stop.")
+@click.option("--cycles", type=click.IntRange(min=1), metavar="N", help="Run N cycles, then stop.")
+@click.option(
+    "--foreground/--detach",
+    default=True,
+    show_default=True,
+    help="Stay attached to the terminal (the default, what systemd wants) or fork into "
+    "the background (then log with --log-file).",
+)
+@click.option(
+    "--simulate",
+    "scenario",
+    metavar="SCENARIO",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Drive the same loop with the simulator's machine and clock (no root, no "
+    "sleeping, nothing on the real machine is touched).",
+)
+@click.option(
+    "--enforce-min-uid",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    metavar="UID",
+    help="Processes of lower uids (root, system daemons) are charged but never moved or reniced.",
+)
+@click.option(
+    "--host",
+    metavar="NAME",
+    help="Host name keying the published rows and the checkpoint (default: this host's name).",
+)
+@click.option("--log-file", type=click.Path(dir_okay=False), help="Log here instead of stderr.")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Also log every lnode created, released, written back and checkpointed.",
+)
+@handle_errors
+def main(
+    udb, enforcer, once, cycles, foreground, scenario, enforce_min_uid, host, log_file, verbose
+):
+    """The fair-share daemon: every delta seconds, charge each active lnode for what
+    its processes used, run the UNICOS fair-share cycle, make the kernel deliver the
+    effective shares, and publish the lnode table for shrview.  Released lnodes are
+    written back to the UDB every write-back interval (shradmin -n, 60 s), active ones
+    checkpointed every 300 s and recovered after a crash.  SIGTERM or SIGINT writes
+    everything back and exits 0; SIGHUP re-reads the share tree."""
+    if once:
+        if cycles:
+            raise OptionError("--once and --cycles: give one of them")
+        cycles = 1
+    if not foreground:
+        if scenario:
+            raise OptionError("--detach and --simulate: a simulation runs in the foreground")
+        detach()
+    setup_logging(verbose, log_file)
+    url = resolve_url(udb)
+    engine = open_udb(url)
+    with read_session(engine) as s:
+        consts = load_consts(s)
+    if scenario:
+        run_simulation(engine, scenario, cycles, enforcer, host, enforce_min_uid)
+        return
+    lock = DaemonLock(url, display_name(url))
+    lock.acquire()
+    try:
+        choice = detect(enforcer)
+        if choice.name != "none" and consts.flags & (NOSCHED | NOSHARE):
+            log.info(
+                "enforcer none: NOSCHED or NOSHARE is set, accounting only (%s when cleared: %s)",
+                choice.name,
+                choice.reason,
+            )
+        else:
+            log.info("enforcer %s: %s", choice.name, choice.reason)
+        log.info("UDB %s, lock %s", display_name(url), lock.path)
+        daemon = make_daemon(engine, choice, host, enforce_min_uid)
+        daemon.install_signal_handlers()
+        daemon.run(cycles)
+    finally:
+        lock.release()
+
+
+def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
+    """A Daemon on the real machine with the chosen enforcer."""
+    from fairshare.collect.procfs import ProcfsCollector
+
+    return Daemon(
+        engine,
+        ProcfsCollector(),
+        make_enforcer(choice),
+        LnodeStore(engine, host),
+        options=Options(enforce_min_uid=enforce_min_uid),
+    )
+
+
+def run_simulation(engine, scenario, cycles, enforcer, host, enforce_min_uid) -> None:
+    """Run the daemon's loop on the simulator's machine described by `scenario`."""
+    from fairshare.collect.sim import simulated_daemon
+
+    daemon, model, length = simulated_daemon(
+        engine, scenario, enforcer, host=host or "simulator", enforce_min_uid=enforce_min_uid
+    )
+    log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
+    daemon.install_signal_handlers()
+    daemon.run(cycles or length)

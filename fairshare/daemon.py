@@ -1,0 +1,542 @@
+"""The shrdaemon loop: collect, charge, run the cycle, enforce, publish, remember.
+
+`Daemon` is driven by what it is given: a collector (the real machine or the
+simulator), an enforcer, a store on the UDB and a clock.  Each cycle it
+
+1. re-reads the constants (so a shradmin change acts within one delta) and, when
+   the UDB's entries changed (a cheap fingerprint query), or on SIGHUP, rebuilds
+   the share tree and carries the lnodes over by name;
+2. samples the processes and maps each to its leaf lnode: by uid (Share by User),
+   or by account (Share by Account: the account the `account_of` hook gives, e.g.
+   the one newacct set, else the user's default acid, the first of its acids);
+   uids with no UDB entry go to `unknown`; idle CPU goes to the Idle lnode;
+3. activates new lnodes with their stored usage aged since shextime, and runs the
+   pure `fairshare.cycle.run_cycle`;
+4. applies CPU quotas (SIGXCPU at the quota, SIGKILL past quota + threshold),
+   hands the effective shares to the enforcer and publishes the lnode table;
+5. every `writeback` seconds writes back and releases the lnodes whose processes
+   have all gone; every `checkpoint` seconds checkpoints every active lnode.
+
+SIGTERM and SIGINT stop it: everything is written back, the enforcer undoes what
+it did, and `run` returns.  The time comes from the clock passed in, so the
+simulator runs the very same loop on simulated seconds without sleeping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from sqlalchemy import Engine, func, select
+
+from fairshare.collect import Collector, ProcessSample, Sample
+from fairshare.consts import NOSCHED, NOSHARE, Consts, load_consts
+from fairshare.cycle import Consumption, run_cycle
+from fairshare.enforce.base import Enforcer, LnodeTarget
+from fairshare.lnode import LnodeTable, WriteBack, activate, aged_usage, new_table, release
+from fairshare.store import CycleHeader, EntryState, LnodeStore
+from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
+from udb.models import IDLE_UID, Entry
+from udb.session import read_session
+
+log = logging.getLogger("shrdaemon")
+
+#: The weakest nice: processes there are not charged (the guide's rule), unless the
+#: nice enforcer put them there itself.
+WEAKEST_NICE = 19
+#: Rebuild the tree at least this often (cycles) even when the fingerprint is unchanged,
+#: so quota changes and edits the fingerprint cannot see are picked up.
+RELOAD_EVERY = 15
+
+
+class Clock(Protocol):
+    """Where the daemon's time comes from."""
+
+    def time(self) -> float:
+        """Wall-clock time, epoch seconds (stored in shextime and the published header)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (timers)."""
+        ...
+
+    def sleep(self, seconds: float, wake: threading.Event) -> None:
+        """Wait `seconds`, or less if `wake` is set."""
+        ...
+
+
+class SystemClock:
+    """The real clocks; sleeping wakes early when a signal sets `wake`."""
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float, wake: threading.Event) -> None:
+        wake.wait(max(seconds, 0.0))
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the daemon runs.  `enforce_min_uid`: processes of lower uids (root, system
+    daemons) are charged but never moved or reniced."""
+
+    enforce_min_uid: int = 1000
+
+
+@dataclass
+class Lnodes:
+    """The tree and the lnode table over it, plus what the daemon knows per leaf."""
+
+    tree: ShareTree
+    table: LnodeTable
+    fingerprint: tuple
+    acids: dict[int, list[int]]  # user uid -> acids (Share by Account)
+    unknown: int | None  # the unknown leaf's node
+    idle: int | None  # the Idle leaf's node
+    entry: dict[int, EntryState] = field(default_factory=dict)  # active leaf -> its entry
+    warned: set[int] = field(default_factory=set)  # leaves sent SIGXCPU this activation
+
+
+def entries_fingerprint(session) -> tuple:
+    """A cheap summary of the entries that changes when the share tree may have."""
+    e = Entry
+    row = session.execute(
+        select(
+            func.count(),
+            func.max(e.id),
+            func.sum(e.shares),
+            func.sum(e.resgrp),
+            func.sum(e.shflags),
+            func.sum(e.uid),
+        )
+    ).one()
+    return tuple(row)
+
+
+def load_lnodes(session, mode: str) -> Lnodes:
+    """The share tree of the UDB in `mode`, an empty lnode table and the uid maps."""
+    rows = session.execute(select(*TREE_COLUMNS)).all()
+    tree = build_tree(rows, mode)
+    acids = {}
+    if mode == "account":
+        for uid, ac in session.execute(select(Entry.uid, Entry.acids)).all():
+            acids[int(uid)] = list(ac or [])
+    unknown = next((n for name in UNKNOWN_NAMES if (n := tree.find(name)) is not None), None)
+    idle = tree.find_id(IDLE_UID)
+    if idle is not None and tree.kind(idle) != Kind.IDLE:
+        idle = None
+    return Lnodes(tree, new_table(tree), entries_fingerprint(session), acids, unknown, idle)
+
+
+def carry_over(old: Lnodes, new: Lnodes, now: float) -> list[tuple[int, WriteBack]]:
+    """Copy every active leaf lnode of `old` into `new` by name (in place).
+
+    Returns the write-backs (released at `now`, epoch s) of active leaves that the
+    new tree no longer has.
+    """
+    gone = []
+    for n in np.flatnonzero(old.table.active & old.tree.leaf_mask):
+        name = old.tree.names[n]
+        m = new.tree.find(name)
+        if m is None or not new.tree.leaf_mask[m]:
+            gone.append((int(old.tree.ids[n]), release(old.table, int(n), now)))
+            continue
+        activate(new.table, m, 0.0)
+        for f in dataclasses.fields(LnodeTable):
+            if f.name in ("parent", "active"):
+                continue
+            getattr(new.table, f.name)[m] = getattr(old.table, f.name)[n]
+        if n in old.entry:
+            new.entry[m] = old.entry[n]
+        if n in old.warned:
+            new.warned.add(m)
+    return gone
+
+
+class Daemon:
+    """The fair-share daemon's loop over injected collector, enforcer, store and clock."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        collector: Collector,
+        enforcer: Enforcer,
+        store: LnodeStore,
+        clock: Clock | None = None,
+        options: Options | None = None,
+        account_of: Callable[[ProcessSample], int | None] | None = None,
+        signal_process: Callable[[int, int], None] = os.kill,
+    ) -> None:
+        self.engine = engine
+        self.collector = collector
+        self.enforcer = enforcer
+        self.store = store
+        self.clock = clock or SystemClock()
+        self.options = options or Options()
+        self.account_of = account_of
+        self.signal_process = signal_process
+        self.wake = threading.Event()
+        self.stopping = False
+        self.reload_requested = False
+        self.cycle = 0
+        self.started = self.clock.time()
+        self.lnodes: Lnodes | None = None
+        self.consts: Consts | None = None
+        self.scheduling = True  # False while NOSCHED/NOSHARE keep the enforcer off
+        self._pids: dict[int, list[ProcessSample]] = {}  # leaf -> its processes, last sample
+        self._next_writeback = 0.0
+        self._next_checkpoint = 0.0
+        self._enforcer_is_set_up = False
+
+    # -- signals ---------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop the loop, SIGHUP reloads the tree (main thread only)."""
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def _on_stop(self, signum, _frame) -> None:
+        self.stop()
+
+    def _on_hup(self, signum, _frame) -> None:
+        self.reload_requested = True
+        self.wake.set()
+
+    def stop(self) -> None:
+        """Ask the loop to stop after the current step (safe from signal handlers)."""
+        self.stopping = True
+        self.wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, cycles: int | None = None) -> int:
+        """Run `cycles` cycles (None: until stopped), then shut down; returns cycles run."""
+        done = 0
+        try:
+            self.start()
+            began = self.clock.monotonic()
+            while not self.stopping and (cycles is None or done < cycles):
+                # The baseline sample (or the previous cycle) was taken at `began`: wait
+                # one delta so every cycle covers `delta` seconds of consumption.
+                delay = self.consts.delta - (self.clock.monotonic() - began)
+                if delay > 0:
+                    self.wake.clear()
+                    if self.stopping:
+                        break
+                    self.clock.sleep(delay, self.wake)
+                    if self.stopping:
+                        break
+                began = self.clock.monotonic()
+                self.step()
+                done += 1
+        finally:
+            self.shutdown()
+        return done
+
+    def start(self) -> None:
+        """Recover from a crash, load consts and tree, set the enforcer up, take a baseline."""
+        for r in self.store.recover():
+            log.info(
+                "recovered lnode %s (uid %d) from the checkpoint of %s: usage %.6g, "
+                "charge %.6g, %.3f CPU s",
+                r.name,
+                r.uid,
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.time)),
+                r.usage,
+                r.charge,
+                r.cpu_seconds,
+            )
+        with read_session(self.engine) as s:
+            self.consts = load_consts(s)
+            self.lnodes = load_lnodes(s, self.consts.mode)
+        self._log_tree()
+        self._sync_enforcer(self.consts)
+        now = self.clock.monotonic()
+        self._next_writeback = now + self.consts.writeback
+        self._next_checkpoint = now + self.consts.checkpoint
+        self.collector.sample()  # baseline: the next sample's deltas start here
+
+    def step(self) -> None:
+        """One cycle (see the module docstring)."""
+        with read_session(self.engine) as s:
+            consts = load_consts(s)
+            self._maybe_reload(s, consts)
+        self.consts = consts
+        self._sync_enforcer(consts)
+        sample = self.collector.sample()
+        ln = self.lnodes
+        consumption, procs = self._consumption(ln, sample)
+        self._activate(ln, consumption, sample.time)
+        elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
+        ln.table = run_cycle(ln.tree, ln.table, consumption, consts, elapsed)
+        self._pids = procs
+        self.cycle += 1
+        self._quotas(ln, consts)
+        if self.scheduling:
+            self.enforcer.apply(self._targets(ln))
+        self.store.publish(
+            ln.tree,
+            ln.table,
+            CycleHeader(
+                time=sample.time,
+                delta=consts.delta,
+                enforcer=self.enforcer_name,
+                pid=os.getpid(),
+                cycle=self.cycle,
+                mode=consts.mode,
+                started=self.started,
+            ),
+        )
+        now = self.clock.monotonic()
+        if now >= self._next_writeback:
+            self._next_writeback = now + consts.writeback
+            self.write_back(sample.time, everything=False)
+        if now >= self._next_checkpoint:
+            self._next_checkpoint = now + consts.checkpoint
+            n = self.store.checkpoint(ln.tree, ln.table, sample.time)
+            log.debug("checkpointed %d lnodes", n)
+
+    def shutdown(self) -> None:
+        """Undo the enforcement, write every lnode back, drop the published table."""
+        if self._enforcer_is_set_up:
+            self.enforcer.teardown()
+            self._enforcer_is_set_up = False
+        if self.lnodes is not None:
+            self.write_back(self.clock.time(), everything=True)
+            self.store.unpublish()
+        log.info("stopped after %d cycles; every lnode written back", self.cycle)
+
+    @property
+    def enforcer_name(self) -> str:
+        return self.enforcer.name if self.scheduling else "none"
+
+    # -- the pieces ----------------------------------------------------------------------
+
+    def _sync_enforcer(self, consts: Consts) -> None:
+        """Keep the enforcer off while NOSCHED or NOSHARE is set, on otherwise."""
+        wanted = not (consts.flags & (NOSCHED | NOSHARE))
+        if wanted and not self._enforcer_is_set_up:
+            self.enforcer.setup()
+            self._enforcer_is_set_up = True
+            if not self.scheduling:
+                log.info("NOSCHED/NOSHARE cleared: %s enforcement resumes", self.enforcer.name)
+        elif not wanted and self._enforcer_is_set_up:
+            self.enforcer.teardown()
+            self._enforcer_is_set_up = False
+            log.info("NOSCHED/NOSHARE set: accounting only, %s undone", self.enforcer.name)
+        self.scheduling = wanted
+
+    def _maybe_reload(self, session, consts: Consts) -> None:
+        ln = self.lnodes
+        reason = None
+        if self.reload_requested:
+            reason = "SIGHUP"
+        elif consts.mode != ln.tree.mode:
+            reason = f"share mode changed to {consts.mode}"
+        elif self.cycle % RELOAD_EVERY == 0:
+            reason = "periodic"
+        elif entries_fingerprint(session) != ln.fingerprint:
+            reason = "the UDB's entries changed"
+        if reason is None:
+            return
+        self.reload_requested = False
+        new = load_lnodes(session, consts.mode)
+        if new.fingerprint == ln.fingerprint and consts.mode == ln.tree.mode:
+            # Same tree: keep the table, refresh what we know of the active entries.
+            ln.acids = new.acids
+            self._refresh_entries(ln)
+            return
+        gone = carry_over(ln, new, self.clock.time())
+        self.store.write_back(gone)
+        self.lnodes = new
+        self._refresh_entries(new)
+        log.info("share tree reloaded (%s)", reason)
+        self._log_tree()
+
+    def _refresh_entries(self, ln: Lnodes) -> None:
+        active = np.flatnonzero(ln.table.active & ln.tree.leaf_mask)
+        states = self.store.entry_states(int(ln.tree.ids[n]) for n in active)
+        for n in active:
+            st = states.get(int(ln.tree.ids[n]))
+            if st is not None:
+                ln.entry[int(n)] = st
+
+    def _log_tree(self) -> None:
+        ln = self.lnodes
+        tree = ln.tree
+        leaves = int(tree.leaf_mask.sum())
+        log.info(
+            "share tree: %d nodes, %d leaves, Share by %s",
+            tree.size,
+            leaves,
+            "Account" if tree.mode == "account" else "User",
+        )
+        if ln.unknown is None:
+            log.warning("no 'unknown' entry: processes of uids without an entry are not charged")
+        for d in tree.detached:
+            log.warning("entry %s (uid %d) is not in the share tree: %s", d.name, d.uid, d.reason)
+
+    def leaf_of(self, ln: Lnodes, p: ProcessSample) -> int | None:
+        """The leaf lnode process `p` is charged to (None: nowhere to charge it)."""
+        tree = ln.tree
+        if tree.mode == "account":
+            acid = self.account_of(p) if self.account_of else None
+            if acid is None:
+                acids = ln.acids.get(p.uid)
+                acid = acids[0] if acids else None
+            node = tree.find_id(acid) if acid is not None else None
+            if node is None and p.uid == IDLE_UID:
+                node = ln.idle
+        else:
+            node = tree.find_id(p.uid)
+        if node is None or not tree.leaf_mask[node]:
+            return ln.unknown
+        return node
+
+    def _consumption(
+        self, ln: Lnodes, sample: Sample
+    ) -> tuple[Consumption, dict[int, list[ProcessSample]]]:
+        """Consumption per leaf and the processes of each leaf."""
+        n = ln.tree.size
+        c = Consumption.zeros(n)
+        procs: dict[int, list[ProcessSample]] = {}
+        charge_weakest = self.enforcer.name == "nice" and self.scheduling
+        nodes, cpu, bio, sio, sysc, mem, run = [], [], [], [], [], [], []
+        for p in sample.processes:
+            node = self.leaf_of(ln, p)
+            if node is None:
+                continue
+            procs.setdefault(node, []).append(p)
+            charged = charge_weakest or p.nice < WEAKEST_NICE
+            nodes.append(node)
+            cpu.append(p.cpu if charged else 0.0)
+            bio.append(p.bio if charged else 0.0)
+            sio.append(p.sio if charged else 0.0)
+            sysc.append(p.syscalls if charged else 0.0)
+            mem.append(p.mem if charged else 0.0)
+            run.append(p.runnable)
+        if nodes:
+            idx = np.array(nodes, dtype=np.int64)
+            c.cpu = np.bincount(idx, weights=cpu, minlength=n)
+            c.bio = np.bincount(idx, weights=bio, minlength=n)
+            c.sio = np.bincount(idx, weights=sio, minlength=n)
+            c.syscalls = np.bincount(idx, weights=sysc, minlength=n)
+            c.mem = np.bincount(idx, weights=mem, minlength=n)
+            c.refs = np.bincount(idx, minlength=n).astype(np.int64)
+            c.nrun = np.bincount(idx, weights=np.array(run, dtype=float), minlength=n).astype(
+                np.int64
+            )
+        if ln.idle is not None and sample.idle > 0:
+            c.cpu[ln.idle] += sample.idle
+        return c, procs
+
+    def _activate(self, ln: Lnodes, c: Consumption, now: float) -> None:
+        """Create the lnodes of leaves that got processes (or idle time) this cycle."""
+        new = np.flatnonzero(ln.tree.leaf_mask & ~ln.table.active & ((c.refs > 0) | (c.cpu > 0)))
+        if len(new) == 0:
+            return
+        states = self.store.entry_states(int(ln.tree.ids[n]) for n in new)
+        for n in new.tolist():
+            st = states.get(int(ln.tree.ids[n]))
+            usage = aged_usage(st.shusage, st.shextime, now, self.consts) if st else 0.0
+            activate(ln.table, n, usage)
+            if st is not None:
+                ln.entry[n] = st
+            ln.warned.discard(n)
+            log.debug("lnode %s created, usage %.6g", ln.tree.names[n], usage)
+
+    def _targets(self, ln: Lnodes) -> list[LnodeTarget]:
+        """What the enforcer must do: every active leaf that has processes to place."""
+        t = ln.table
+        out = []
+        min_uid = self.options.enforce_min_uid
+        for node in sorted(self._pids):
+            if not t.active[node]:
+                continue
+            procs = [p for p in self._pids[node] if p.uid >= min_uid and not p.kernel]
+            if not procs:
+                continue
+            out.append(
+                LnodeTarget(
+                    name=ln.tree.names[node],
+                    pids=tuple(p.pid for p in procs),
+                    e_share=float(t.e_share[node]),
+                    nrun=int(t.nrun[node]),
+                    background=bool(t.background[node]),
+                    runnable=frozenset(p.pid for p in procs if p.runnable),
+                )
+            )
+        return out
+
+    def _quotas(self, ln: Lnodes, consts: Consts) -> None:
+        """SIGXCPU to an lnode's processes at its CPU quota, SIGKILL past the threshold."""
+        for node, st in ln.entry.items():
+            if st.cpuquota <= 0 or not ln.table.active[node]:
+                continue
+            used = st.cpuquotaused + float(ln.table.cpu_seconds[node])
+            if used < st.cpuquota:
+                continue
+            procs = [p for p in self._pids.get(node, ()) if not p.kernel]
+            if not procs:
+                continue
+            name = ln.tree.names[node]
+            if used >= st.cpuquota + consts.quota_threshold:
+                sig = signal.SIGKILL
+                log.warning(
+                    "%s: CPU quota %.1f s exceeded by more than %.1f s (%.1f s used): SIGKILL "
+                    "to %d processes",
+                    name,
+                    st.cpuquota,
+                    consts.quota_threshold,
+                    used,
+                    len(procs),
+                )
+            elif node not in ln.warned:
+                sig = signal.SIGXCPU
+                ln.warned.add(node)
+                log.warning(
+                    "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
+                    name,
+                    st.cpuquota,
+                    used,
+                    len(procs),
+                )
+            else:
+                continue
+            for p in procs:
+                try:
+                    self.signal_process(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def write_back(self, now: float, everything: bool) -> int:
+        """Release and write back leaf lnodes with no processes (all of them when
+        `everything`, at shutdown); returns how many were written."""
+        ln = self.lnodes
+        t = ln.table
+        leaves = t.active & ln.tree.leaf_mask
+        if not everything:
+            leaves &= t.refs == 0
+            if ln.idle is not None:
+                leaves[ln.idle] = False  # Idle never leaves while the daemon runs
+        out = []
+        for n in np.flatnonzero(leaves).tolist():
+            out.append((int(ln.tree.ids[n]), release(t, n, now)))
+            ln.entry.pop(n, None)
+            ln.warned.discard(n)
+        self.store.write_back(out)
+        if out:
+            log.debug("wrote back %d lnodes", len(out))
+        return len(out)
