@@ -47,7 +47,8 @@ def acme(udb_url) -> str:
 
 
 @pytest.fixture
-def acme_acct(udb_url) -> str:
-    """A UDB holding examples/acme/acme-acct.udb (Share by Account); returns its URL."""
-    load(udb_url, ACME_ACCT)
-    return udb_url
+def acme_acct(tmp_path) -> str:
+    """A UDB (not udb_url's) holding examples/acme/acme-acct.udb (Share by Account); its URL."""
+    url = f"sqlite:///{tmp_path / 'acme-acct.sqlite'}"
+    load(url, ACME_ACCT)
+    return url

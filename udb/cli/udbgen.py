@@ -30,7 +30,7 @@ def _read(path: str) -> tuple[str, str]:
         raise OptionError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("udbgen", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("files", nargs=-1, metavar="[FILE|-]...")
 @click.option(
     "-c",

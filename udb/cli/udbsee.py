@@ -14,7 +14,7 @@ from udb.models import Entry
 from udb.session import open_udb, read_session
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("udbsee", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("names", nargs=-1, metavar="[NAME]...")
 @click.option(
     "-a",
