@@ -242,7 +242,8 @@ def parse(text: str, source: str) -> list[Directive]:
     verbs = set(VERBS)
     field_of = _FIELD_OF
     fields_def = FIELDS
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # Only "\n" ends a line (splitlines would also split a comment at \x85 or \u2028).
+    for lineno, line in enumerate(text.split("\n"), 1):
         stripped = line.lstrip()
         if not stripped or stripped[0] == "#":
             continue
