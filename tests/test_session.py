@@ -1,0 +1,216 @@
+"""Sessions and storage: WAL, a writer with readers at once, migrations, PostgreSQL."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select, text, update
+
+from udb import directives
+from udb.cli.udbgen import main as udbgen
+from udb.cli.udbsee import main as udbsee
+from udb.models import Entry
+from udb.session import (
+    current_revision,
+    default_path,
+    make_engine,
+    open_udb,
+    read_session,
+    resolve_url,
+    upgrade,
+    write_session,
+)
+
+
+def shares_of(engine, name: str) -> int:
+    with read_session(engine) as s:
+        return s.scalar(select(Entry.shares).where(Entry.name == name))
+
+
+def test_url_resolution(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_path() == tmp_path / "fairshare" / "udb.sqlite"
+    assert resolve_url() == f"sqlite:///{tmp_path}/fairshare/udb.sqlite"
+    monkeypatch.setenv("UDB_URL", "postgresql+psycopg://u@h/db")
+    assert resolve_url() == "postgresql+psycopg://u@h/db"
+    assert resolve_url("rel.sqlite") == f"sqlite:///{os.path.abspath('rel.sqlite')}"
+
+
+def test_default_udb_needs_no_root(tmp_path):
+    # The autouse fixture points XDG_DATA_HOME into tmp_path: the default UDB goes there.
+    r = CliRunner().invoke(udbgen, ["-c", "create:a:uid:5:"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "xdg" / "fairshare" / "udb.sqlite").exists()
+    assert CliRunner().invoke(udbsee, ["-f", "uid", "a"]).stdout == "create:a:uid:5:\n"
+
+
+def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(udb_url):
+    with open_udb(udb_url).connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+
+
+def test_readers_read_while_a_writer_holds_its_transaction(acme):
+    engine = open_udb(acme)
+    written, release = threading.Event(), threading.Event()
+
+    def writer():
+        with write_session(engine) as s:
+            s.execute(update(Entry).where(Entry.name == "u1").values(shares=99))
+            written.set()
+            release.wait(10)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert written.wait(10)
+        # Readers are not blocked, and see the last committed state.
+        started = time.monotonic()
+        assert shares_of(engine, "u1") == 25
+        r = CliRunner().invoke(udbsee, ["--udb", acme, "-f", "shares", "u1"])
+        assert r.stdout == "create:u1:shares:25:\n"
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
+        t.join()
+    assert shares_of(engine, "u1") == 99
+
+
+def test_a_second_writer_waits_for_the_first(acme):
+    engine = open_udb(acme)
+    holding, order = threading.Event(), []
+
+    def first():
+        with write_session(engine) as s:
+            s.execute(update(Entry).where(Entry.name == "u1").values(shares=1))
+            holding.set()
+            time.sleep(0.5)
+            order.append("first commits")
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert holding.wait(10)
+    # udbgen queues behind the open transaction (BEGIN IMMEDIATE + busy timeout), then works
+    # on the committed state: it sees u1's new shares.
+    changes = directives.run(engine, directives.parse("update:u1:shares:2:", "-c"))
+    order.append("second commits")
+    t.join()
+    assert order == ["first commits", "second commits"]
+    assert [(c.old, c.new) for c in changes.updated[0][1]] == [(1, 2)]
+    assert shares_of(engine, "u1") == 2
+
+
+def test_a_udb_at_the_first_revision_upgrades_in_place(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    engine = make_engine(url)
+    upgrade(engine, "0001")
+    assert current_revision(engine) == "0001"
+    with engine.begin() as conn:  # rows as the first version wrote them
+        conn.execute(
+            text(
+                "INSERT INTO entries (name, uid, gids, acids, resgrp, shares, shflags, shusage,"
+                " shcharge, shextime, cpuquota, cpuquotaused, nice, passwd, comment) VALUES"
+                " ('Grp', 100, '[10]', '[]', 0, 7, 16384, 0, 0, 0, 0, 0, 0, '*', 'kept'),"
+                " ('old', 1000, '[10]', '[5]', 100, 3, 0, 12.5, 40.25, 1700000000, 0, 0, 0,"
+                " '', '')"
+            )
+        )
+        conn.execute(text("INSERT INTO accounts (acid, name) VALUES (5, 'proj')"))
+    engine.dispose()
+
+    upgraded = open_udb(url)  # migrates to head on open
+    assert current_revision(upgraded) not in (None, "0001")
+    r = CliRunner().invoke(udbsee, ["--udb", url, "-a", "-f", "uid,acids,resgrp,shusage,shcharge"])
+    assert r.stdout.splitlines() == [
+        "acid:proj:5:",
+        "create:Grp:uid:100:acids::resgrp:0:shusage:0.0:shcharge:0.0:",
+        "create:old:uid:1000:acids:5:resgrp:100:shusage:12.5:shcharge:40.25:",
+    ]
+    r = CliRunner().invoke(udbgen, ["--udb", url, "-c", "update:old:shares:4:"])
+    assert r.exit_code == 0 and shares_of(upgraded, "old") == 4
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    """A PostgreSQL URL: UDB_TEST_PG_URL, else a throwaway cluster when root can make one."""
+    url = os.environ.get("UDB_TEST_PG_URL")
+    if url:
+        yield url
+        return
+    initdb = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if os.geteuid() != 0:
+        pytest.skip("no UDB_TEST_PG_URL, and starting a throwaway PostgreSQL needs root")
+    if not initdb or shutil.which("runuser") is None:
+        pytest.skip("no UDB_TEST_PG_URL, and no PostgreSQL server installed to start one")
+    try:
+        import pwd
+
+        pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("no UDB_TEST_PG_URL, and no postgres system user to run a server as")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed (pip install -e '.[test]')")
+    bindir = os.path.dirname(initdb[-1])
+    work = tempfile.mkdtemp(prefix="udb-pg-")
+    shutil.chown(work, "postgres")
+    data, port = os.path.join(work, "data"), _free_port()
+
+    def as_postgres(*cmd: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True, timeout=60
+        )
+
+    try:
+        as_postgres(f"{bindir}/initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync")
+        as_postgres(
+            f"{bindir}/pg_ctl", "-D", data, "-w", "-l", os.path.join(work, "log"), "-o",
+            f"-p {port} -k {work} -c listen_addresses='' -c fsync=off", "start",
+        )  # fmt: skip
+    except (subprocess.SubprocessError, OSError) as err:
+        shutil.rmtree(work, ignore_errors=True)
+        pytest.skip(f"could not start a throwaway PostgreSQL: {err}")
+    try:
+        yield f"postgresql+psycopg://postgres@/postgres?host={work}&port={port}"
+    finally:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", f"{bindir}/pg_ctl", "-D", data, "-m", "immediate",
+             "stop"], capture_output=True, timeout=60,
+        )  # fmt: skip
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_postgresql_round_trip(pg_url, acme_acct):
+    engine = open_udb(pg_url)
+    with engine.begin() as conn:  # a clean slate when UDB_TEST_PG_URL is reused
+        conn.execute(text("DELETE FROM entries"))
+        conn.execute(text("DELETE FROM accounts"))
+    out = CliRunner().invoke(udbsee, ["--udb", acme_acct, "-a"]).stdout
+    r = CliRunner().invoke(udbgen, ["--udb", pg_url, "-"], input=out)
+    assert r.exit_code == 0, r.output
+    assert CliRunner().invoke(udbsee, ["--udb", pg_url, "-a"]).stdout == out
+    # Errors leave PostgreSQL untouched too.
+    r = CliRunner().invoke(udbgen, ["--udb", pg_url, "-c", "update:u1:shares:5: delete:Proj2:"])
+    assert r.exit_code == 2 and "delete:Proj2: resgrp 222 names no entry" in r.stderr
+    assert shares_of(engine, "u1") == 25
+    r = CliRunner().invoke(udbgen, ["--udb", pg_url, "-a", "-A"])
+    assert r.exit_code == 0, r.output
