@@ -98,21 +98,29 @@ class TreeIndex:
     """Level slices of a breadth-first numbered tree, for fast per-level arithmetic.
 
     bounds[k] = (start, stop) of level k's node numbers; ppos[k] = each level-k node's
-    parent as a position within level k-1.
+    parent as a position within level k-1.  Children of one parent are contiguous and
+    in parent order (build_tree numbers them so), so `firsts[k]` (the first child of each
+    parent that has children, within level k) and `owners[k]` (those parents' positions
+    within level k-1) let np.add.reduceat sum siblings for many arrays at once.
     """
 
     n: int
     leaf: np.ndarray
     bounds: list[tuple[int, int]]
     ppos: list[np.ndarray]
+    firsts: list[np.ndarray]
+    owners: list[np.ndarray]
 
     def subtree_sum(self, values: np.ndarray) -> np.ndarray:
-        """Each node's value plus those of all its descendants (a new array)."""
+        """Each node's value plus those of all its descendants (a new float array).
+
+        `values` may be (n,) or (k, n) for k arrays at once.
+        """
         t = np.array(values, dtype=float)
         for k in range(len(self.bounds) - 1, 0, -1):
             s, e = self.bounds[k]
-            ps, pe = self.bounds[k - 1]
-            t[ps:pe] += np.bincount(self.ppos[k], weights=t[s:e], minlength=pe - ps)
+            ps = self.bounds[k - 1][0]
+            t[..., ps + self.owners[k]] += np.add.reduceat(t[..., s:e], self.firsts[k], axis=-1)
         return t
 
 
@@ -121,14 +129,25 @@ def tree_index(tree: ShareTree) -> TreeIndex:
     idx = tree.__dict__.get("_cycle_index")
     if idx is not None:
         return idx
-    bounds, ppos = [], []
+    bounds, ppos, firsts, owners = [], [], [], []
     for k, lv in enumerate(tree.levels):
         s, e = int(lv[0]), int(lv[-1]) + 1
         if e - s != len(lv) or (k and s != bounds[-1][1]):
             raise ValueError("tree levels must be contiguous breadth-first node ranges")
         bounds.append((s, e))
-        ppos.append(tree.parent[s:e] - bounds[k - 1][0] if k else np.zeros(1, dtype=np.int64))
-    idx = TreeIndex(n=tree.size, leaf=tree.leaf_mask, bounds=bounds, ppos=ppos)
+        if k == 0:
+            ppos.append(np.zeros(1, dtype=np.int64))
+            firsts.append(np.zeros(0, dtype=np.int64))
+            owners.append(np.zeros(0, dtype=np.int64))
+            continue
+        pp = tree.parent[s:e] - bounds[k - 1][0]
+        if (np.diff(pp) < 0).any():
+            raise ValueError("children must be numbered in the order of their parents")
+        first = np.flatnonzero(np.concatenate(([True], pp[1:] != pp[:-1])))
+        ppos.append(pp)
+        firsts.append(first)
+        owners.append(pp[first])
+    idx = TreeIndex(tree.size, tree.leaf_mask, bounds, ppos, firsts, owners)
     tree.__dict__["_cycle_index"] = idx
     return idx
 
@@ -272,8 +291,13 @@ def effective_shares(
     e_share = np.zeros(n)
     due = np.zeros(n)
     raise_ = np.ones(n)
+    raised = False
     e_share[0] = due[0] = 1.0
     w_all = m * m / np.maximum(usage, USAGE_FLOOR)
+    w_dem = w_all * demand
+    m_dem = m * demand
+    idle_all = active & ~demand & (m > 0)
+    any_idle = idle_all.any()
     for k in range(1, len(idx.bounds)):
         s, e = idx.bounds[k]
         ps, pe = idx.bounds[k - 1]
@@ -281,18 +305,18 @@ def effective_shares(
         np_ = pe - ps
         mk = m[s:e]
         dem = demand[s:e]
-        w = np.where(dem, w_all[s:e], 0.0)
+        w = w_dem[s:e]
         W = np.bincount(pp, weights=w, minlength=np_)
-        M = np.bincount(pp, weights=np.where(dem, mk, 0.0), minlength=np_)
+        M = np.bincount(pp, weights=m_dem[s:e], minlength=np_)
         e_par = e_share[ps:pe]
         due_par = due[ps:pe][pp]
         Wk, Mk, ek_par = W[pp], M[pp], e_par[pp]
         due_k = np.divide(due_par * mk, Mk, out=np.zeros(e - s), where=dem)
         cap = limit * due_k
         ek = np.divide(ek_par * w, Wk, out=np.zeros(e - s), where=dem)
-        R = np.divide(e_par, W, out=np.zeros(np_), where=W > 0)
         over = ek > cap * (1 + 1e-12)
         if over.any():
+            R = np.divide(e_par, W, out=np.zeros(np_), where=W > 0)
             capped = np.zeros(e - s, dtype=bool)
             for _ in range(e - s):
                 capped |= over
@@ -306,17 +330,20 @@ def effective_shares(
             # Figure 4: raise usage so that m^2/usage yields the capped value exactly.
             f = np.divide(R[pp] * w, K5 * due_k, out=np.ones(e - s), where=capped)
             raise_[s:e] = np.maximum(f, 1.0)
-        # Active nodes that did not want CPU: what they would get if they alone started.
-        idle = active[s:e] & ~dem & (mk > 0)
-        if idle.any():
-            wi = w_all[s:e]
-            ei = np.divide(ek_par * wi, Wk + wi, out=np.zeros(e - s), where=idle)
-            di = np.divide(due_par * mk, Mk + mk, out=np.zeros(e - s), where=idle)
-            ek = np.where(idle, np.minimum(ei, limit * di), ek)
-            due_k = np.where(idle, di, due_k)
+            raised = True
+        if any_idle:
+            # Active nodes that did not want CPU: what they would get if they alone started.
+            idle = idle_all[s:e]
+            if idle.any():
+                wi = w_all[s:e]
+                ei = np.divide(ek_par * wi, Wk + wi, out=np.zeros(e - s), where=idle)
+                di = np.divide(due_par * mk, Mk + mk, out=np.zeros(e - s), where=idle)
+                ek = np.where(idle, np.minimum(ei, limit * di), ek)
+                due_k = np.where(idle, di, due_k)
         e_share[s:e] = ek
         due[s:e] = due_k
-        raise_[s:e] *= raise_[ps:pe][pp]
+        if raised:
+            raise_[s:e] *= raise_[ps:pe][pp]
     return Shares(e_share=e_share, due=due, raise_=raise_)
 
 
@@ -360,22 +387,21 @@ class UnicosPolicy:
         if consts.flags & ADJGROUPS:
             group = tree.kinds == 1  # Kind.GROUP
             adj = group_adjustment(idx, group, active, m, charges, consts.mingshare)
+            adjusted = charges * adj
         else:
-            adj = np.ones(idx.n)
+            adj, adjusted = np.ones(idx.n), charges
 
         k = decay(elapsed, consts.halflife)
-        usage = np.where(leaves, decay_usage(table.usage, charges * adj, k), 0.0)
+        usage = np.where(leaves, decay_usage(table.usage, adjusted, k), 0.0)
         background = leaves & ((usage >= consts.maxusage) | (m <= 0))
         demand_leaf = leaves & wants
-        sched = idx.subtree_sum(demand_leaf & ~background) > 0
+        sub_usage, sched = idx.subtree_sum(np.stack((usage, demand_leaf & ~background)))
 
         limit = K5
         if consts.flags & LIMSHARE:
             limit = min(limit, consts.maxushare)
-        sub_usage = idx.subtree_sum(usage)
-        sh = effective_shares(idx, m, sub_usage, active, sched, limit)
-        usage = np.where(leaves, usage * sh.raise_, 0.0)
-        sub_usage = idx.subtree_sum(usage)
+        sh = effective_shares(idx, m, sub_usage, active, sched > 0, limit)
+        usage *= sh.raise_
         e_share = np.where(background | ~active, 0.0, sh.e_share)
 
         if elapsed > 0:
@@ -386,21 +412,22 @@ class UnicosPolicy:
         cpu = np.where(leaves, c.cpu / cpu_total, 0.0) if cpu_total > 0 else np.zeros(idx.n)
         nrun = np.where(leaves, c.nrun, 0)
         refs = np.where(leaves, c.refs, 0)
-        sub_nrun = idx.subtree_sum(nrun)
+        sums = idx.subtree_sum(np.stack((usage, rate, demand_leaf, refs, nrun, cpu)))
+        sub_usage, rate, demand, refs, nrun, cpu = sums
         return LnodeTable(
             usage=sub_usage,
             charge=np.where(leaves, table.charge + charges, 0.0),
             cpu_seconds=np.where(leaves, table.cpu_seconds + c.cpu, 0.0),
-            rate=idx.subtree_sum(rate),
+            rate=rate,
             active=active,
-            demand=idx.subtree_sum(demand_leaf) > 0,
-            refs=idx.subtree_sum(refs).astype(np.int64),
-            nrun=sub_nrun.astype(np.int64),
+            demand=demand > 0,
+            refs=refs.astype(np.int64),
+            nrun=nrun.astype(np.int64),
             m_share=m,
             e_share=e_share,
-            cpu=idx.subtree_sum(cpu),
+            cpu=cpu,
             adj=np.where(active, adj, 1.0),
-            priority=np.where(active, priority(sub_usage, sub_nrun, m), 0.0),
+            priority=np.where(active, priority(sub_usage, nrun, m), 0.0),
             background=background,
             parent=table.parent,
         )

@@ -1,0 +1,612 @@
+"""The fair-share simulator: a machine of N CPUs, a simulated clock, the real cycle.
+
+`SimMachine` shares CPU among runnable processes in proportion to their weights,
+each process using at most one CPU (and at most its `demand`); processes of the
+idle class run only on CPU the others leave.  The weights come from the same
+mappings the daemon's enforcers use (fairshare.enforce.mapping):
+
+- "cgroup": cgroup v2, one cgroup per lnode side by side, cpu.weight from
+  `cgroup2_weights`, split equally among the lnode's runnable processes; background
+  lnodes are cpu.idle cgroups (idle class).
+- "nice": each process weighs NICE_TO_WEIGHT[nice + 20] with nice from `nice_values`
+  (background lnodes get nice 19, as the nice enforcer sets them).
+- "none": weight 1 per process (Linux without fair share).
+
+A scenario (TOML, see man/shrsim.1) names the machine, the duration, constant
+overrides, the UDB and the workloads; `run_scenario` drives `run_cycle` every
+`delta` simulated seconds and measures, over the window after the warm-up, each
+lnode's and group's entitled share (mean m_share) against its delivered share
+(CPU it received / CPU delivered to all lnodes).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import select
+
+from fairshare.consts import Consts, consts_from_mapping, load_consts, parse_duration
+from fairshare.cycle import Consumption, run_cycle
+from fairshare.enforce.mapping import NICE_TO_WEIGHT, cgroup2_weights, nice_values
+from fairshare.lnode import WriteBack, activate, aged_usage, new_table, release
+from fairshare.tree import TREE_COLUMNS, ShareTree, build_tree
+from udb.errors import DirectiveError, UdbError
+from udb.models import Entry
+from udb.session import make_engine, open_udb, read_session, upgrade
+
+ENFORCERS = ("cgroup", "nice", "none")
+#: Series longer than this many cycles are averaged into bins for plotting.
+MAX_SERIES_POINTS = 10000
+
+
+class ScenarioError(DirectiveError):
+    """A scenario file that cannot be loaded: ``FILE:LINE:COL: message``."""
+
+
+# -- the machine -----------------------------------------------------------------------
+
+
+def water_fill(capacity: float, weight: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """CPUs per entry: `capacity` shared in proportion to `weight`, no entry above `cap`.
+
+    What a capped entry cannot use goes to the others (max-min fair by weight).
+    Entries with weight 0 get nothing.  Returns CPUs per entry (sums to at most
+    `capacity`).
+    """
+    out = np.zeros(len(weight))
+    pos = (weight > 0) & (cap > 0)
+    if capacity <= 0 or not pos.any():
+        return out
+    w, c = weight[pos], cap[pos]
+    if c.sum() <= capacity:
+        out[pos] = c
+        return out
+    share = w * (capacity / w.sum())
+    if (share <= c).all():  # nobody capped: the common case
+        out[pos] = share
+        return out
+    ratio = c / w
+    order = np.argsort(ratio)
+    rs, ws, cs = ratio[order], w[order], c[order]
+    # lam[j]: the CPUs per unit weight if the j entries with the smallest ratio are capped.
+    lam = (capacity - np.concatenate(([0.0], np.cumsum(cs)[:-1]))) / (
+        ws.sum() - np.concatenate(([0.0], np.cumsum(ws)[:-1]))
+    )
+    j = int(np.argmax(rs >= lam))
+    out[pos] = np.minimum(c, lam[j] * w)
+    return out
+
+
+@dataclass
+class SimMachine:
+    """N CPUs shared by weight; each process at most one CPU; idle class on leftovers.
+
+    Processes come in groups of identical processes (one group per workload):
+    `count` processes, each of weight `weight`, each using at most `demand` CPUs
+    (<= 1), `idle` for the idle class.
+    """
+
+    cpus: float
+
+    def run(
+        self, count: np.ndarray, weight: np.ndarray, demand: np.ndarray, idle: np.ndarray
+    ) -> np.ndarray:
+        """CPUs each group's processes receive in total (group order; 0 for count 0).
+
+        Normal processes share the CPUs by weight, capped at min(1, demand) each;
+        idle-class processes share what is left the same way.
+        """
+        count = np.asarray(count, dtype=float)
+        cap = count * np.minimum(np.asarray(demand, dtype=float), 1.0)
+        total_w = count * np.asarray(weight, dtype=float)
+        idle = np.asarray(idle, dtype=bool)
+        normal = np.where(idle, 0.0, total_w)
+        got = water_fill(self.cpus, normal, np.where(idle, 0.0, cap))
+        left = self.cpus - got.sum()
+        if idle.any() and left > 1e-12:
+            # cpu.idle cgroups still share by weight among themselves: equal per process.
+            got += water_fill(left, np.where(idle, count, 0.0), np.where(idle, cap, 0.0))
+        return got
+
+
+def enforcer_weights(
+    enforcer: str,
+    e_share: np.ndarray,
+    background: np.ndarray,
+    nrun: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(per-process weight, idle class) per lnode for `enforcer`.
+
+    `e_share`, `background` and `nrun` are over the lnodes that have processes.
+    """
+    if enforcer == "cgroup":
+        w = cgroup2_weights(e_share, background).astype(float)
+        return w / np.maximum(nrun, 1), background.copy()
+    if enforcer == "nice":
+        nice = nice_values(e_share, nrun, background)
+        return NICE_TO_WEIGHT[nice + 20].astype(float), np.zeros(len(e_share), dtype=bool)
+    if enforcer == "none":
+        return np.ones(len(e_share)), np.zeros(len(e_share), dtype=bool)
+    raise ValueError(f"enforcer must be one of {ENFORCERS}, not {enforcer!r}")
+
+
+# -- scenarios -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """`procs` processes of lnode `name` from `start` to `stop` (s), each wanting `demand`
+    CPUs (1 = CPU-bound, 0 = attached but never runnable)."""
+
+    name: str
+    procs: int
+    start: float
+    stop: float
+    demand: float = 1.0
+
+
+@dataclass
+class Scenario:
+    """A loaded scenario: the machine, the clock, the constants, the tree, the workloads."""
+
+    source: str
+    cpus: float
+    duration: float  # s
+    warmup: float  # s
+    consts: Consts
+    tree: ShareTree
+    workloads: list[Workload]
+    enforcer: str = "cgroup"
+    shusage: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> usage, ext
+
+    @property
+    def delta(self) -> float:
+        return self.consts.delta
+
+
+def _line_of(text: str, pattern: str, start: int = 1) -> int:
+    for i, line in enumerate(text.splitlines()[start - 1 :], start):
+        if re.match(pattern, line):
+            return i
+    return start
+
+
+def _nth_table_line(text: str, name: str, n: int) -> int:
+    count = -1
+    for i, line in enumerate(text.splitlines(), 1):
+        if re.match(rf"\s*\[\[\s*{name}\s*\]\]", line):
+            count += 1
+            if count == n:
+                return i
+    return 1
+
+
+def load_scenario(
+    path: str | Path, enforcer: str | None = None, udb: str | None = None
+) -> Scenario:
+    """The scenario in TOML file `path` (format in man/shrsim.1).
+
+    A scenario naming neither `udb` nor `directives` simulates the UDB `udb` (a path or
+    URL, else UDB_URL, else the default; see udb.session.resolve_url) and starts from its
+    stored constants.  Raises ScenarioError ``FILE:LINE:COL: message`` for anything it
+    cannot use (the UDB's own directive errors keep their file and line).
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ScenarioError(source, 1, 1, f"cannot read the scenario: {err.strerror}") from None
+    return parse_scenario(text, source, base=path.parent, enforcer=enforcer, udb=udb)
+
+
+def parse_scenario(
+    text: str,
+    source: str,
+    base: Path | None = None,
+    enforcer: str | None = None,
+    udb: str | None = None,
+) -> Scenario:
+    """The scenario in TOML `text` (from `source`; `udb` paths relative to `base`)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(err))
+        line, col = (int(m.group(1)), int(m.group(2))) if m else (1, 1)
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(err))
+        raise ScenarioError(source, line, col, f"not valid TOML: {msg}") from None
+
+    def fail(key: str, message: str, line: int | None = None) -> ScenarioError:
+        where = line or _line_of(text, rf"\s*{re.escape(key)}\s*=")
+        return ScenarioError(source, where, 1, f"{key}: {message}")
+
+    known = {"cpus", "duration", "delta", "warmup", "enforcer", "consts", "udb", "directives"}
+    known |= {"workload"}
+    for key in doc:
+        if key not in known:
+            raise fail(key, f"unknown key; expected one of {', '.join(sorted(known))}")
+
+    def duration(key: str, value: object, line: int | None = None) -> float:
+        try:
+            return parse_duration(value, key)
+        except UdbError as err:
+            raise fail(key, str(err).split(": ", 1)[-1], line) from None
+
+    cpus = doc.get("cpus")
+    if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not cpus > 0:
+        raise fail("cpus", f"expected a positive number of CPUs, got {cpus!r}")
+    if "duration" not in doc:
+        raise ScenarioError(source, 1, 1, 'duration: missing; expected e.g. duration = "8h"')
+    total = duration("duration", doc["duration"])
+    if total <= 0:
+        raise fail("duration", "expected a positive duration")
+
+    rows, shusage, stored = _load_udb(doc, text, source, base or Path("."), fail, udb)
+    overrides = doc.get("consts", {})
+    if not isinstance(overrides, dict):
+        raise fail("consts", "expected a [consts] table")
+    overrides = dict(overrides)
+    if "delta" in doc:
+        overrides["delta"] = doc["delta"]
+    try:
+        consts = consts_from_mapping(overrides, stored)
+    except UdbError as err:
+        key = str(err).split(":", 1)[0].strip()
+        name = key if key in overrides else "consts"
+        raise fail(name, str(err).split(": ", 1)[-1]) from None
+    warmup = min(3 * consts.halflife, total / 2)
+    if "warmup" in doc:
+        warmup = duration("warmup", doc["warmup"])
+        if warmup >= total:
+            raise fail("warmup", "expected less than the duration")
+
+    mode = consts.mode
+    tree = build_tree(rows, mode)
+
+    enforcer = enforcer or doc.get("enforcer", "cgroup")
+    if enforcer not in ENFORCERS:
+        raise fail("enforcer", f"expected one of {', '.join(ENFORCERS)}, got {enforcer!r}")
+
+    items = doc.get("workload", [])
+    if not isinstance(items, list) or not items:
+        raise ScenarioError(source, 1, 1, "workload: expected at least one [[workload]] table")
+    workloads = []
+    for i, item in enumerate(items):
+        line = _nth_table_line(text, "workload", i)
+
+        def wfail(key: str, message: str, i=i, line=line) -> ScenarioError:
+            where = _line_of(text, rf"\s*{re.escape(key)}\s*=", line)
+            return ScenarioError(source, where, 1, f"workload {i + 1}: {key}: {message}")
+
+        for key in item:
+            if key not in ("name", "procs", "start", "stop", "demand"):
+                raise wfail(key, "unknown key; expected name, procs, start, stop, demand")
+        name = item.get("name")
+        node = tree.find(name) if isinstance(name, str) else None
+        if node is None or not tree.leaf_mask[node]:
+            what = "users" if mode == "user" else "accounts"
+            raise wfail("name", f"expected one of the UDB's {what}, got {name!r}")
+        procs = item.get("procs", 1)
+        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
+            raise wfail("procs", f"expected a positive number of processes, got {procs!r}")
+        start = _wduration(item, "start", 0.0, wfail)
+        stop = _wduration(item, "stop", total, wfail)
+        if not start < stop:
+            raise wfail("stop", "expected a time after start")
+        demand = item.get("demand", 1.0)
+        if isinstance(demand, bool) or not isinstance(demand, int | float):
+            raise wfail("demand", f"expected a number from 0 to 1, got {demand!r}")
+        if not 0.0 <= demand <= 1.0:
+            raise wfail("demand", f"expected a number from 0 to 1, got {demand!r}")
+        workloads.append(Workload(name, procs, start, min(stop, total), float(demand)))
+    shusage = {tree.node(n): v for n, v in shusage.items() if tree.find(n) is not None}
+    return Scenario(source, float(cpus), total, warmup, consts, tree, workloads, enforcer, shusage)
+
+
+def _wduration(item: dict, key: str, default: float, wfail) -> float:
+    if key not in item:
+        return default
+    try:
+        return parse_duration(item[key], key)
+    except UdbError as err:
+        raise wfail(key, str(err).split(": ", 1)[-1]) from None
+
+
+def _read_udb(engine):
+    with read_session(engine) as s:
+        rows = s.execute(select(*TREE_COLUMNS)).all()
+        usage = s.execute(select(Entry.name, Entry.shusage, Entry.shextime)).all()
+        consts = load_consts(s)
+    return rows, {n: (u, x) for n, u, x in usage if u > 0}, consts
+
+
+def _load_udb(doc: dict, text: str, source: str, base: Path, fail, udb: str | None):
+    """(tree rows, {name: (shusage, shextime)}, base constants) for the scenario.
+
+    From its `udb` directives file or inline `directives` (loaded into a temporary
+    SQLite UDB with udbgen's own code; base constants the defaults), else from the
+    real UDB `udb` (read only; base constants its stored ones).
+    """
+    from udb.directives import parse, run
+
+    if "udb" in doc and "directives" in doc:
+        raise ScenarioError(source, 1, 1, "expected one of udb = FILE or directives, not both")
+    if "udb" not in doc and "directives" not in doc:
+        return _read_udb(open_udb(udb))
+    if "udb" in doc:
+        if not isinstance(doc["udb"], str):
+            raise fail("udb", "expected the path of a udbgen directives file")
+        udb_path = base / doc["udb"]
+        try:
+            body = udb_path.read_text()
+        except OSError as err:
+            raise fail("udb", f"cannot read {udb_path}: {err.strerror}") from None
+        dsource, offset = str(udb_path), 0
+    else:
+        body = doc["directives"]
+        if not isinstance(body, str):
+            raise fail("directives", "expected a string of udbgen directives")
+        # A multi-line string starts on the line after `directives = """`.
+        dsource, offset = source, _line_of(text, r"\s*directives\s*=")
+        if not re.search(r'directives\s*=\s*("""|\'\'\')\s*\n', text):
+            offset -= 1
+    try:
+        directives = parse(body, dsource)
+    except DirectiveError as err:
+        raise ScenarioError(dsource, err.line + offset, err.col, err.message) from None
+    with tempfile.TemporaryDirectory(prefix="shrsim-") as tmp:
+        engine = make_engine(f"sqlite:///{tmp}/udb.sqlite")
+        try:
+            upgrade(engine)
+            try:
+                run(engine, directives)
+            except DirectiveError as err:
+                raise ScenarioError(dsource, err.line + offset, err.col, err.message) from None
+            rows, usage, _ = _read_udb(engine)
+        finally:
+            engine.dispose()
+    return rows, usage, Consts()
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One lnode's or group's shares over the window (fractions of the machine)."""
+
+    name: str
+    kind: str
+    entitled: float  # mean m_share
+    delivered: float  # CPU it received / CPU delivered to all lnodes
+
+    @property
+    def deviation_pp(self) -> float:
+        """delivered - entitled in percentage points."""
+        return (self.delivered - self.entitled) * 100.0
+
+
+@dataclass
+class SimResult:
+    """What a run measured, with the per-cycle series (binned when long) for plots.
+
+    `times` are the end of each series point (s); the series arrays are (points, lnodes)
+    in the order of `series_names`: mean m_share, mean e_share and delivered share.
+    """
+
+    scenario: str
+    enforcer: str
+    window: tuple[float, float]  # s
+    lnodes: list[Measured]
+    groups: list[Measured]
+    utilisation: float  # CPU delivered / CPU available over the window
+    times: np.ndarray
+    series_names: list[str]
+    entitled: np.ndarray
+    e_share: np.ndarray
+    delivered: np.ndarray
+    cycles: int = 0
+
+    @property
+    def max_deviation_pp(self) -> float:
+        """The largest |delivered - entitled| over lnodes and groups, in pp."""
+        return max((abs(m.deviation_pp) for m in self.lnodes + self.groups), default=0.0)
+
+    def lnode(self, name: str) -> Measured:
+        return next(m for m in self.lnodes + self.groups if m.name == name)
+
+    def series(self, name: str) -> int:
+        """Column of lnode `name` in the series arrays."""
+        return self.series_names.index(name)
+
+    def as_json(self) -> dict:
+        """The documented --json shape (man/shrsim.1)."""
+
+        def block(items: list[Measured]) -> dict:
+            return {
+                m.name: {
+                    "entitled": m.entitled,
+                    "delivered": m.delivered,
+                    "deviation_pp": m.deviation_pp,
+                }
+                for m in items
+            }
+
+        return {
+            "scenario": self.scenario,
+            "enforcer": self.enforcer,
+            "window": list(self.window),
+            "cycles": self.cycles,
+            "utilisation": self.utilisation,
+            "lnodes": block(self.lnodes),
+            "groups": block(self.groups),
+            "max_deviation_pp": self.max_deviation_pp,
+        }
+
+
+def run_scenario(
+    sc: Scenario, enforcer: str | None = None, window: float | None = None
+) -> SimResult:
+    """Simulate `sc` with `enforcer` (default the scenario's) and measure the window.
+
+    The window is the last `window` seconds, default everything after the warm-up.
+    Each cycle: workloads starting create lnodes (usage = stored shusage aged) and those
+    ending release them (write-back kept for a later return); the enforcer's weights
+    from the last cycle's e_share decide how the machine shares CPU for `delta`
+    seconds; that consumption goes through run_cycle.
+    """
+    enforcer = enforcer or sc.enforcer
+    if enforcer not in ENFORCERS:
+        raise ValueError(f"enforcer must be one of {ENFORCERS}, not {enforcer!r}")
+    tree, consts, delta = sc.tree, sc.consts, sc.delta
+    nsteps = max(1, math.ceil(sc.duration / delta - 1e-9))
+    if window is None:
+        first = min(int(round(sc.warmup / delta)), nsteps - 1)
+    else:
+        first = max(0, nsteps - max(1, int(round(window / delta))))
+
+    wl = sc.workloads
+    lnodes = sorted({tree.node(w.name) for w in wl})
+    lnode_arr = np.array(lnodes, dtype=np.int64)
+    col = {node: i for i, node in enumerate(lnodes)}
+    w_col = np.array([col[tree.node(w.name)] for w in wl], dtype=np.int64)
+    w_procs = np.array([w.procs for w in wl], dtype=float)
+    w_runnable = np.array([w.procs if w.demand > 0 else 0 for w in wl], dtype=float)
+    w_demand = np.array([w.demand for w in wl])
+    w_start = np.array([math.ceil(w.start / delta - 1e-9) for w in wl])
+    w_stop = np.array([math.ceil(w.stop / delta - 1e-9) for w in wl])
+    events = sorted(set(w_start.tolist()) | set(w_stop.tolist()))
+    nl = len(lnodes)
+
+    # Reported nodes: the lnodes and every group above one (not the root).
+    groups = sorted({a for n in lnodes for a in tree.ancestors(n) if a != 0})
+    report = np.array(lnodes + groups, dtype=np.int64)
+    ent_sum = np.zeros(len(report))
+    cpu_sum = np.zeros(len(report))
+    cpu_total = 0.0
+    below = np.zeros((len(report), nl))  # which lnodes sit under each reported node
+    for r, node in enumerate(report):
+        for j, leaf in enumerate(lnodes):
+            if leaf == node or node in tree.ancestors(leaf):
+                below[r, j] = 1.0
+
+    bin_size = max(1, math.ceil(nsteps / MAX_SERIES_POINTS))
+    npoints = math.ceil(nsteps / bin_size)
+    times = np.zeros(npoints)
+    s_ent = np.zeros((npoints, nl))
+    s_esh = np.zeros((npoints, nl))
+    s_del = np.zeros((npoints, nl))
+    b_ent, b_esh, b_cpu = np.zeros(nl), np.zeros(nl), np.zeros(nl)
+
+    machine = SimMachine(sc.cpus)
+    table = new_table(tree)
+    cons = Consumption.zeros(tree.size)  # reused: run_cycle keeps no reference to it
+    stored: dict[int, tuple[float, float]] = dict(sc.shusage)
+    present = np.zeros(nl, dtype=bool)
+    running = np.zeros(len(wl), dtype=bool)
+    nrun_l = np.zeros(nl)
+    refs_l = np.zeros(nl)
+    next_event = 0
+    for step in range(nsteps):
+        now = step * delta
+        if next_event < len(events) and step == events[next_event]:
+            next_event += 1
+            running = (w_start <= step) & (step < w_stop)
+            refs_l = np.bincount(w_col, weights=np.where(running, w_procs, 0), minlength=nl)
+            nrun_l = np.bincount(w_col, weights=np.where(running, w_runnable, 0), minlength=nl)
+            now_present = refs_l > 0
+            for j in np.flatnonzero(now_present & ~present):
+                node = lnodes[j]
+                u, ext = stored.pop(node, (0.0, 0.0))
+                activate(table, node, aged_usage(u, ext, now, consts))
+            for j in np.flatnonzero(present & ~now_present):
+                wb: WriteBack = release(table, lnodes[j], now)
+                stored[lnodes[j]] = (wb.shusage, wb.shextime)
+            if (now_present != present).any():
+                # Re-plan at once (no time passes) so newcomers have an e_share.
+                present = now_present
+                cons.nrun[lnode_arr] = nrun_l
+                cons.refs[lnode_arr] = refs_l
+                cons.cpu[lnode_arr] = 0.0
+                table = run_cycle(tree, table, cons, consts, 0.0)
+        m_now = table.m_share
+        e_now = table.e_share[lnode_arr]
+        w_lnode, idle = enforcer_weights(
+            enforcer, np.where(present, e_now, 0.0), table.background[lnode_arr], nrun_l
+        )
+        got = (
+            machine.run(np.where(running, w_procs, 0.0), w_lnode[w_col], w_demand, idle[w_col])
+            * delta
+        )
+        cpu_l = np.bincount(w_col, weights=got, minlength=nl)
+        cons.cpu[lnode_arr] = cpu_l
+        table = run_cycle(tree, table, cons, consts, delta)
+        if step >= first:
+            ent_sum += m_now[report]
+            cpu_sum += below @ cpu_l
+            cpu_total += cpu_l.sum()
+        b_ent += m_now[lnode_arr]
+        b_esh += e_now
+        b_cpu += cpu_l
+        if (step + 1) % bin_size == 0 or step == nsteps - 1:
+            p = step // bin_size
+            k = step % bin_size + 1
+            times[p] = (step + 1) * delta
+            s_ent[p], s_esh[p] = b_ent / k, b_esh / k
+            tot = b_cpu.sum()
+            s_del[p] = b_cpu / tot if tot > 0 else 0.0
+            b_ent[:], b_esh[:], b_cpu[:] = 0.0, 0.0, 0.0
+
+    ncount = nsteps - first
+    ent = ent_sum / ncount
+    dlv = cpu_sum / cpu_total if cpu_total > 0 else np.zeros(len(report))
+    measured = [
+        Measured(tree.names[n], tree.kind(n).label, float(ent[i]), float(dlv[i]))
+        for i, n in enumerate(report)
+    ]
+    return SimResult(
+        scenario=sc.source,
+        enforcer=enforcer,
+        window=(first * delta, nsteps * delta),
+        lnodes=measured[:nl],
+        groups=measured[nl:],
+        utilisation=cpu_total / (sc.cpus * delta * ncount),
+        times=times,
+        series_names=[tree.names[n] for n in lnodes],
+        entitled=s_ent,
+        e_share=s_esh,
+        delivered=s_del,
+        cycles=nsteps,
+    )
+
+
+def plot(result: SimResult, path: str | Path) -> None:
+    """Draw delivered (solid) and entitled (dashed) share over time per lnode to `path`.
+
+    The format follows the extension (.png or .svg).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    hours = result.times / 3600.0
+    for j, name in enumerate(result.series_names):
+        (line,) = ax.plot(hours, result.delivered[:, j] * 100, lw=1, label=f"{name} delivered")
+        ax.plot(hours, result.entitled[:, j] * 100, ls="--", lw=1, color=line.get_color())
+    ax.axvline(result.window[0] / 3600.0, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("simulated time (h)")
+    ax.set_ylabel("share of the CPU delivered (%), entitled dashed")
+    ax.set_title(f"{Path(result.scenario).name} ({result.enforcer} enforcer)")
+    if len(result.series_names) <= 20:
+        ax.legend(fontsize="small", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
