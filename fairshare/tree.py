@@ -18,7 +18,7 @@ siblings' shares).  A group is active when any leaf below it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Protocol
@@ -216,74 +216,122 @@ def build_tree(rows: Iterable[TreeRow], mode: str = "user") -> ShareTree:
     names an entry that is not a group, or they sit on a cycle) are left out
     of the tree and listed in `detached`.
     """
+    names, uids, resgrps, shares, shflags = [], [], [], [], []
+    for r in rows:
+        names.append(r.name)
+        uids.append(r.uid)
+        resgrps.append(r.resgrp)
+        shares.append(r.shares)
+        shflags.append(r.shflags)
+    return build_tree_columns(names, uids, resgrps, shares, shflags, mode)
+
+
+def build_tree_columns(
+    names: Sequence[str],
+    uids: Sequence[int],
+    resgrps: Sequence[int],
+    shares: Sequence[float],
+    shflags: Sequence[int],
+    mode: str = "user",
+) -> ShareTree:
+    """`build_tree` over entry columns (one list per field, entries in the same order).
+
+    Vectorised: a level's nodes are found with a few numpy operations per level,
+    so 100,000 entries take tens of milliseconds.  Nodes are numbered breadth
+    first; within a level by parent node, then by the entries' order.
+    """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    members: list[tuple[str, int, int, int, Kind]] = []
-    group_parent: dict[int, int] = {}  # group uid -> its resgrp
-    all_uids: set[int] = set()
-    for r in rows:
-        kind = entry_kind(r)
-        all_uids.add(r.uid)
-        if kind == Kind.GROUP:
-            group_parent[r.uid] = r.resgrp
-        if _is_node(kind, r.name, mode):
-            members.append((r.name, r.uid, r.resgrp, r.shares, kind))
+    uid = np.asarray(uids, dtype=np.int64).reshape(-1)
+    rg = np.asarray(resgrps, dtype=np.int64).reshape(-1)
+    sf = np.asarray(shflags, dtype=np.int64).reshape(-1)
+    kind = np.full(len(uid), Kind.USER, dtype=np.int8)
+    kind[uid == IDLE_UID] = Kind.IDLE
+    kind[(sf & SHF_ACCOUNT) != 0] = Kind.ACCOUNT
+    kind[(sf & SHF_GROUP) != 0] = Kind.GROUP
+    if mode == "user":
+        is_node = kind != Kind.ACCOUNT
+    else:
+        is_node = kind != Kind.USER
+        for i, name in enumerate(names):
+            if name in UNKNOWN_NAMES and kind[i] == Kind.USER:
+                is_node[i] = True
+    members = np.flatnonzero(is_node)
+    m_uid, m_rg, m_kind = uid[members], rg[members], kind[members]
 
-    by_parent: dict[int, list[int]] = {}
-    for i, m in enumerate(members):
-        by_parent.setdefault(m[2], []).append(i)
+    # Each member's parent: the root, a group member (its position in members), or none (-1).
+    groups = np.flatnonzero(m_kind == Kind.GROUP)
+    by_uid = groups[np.argsort(m_uid[groups], kind="stable")]
+    sorted_uids = m_uid[by_uid]
+    m_parent = np.full(len(members), -1, dtype=np.int64)
+    if len(by_uid):
+        pos = np.minimum(np.searchsorted(sorted_uids, m_rg), len(sorted_uids) - 1)
+        found = sorted_uids[pos] == m_rg
+        m_parent[found] = by_uid[pos[found]]
+    at_root = m_rg == ROOT_UID
+    m_parent[at_root] = -1
 
-    names, ids, kinds, parent, shares, level = [""], [ROOT_UID], [Kind.ROOT], [-1], [0.0], [0]
-    levels: list[list[int]] = [[0]]
-    group_node: dict[int, int] = {ROOT_UID: 0}
-    reached = [False] * len(members)
-    frontier = [ROOT_UID]
-    depth = 0
-    while frontier:
+    # Levels, top down: a member is placed once its parent group is.
+    m_node = np.full(len(members), -1, dtype=np.int64)
+    n_parent, n_member, n_level = [np.array([-1])], [np.array([-1])], [np.array([0])]
+    levels: list[np.ndarray] = [np.array([0], dtype=np.int64)]
+    next_node = 1
+    this = np.flatnonzero(at_root)
+    parent_node = np.zeros(len(this), dtype=np.int64)
+    depth = 1
+    while len(this):
+        order = np.lexsort((this, parent_node))
+        this, parent_node = this[order], parent_node[order]
+        numbers = np.arange(next_node, next_node + len(this))
+        m_node[this] = numbers
+        n_parent.append(parent_node)
+        n_member.append(this)
+        n_level.append(np.full(len(this), depth))
+        levels.append(numbers)
+        next_node += len(this)
         depth += 1
-        nxt, this_level = [], []
-        for guid in frontier:
-            pnode = group_node[guid]
-            for i in by_parent.get(guid, ()):
-                name, uid, _resgrp, sh, kind = members[i]
-                if reached[i]:
-                    continue
-                reached[i] = True
-                node = len(names)
-                names.append(name)
-                ids.append(uid)
-                kinds.append(kind)
-                parent.append(pnode)
-                shares.append(float(sh))
-                level.append(depth)
-                this_level.append(node)
-                if kind == Kind.GROUP:
-                    group_node[uid] = node
-                    nxt.append(uid)
-        if this_level:
-            levels.append(this_level)
-        frontier = nxt
+        # Children of this level's groups.
+        placed_groups = this[m_kind[this] == Kind.GROUP]
+        if not len(placed_groups):
+            break
+        mark = np.zeros(len(members), dtype=bool)
+        mark[placed_groups] = True
+        cand = np.flatnonzero((m_parent >= 0) & (m_node < 0))
+        this = cand[mark[m_parent[cand]]]
+        parent_node = m_node[m_parent[this]]
 
-    detached = []
-    for i, (name, uid, resgrp, _sh, _kind) in enumerate(members):
-        if reached[i]:
-            continue
-        reason = _detach_reason(uid, resgrp, group_parent, all_uids)
-        detached.append(Detached(name, uid, resgrp, reason))
+    member_of_node = np.concatenate(n_member)
+    entry_of_node = members[member_of_node[1:]]
+    node_names = ["", *(names[i] for i in entry_of_node.tolist())]
+    ids = np.concatenate(([ROOT_UID], uid[entry_of_node]))
+    kinds = np.concatenate(([Kind.ROOT], kind[entry_of_node])).astype(np.int8)
+    node_shares = np.concatenate(([0.0], np.asarray(shares, dtype=float)[entry_of_node]))
+
+    all_uids = set(uid.tolist())
+    group_parent = dict(zip(m_uid[groups].tolist(), m_rg[groups].tolist(), strict=True))
+    detached = [
+        Detached(
+            names[e],
+            int(uid[e]),
+            int(rg[e]),
+            _detach_reason(int(uid[e]), int(rg[e]), group_parent, all_uids),
+        )
+        for e in members[m_node < 0].tolist()
+    ]
 
     tree = ShareTree(
         mode=mode,
-        names=names,
-        ids=np.array(ids, dtype=np.int64),
-        kinds=np.array(kinds, dtype=np.int8),
-        parent=np.array(parent, dtype=np.int64),
-        shares=np.array(shares, dtype=float),
-        level=np.array(level, dtype=np.int64),
-        levels=[np.array(lv, dtype=np.int64) for lv in levels],
+        names=node_names,
+        ids=ids.astype(np.int64),
+        kinds=kinds,
+        parent=np.concatenate(n_parent).astype(np.int64),
+        shares=node_shares,
+        level=np.concatenate(n_level).astype(np.int64),
+        levels=[lv.astype(np.int64) for lv in levels],
         detached=detached,
     )
-    tree._by_name = {n: i for i, n in enumerate(names) if i}
-    tree._by_id = {int(u): i for i, u in enumerate(ids) if i}
+    tree._by_name = dict(zip(node_names[1:], range(1, len(node_names)), strict=True))
+    tree._by_id = dict(zip(ids[1:].tolist(), range(1, len(node_names)), strict=True))
     return tree
 
 

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import json
+import gc
 import sys
 import time
 from pathlib import Path
 
 import click
+import orjson
 from rich.console import Console
-from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from fairshare.consts import load_consts
 from fairshare.display.shrtree import analyse_tree, render_problems, render_tree, report_json
-from udb.check import CHECK_COLUMNS, configured_maxlevels, load_accounts
+from udb.check import configured_maxlevels, load_accounts, load_entry_columns
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound
-from udb.models import Entry
 from udb.session import display_name, open_udb, read_session, resolve_url
 
 
@@ -58,6 +57,9 @@ def main(udb, long_, errors_only, by_account, node, now, as_json):
     shrtree(8).  Exit status: 0 when no errors were found (warnings allowed), 1
     when there are errors, 2 for bad input.
     """
+    # One short run allocates ~10 objects per entry and frees them at exit; the cyclic
+    # collector would only rescan them over and over (a third of the time at 100,000 users).
+    gc.disable()
     url = resolve_url(udb)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
@@ -65,12 +67,12 @@ def main(udb, long_, errors_only, by_account, node, now, as_json):
             raise NotFound(f"--udb {parsed.database}: no such UDB file")
     engine = open_udb(url)
     with read_session(engine) as session:
-        rows = session.execute(select(*CHECK_COLUMNS, Entry.shusage, Entry.shextime)).all()
+        cols = load_entry_columns(session)
         accounts = load_accounts(session)
         maxlevels = configured_maxlevels(session)
         halflife = load_consts(session).halflife
     report = analyse_tree(
-        rows,
+        cols,
         accounts,
         now=time.time() if now is None else now,
         mode="account" if by_account else "user",
@@ -80,7 +82,7 @@ def main(udb, long_, errors_only, by_account, node, now, as_json):
         udb=display_name(url),
     )
     if as_json:
-        click.echo(json.dumps(report_json(report, long_, errors_only)))
+        click.echo(orjson.dumps(report_json(report, long_, errors_only)))
     else:
         console = Console(highlight=False, soft_wrap=True)
         if errors_only:
@@ -88,3 +90,7 @@ def main(udb, long_, errors_only, by_account, node, now, as_json):
         else:
             render_tree(report, console, long_)
     sys.exit(1 if report.errors else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -20,27 +20,26 @@ listed after the tree with level None.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 from rich.console import Console
 
 from fairshare.display import columns, octal, percent
-from fairshare.tree import Kind, build_tree, entry_kind
+from fairshare.tree import Kind, build_tree_columns
 from udb.check import (
     DEFAULT_MAXLEVELS,
     ERROR,
     WARNING,
-    CheckedEntry,
+    EntryColumns,
     Problem,
-    check_udb,
+    check_columns,
     count_by_kind,
 )
 from udb.errors import NotFound
-from udb.models import ROOT_UID, SHF_GROUP
+from udb.models import IDLE_UID, ROOT_UID, SHF_ACCOUNT, SHF_GROUP
 
 #: The name the root of the share tree goes by in displays and JSON.
 ROOT_NAME = "ROOT"
@@ -49,14 +48,7 @@ ROOT_NAME = "ROOT"
 STATUS_LETTER = {"group": "G", "user": "U", "account": "A", "idle": "I"}
 
 
-class UsageEntry(CheckedEntry, Protocol):
-    """What the analysis needs of an entry: the rule columns plus the stored usage."""
-
-    shusage: float  # charge units
-    shextime: float  # seconds since the epoch
-
-
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NodeReport:
     """One row of the share tree display."""
 
@@ -112,7 +104,7 @@ def aged_usage(shusage: np.ndarray, shextime: np.ndarray, now: float, halflife: 
 
 
 def analyse_tree(
-    rows: Iterable[UsageEntry],
+    cols: EntryColumns,
     accounts: Mapping[int, str],
     *,
     now: float,
@@ -122,16 +114,16 @@ def analyse_tree(
     node: str | None = None,
     udb: str = "",
 ) -> TreeReport:
-    """The static analysis of the share tree of `rows` (see the module docstring).
+    """The static analysis of the share tree of the entries `cols` (see the module docstring).
 
-    `now` is in seconds since the epoch, `halflife` in seconds.  `node` limits
-    the report (rows, counts and problems) to the subtree under that entry;
-    NotFound if no node of the tree has that name.
+    `cols` must carry shusage and shextime (`load_entry_columns`, or
+    `EntryColumns.of(entries)`); `now` is in seconds since the epoch, `halflife`
+    in seconds.  `node` limits the report (rows, counts and problems) to the
+    subtree under that entry; NotFound if no node of the tree has that name.
     """
-    rows = list(rows)
-    tree = build_tree(rows, mode)
-    problems = check_udb(rows, accounts, mode, maxlevels)
-    by_name = {r.name: r for r in rows}
+    tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
+    problems = check_columns(cols, accounts, mode, maxlevels)
+    index = {n: i for i, n in enumerate(cols.name)}
 
     if node is None or node == ROOT_NAME:
         top, node = 0, None
@@ -145,23 +137,17 @@ def analyse_tree(
                 + (" in Share by Account mode" if mode == "account" and why is None else "")
             )
 
-    # Per-node columns as arrays over tree nodes.
-    node_rows = [None, *(by_name[n] for n in tree.names[1:])]
-    usage = np.zeros(tree.size)
-    usage[1:] = aged_usage(
-        [r.shusage for r in node_rows[1:]], [r.shextime for r in node_rows[1:]], now, halflife
-    )
-    leaf = tree.leaf_mask
-    below = tree.subtree_sum(np.where(leaf, usage, 0.0))
-    detached_rows = [by_name[d.name] for d in tree.detached] if top == 0 else []
-    detached_usage = aged_usage(
-        [r.shusage for r in detached_rows], [r.shextime for r in detached_rows], now, halflife
-    )
-    detached_leaf = np.array([entry_kind(r) != Kind.GROUP for r in detached_rows], dtype=bool)
-    total = below[0] + float(detached_usage[detached_leaf].sum())
+    # Entry index of every node (the root has none) and of every detached entry.
+    entry = np.array([-1, *(index[n] for n in tree.names[1:])], dtype=np.int64)
+    detached = np.array([index[d.name] for d in tree.detached] if top == 0 else [], dtype=np.int64)
+    shusage = np.asarray(cols.shusage, dtype=float)
+    aged = aged_usage(shusage, np.asarray(cols.shextime, dtype=float), now, halflife)
+    usage = np.where(entry >= 0, aged[entry], 0.0)
+    below = tree.subtree_sum(np.where(tree.leaf_mask, usage, 0.0))
+    flags = np.asarray(cols.shflags, dtype=np.int64)
+    detached_leaf = (flags[detached] & SHF_GROUP) == 0
+    total = below[0] + float(aged[detached][detached_leaf].sum())
     fraction = below / total if total > 0 else np.zeros(tree.size)
-    m_share = tree.m_shares()
-    g_share = tree.group_shares()
 
     codes: dict[str, list[str]] = defaultdict(list)
     for p in problems:
@@ -169,43 +155,49 @@ def analyse_tree(
             codes[p.name].append(p.code)
 
     order = tree.preorder(top)
-    names, ids, parent = tree.names, tree.ids.tolist(), tree.parent.tolist()
-    levels, kinds = tree.level.tolist(), tree.kinds.tolist()
-    shares, ms, gs, us = tree.shares.tolist(), m_share.tolist(), g_share.tolist(), fraction.tolist()
-    nodes = []
-    for i in order:
-        row = node_rows[i]
-        nodes.append(
-            NodeReport(
-                name=ROOT_NAME if i == 0 else names[i],
-                id=ids[i],
-                level=levels[i],
-                kind="group" if i == 0 else Kind(kinds[i]).label,
-                parent=None if i == 0 else (ROOT_NAME if parent[i] == 0 else names[parent[i]]),
-                resgrp=ROOT_UID if i == 0 else row.resgrp,
-                shares=int(shares[i]),
-                system_share=ms[i],
-                group_share=gs[i],
-                system_usage=us[i],
-                shflags=SHF_GROUP if i == 0 else row.shflags,
-                codes=tuple(codes.get(names[i], ())) if i else (),
-            )
+    kind_label = {int(k): k.label for k in Kind}
+    kind_label[int(Kind.ROOT)] = "group"
+    names = [ROOT_NAME, *tree.names[1:]]
+    node_flags = np.where(entry >= 0, flags[entry], SHF_GROUP).tolist()
+    resgrps = [ROOT_UID, *(cols.resgrp[e] for e in entry[1:].tolist())]
+    parent_names = [None, *(names[p] for p in tree.parent[1:].tolist())]
+    ids, levels, kinds = tree.ids.tolist(), tree.level.tolist(), tree.kinds.tolist()
+    shares = tree.shares.astype(np.int64).tolist()
+    ms, gs, us = tree.m_shares().tolist(), tree.group_shares().tolist(), fraction.tolist()
+    no_codes = ()
+    nodes = [
+        NodeReport(
+            names[i],
+            ids[i],
+            levels[i],
+            kind_label[kinds[i]],
+            parent_names[i],
+            resgrps[i],
+            shares[i],
+            ms[i],
+            gs[i],
+            us[i],
+            node_flags[i],
+            tuple(codes[names[i]]) if names[i] in codes else no_codes,
         )
-    for r, u in zip(detached_rows, detached_usage.tolist(), strict=True):
+        for i in order
+    ]
+    for e in detached.tolist():
+        name = cols.name[e]
         nodes.append(
             NodeReport(
-                name=r.name,
-                id=r.uid,
-                level=None,
-                kind=entry_kind(r).label,
-                parent=None,
-                resgrp=r.resgrp,
-                shares=r.shares,
-                system_share=0.0,
-                group_share=0.0,
-                system_usage=u / total if total > 0 else 0.0,
-                shflags=r.shflags,
-                codes=tuple(codes.get(r.name, ())),
+                name,
+                cols.uid[e],
+                None,
+                "group" if flags[e] & SHF_GROUP else _role_kind(cols, e),
+                None,
+                cols.resgrp[e],
+                cols.shares[e],
+                0.0,
+                0.0,
+                float(aged[e]) / total if total > 0 else 0.0,
+                cols.shflags[e],
+                tuple(codes.get(name, ())),
             )
         )
 
@@ -215,22 +207,19 @@ def analyse_tree(
         shown = problems
     else:
         shown = [p for p in problems if p.uid is not None and p.name in position]
-    shown = sorted(
-        shown,
-        key=lambda p: (p.uid is not None, position.get(p.name, len(position)), p.name),
-    )
+    last = len(position)
+    shown = sorted(shown, key=lambda p: (p.uid is not None, position.get(p.name, last), p.name))
 
-    kind_count = defaultdict(int)
-    for n in nodes:
-        kind_count[n.kind] += 1
-    if mode == "user":
-        user_count = kind_count["user"] + kind_count["idle"]
-    else:
+    kind_count = Counter(n.kind for n in nodes)
+    user_count = kind_count["user"] + kind_count["idle"]
+    if mode == "account":
         in_view = {n.id for n in nodes if n.kind == "account"}
-        users = [r for r in rows if entry_kind(r) == Kind.USER]
-        user_count = (
-            sum(1 for r in users if node is None or (r.acids and r.acids[0] in in_view))
-            + kind_count["idle"]
+        user_count += sum(
+            1
+            for f, acids, name in zip(cols.shflags, cols.acids, cols.name, strict=True)
+            if not f & (SHF_GROUP | SHF_ACCOUNT)
+            and name not in position
+            and (node is None or (acids and acids[0] in in_view))
         )
     return TreeReport(
         udb=udb,
@@ -243,6 +232,12 @@ def analyse_tree(
         account_count=kind_count["account"],
         user_count=user_count,
     )
+
+
+def _role_kind(cols: EntryColumns, e: int) -> str:
+    if cols.shflags[e] & SHF_ACCOUNT:
+        return "account"
+    return "idle" if cols.uid[e] == IDLE_UID else "user"
 
 
 # -- selection ---------------------------------------------------------------------------
