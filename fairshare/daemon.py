@@ -18,8 +18,9 @@ simulator), an enforcer, a store on the UDB and a clock.  Each cycle it
    have all gone; every `checkpoint` seconds checkpoints every active lnode.
 
 SIGTERM and SIGINT stop it: everything is written back, the enforcer undoes what
-it did, and `run` returns.  The time comes from the clock passed in, so the
-simulator runs the very same loop on simulated seconds without sleeping.
+it did, the published table is marked stopped, and `run` returns.  The time comes
+from the clock passed in, so the simulator runs the very same loop on simulated
+seconds without sleeping.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -208,6 +210,7 @@ class Daemon:
         signal.signal(signal.SIGHUP, self._on_hup)
 
     def _on_stop(self, signum, _frame) -> None:
+        log.info("%s: stopping", signal.Signals(signum).name)
         self.stop()
 
     def _on_hup(self, signum, _frame) -> None:
@@ -313,9 +316,11 @@ class Daemon:
         if self._enforcer_is_set_up:
             self.enforcer.teardown()
             self._enforcer_is_set_up = False
+            log.debug("%s enforcement undone", self.enforcer.name)
         if self.lnodes is not None:
-            self.write_back(self.clock.time(), everything=True)
-            self.store.unpublish()
+            now = self.clock.time()
+            self.write_back(now, everything=True)
+            self.store.mark_stopped(now)
         log.info("stopped after %d cycles; every lnode written back", self.cycle)
 
     @property
@@ -540,3 +545,70 @@ class Daemon:
         if out:
             log.debug("wrote back %d lnodes", len(out))
         return len(out)
+
+
+def simulated_daemon(
+    engine: Engine,
+    scenario: str,
+    enforcer: str = "auto",
+    host: str = "simulator",
+    epoch: float | None = None,
+) -> tuple[Daemon, str, int]:
+    """The daemon's loop on the simulated machine of `scenario` (a shrsim TOML file).
+
+    The daemon's UDB gives the tree: an empty UDB is first loaded with the
+    scenario's `udb` or `directives`; the scenario's [consts] and delta are stored
+    in the UDB (one transaction), so shradmin can still change them mid-run.
+    `enforcer` picks the weight model: auto = the scenario's, cgroup1/cgroup2 =
+    cgroup, nice, none.  Returns (daemon, model, cycles the scenario lasts).
+    """
+    import math
+    import tomllib
+
+    from fairshare.collect.sim import SimClock, SimCollector, world_for
+    from fairshare.consts import consts_from_mapping, save_consts
+    from fairshare.enforce.sim import SimEnforcer
+    from fairshare.sim import load_scenario
+    from udb import directives
+    from udb.errors import OptionError
+    from udb.session import write_session
+
+    path = Path(scenario)
+    doc = tomllib.loads(path.read_text())
+    with read_session(engine) as s:
+        empty = s.execute(select(func.count()).select_from(Entry)).scalar_one() == 0
+    if empty and ("udb" in doc or "directives" in doc):
+        if "udb" in doc:
+            src = path.parent / doc["udb"]
+            text = src.read_text()
+        else:
+            src, text = path, doc["directives"]
+        directives.run(engine, directives.parse(text, str(src)))
+        log.info("loaded the scenario's UDB (%s) into the empty UDB", src)
+    overrides = dict(doc.get("consts", {}))
+    if "delta" in doc:
+        overrides["delta"] = doc["delta"]
+    with write_session(engine) as s:
+        save_consts(s, consts_from_mapping(overrides, load_consts(s)))
+        consts = load_consts(s)
+    model = {"auto": None, "cgroup1": "cgroup", "cgroup2": "cgroup"}.get(enforcer, enforcer)
+    sc = load_scenario(path, model, udb=str(engine.url))
+    with read_session(engine) as s:
+        tree = load_lnodes(s, consts.mode).tree
+    missing = [w.name for w in sc.workloads if tree.find(w.name) is None]
+    if missing:
+        raise OptionError(
+            f"{scenario}: workloads name lnodes the UDB does not have: {', '.join(missing)}"
+        )
+    clock = SimClock(time.time() if epoch is None else epoch)
+    world = world_for(tree, sc.workloads, sc.cpus, sc.enforcer, clock)
+    daemon = Daemon(
+        engine,
+        SimCollector(world),
+        SimEnforcer(world),
+        LnodeStore(engine, host),
+        clock=clock,
+        options=Options(enforce_min_uid=0),
+        account_of=(lambda p: p.uid) if consts.share_by_account else None,
+    )
+    return daemon, sc.enforcer, max(1, math.ceil(sc.duration / consts.delta - 1e-9))

@@ -3,7 +3,8 @@ checkpoints and recovery.
 
 - `publish`: every cycle the whole table of active lnodes replaces this host's
   previous one, with a header row (cycle time, delta, enforcer, daemon pid), in
-  one transaction, so shrview never sees half a cycle.
+  one transaction, so shrview never sees half a cycle.  A daemon that stops
+  cleanly leaves its last table, marked stopped (`mark_stopped`).
 - `write_back`: released lnodes' shusage and shextime are stored, their charges
   added to shcharge and their CPU seconds to cpuquotaused, by UPDATE statements
   that touch only those four columns (an administrator's concurrent change to
@@ -99,14 +100,20 @@ class LnodeStore:
                     cycle=header.cycle,
                     mode=header.mode,
                     started=header.started,
+                    running=True,
+                    stopped=None,
                 )
             )
 
-    def unpublish(self) -> None:
-        """Remove this host's published table and header (the daemon has stopped)."""
+    def mark_stopped(self, now: float) -> None:
+        """Label this host's published table as the last one of a daemon that stopped
+        at `now` (epoch s); the rows stay for displays to show as stale."""
         with write_session(self.engine) as s:
-            s.execute(delete(PublishedLnode).where(PublishedLnode.host == self.host))
-            s.execute(delete(LnodeCycle).where(LnodeCycle.host == self.host))
+            s.execute(
+                update(LnodeCycle)
+                .where(LnodeCycle.host == self.host)
+                .values(running=False, stopped=now)
+            )
 
     def entry_states(self, uids: Iterable[int]) -> dict[int, EntryState]:
         """The usage, exit time and quota fields of the entries with these uids."""

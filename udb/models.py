@@ -91,6 +91,8 @@ class LnodeCycle(Base):
 
     `time` (epoch s) is when the cycle ran, `delta` (s) the cycle length then,
     `started` (epoch s) when the daemon started, `enforcer` what enforced it.
+    When the daemon stops cleanly it sets `running` false and `stopped` (epoch s)
+    and leaves its last table in place, stale, for displays to label as such.
     """
 
     __tablename__ = "lnode_cycles"
@@ -103,6 +105,8 @@ class LnodeCycle(Base):
     cycle: Mapped[int] = mapped_column(Integer, nullable=False)
     mode: Mapped[str] = mapped_column(String(16), nullable=False)
     started: Mapped[float] = mapped_column(Float, nullable=False)
+    running: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    stopped: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class PublishedLnode(Base):

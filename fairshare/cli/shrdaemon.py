@@ -120,7 +120,7 @@ def main(
     with read_session(engine) as s:
         consts = load_consts(s)
     if scenario:
-        run_simulation(engine, scenario, cycles, enforcer, host, enforce_min_uid)
+        run_simulation(engine, scenario, cycles, enforcer, host)
         return
     lock = DaemonLock(url, display_name(url))
     lock.acquire()
@@ -155,13 +155,11 @@ def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
     )
 
 
-def run_simulation(engine, scenario, cycles, enforcer, host, enforce_min_uid) -> None:
+def run_simulation(engine, scenario, cycles, enforcer, host) -> None:
     """Run the daemon's loop on the simulator's machine described by `scenario`."""
-    from fairshare.collect.sim import simulated_daemon
+    from fairshare.daemon import simulated_daemon
 
-    daemon, model, length = simulated_daemon(
-        engine, scenario, enforcer, host=host or "simulator", enforce_min_uid=enforce_min_uid
-    )
+    daemon, model, length = simulated_daemon(engine, scenario, enforcer, host=host or "simulator")
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
     daemon.install_signal_handlers()
     daemon.run(cycles or length)

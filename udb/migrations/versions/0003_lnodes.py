@@ -24,6 +24,8 @@ def upgrade() -> None:
         sa.Column("cycle", sa.Integer, nullable=False),
         sa.Column("mode", sa.String(16), nullable=False),
         sa.Column("started", sa.Float, nullable=False),
+        sa.Column("running", sa.Boolean, nullable=False),
+        sa.Column("stopped", sa.Float, nullable=True),
     )
     op.create_table(
         "lnodes",
