@@ -115,6 +115,19 @@ class LnodeStore:
                 .values(running=False, stopped=now)
             )
 
+    def read_published(self) -> tuple[LnodeCycle | None, list[PublishedLnode]]:
+        """This host's published header (None if nothing was published) and lnodes,
+        in node order."""
+        with read_session(self.engine) as s:
+            head = s.get(LnodeCycle, self.host)
+            rows = s.scalars(
+                select(PublishedLnode)
+                .where(PublishedLnode.host == self.host)
+                .order_by(PublishedLnode.node)
+            ).all()
+            s.expunge_all()
+        return head, list(rows)
+
     def entry_states(self, uids: Iterable[int]) -> dict[int, EntryState]:
         """The usage, exit time and quota fields of the entries with these uids."""
         uids = sorted(set(uids))

@@ -9,6 +9,7 @@ in force and why.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -89,6 +90,12 @@ def detach() -> None:
     metavar="NAME",
     help="Host name keying the published rows and the checkpoint (default: this host's name).",
 )
+@click.option(
+    "--show",
+    is_flag=True,
+    help="When the run ends (--once, --cycles, --simulate), print the last published lnode table.",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --show: print it as JSON.")
 @click.option("--log-file", type=click.Path(dir_okay=False), help="Log here instead of stderr.")
 @click.option(
     "-v",
@@ -98,7 +105,18 @@ def detach() -> None:
 )
 @handle_errors
 def main(
-    udb, enforcer, once, cycles, foreground, scenario, enforce_min_uid, host, log_file, verbose
+    udb,
+    enforcer,
+    once,
+    cycles,
+    foreground,
+    scenario,
+    enforce_min_uid,
+    host,
+    show,
+    as_json,
+    log_file,
+    verbose,
 ):
     """The fair-share daemon: every delta seconds, charge each active lnode for what
     its processes used, run the UNICOS fair-share cycle, make the kernel deliver the
@@ -120,9 +138,13 @@ def main(
     with read_session(engine) as s:
         consts = load_consts(s)
     if scenario:
+        host = host or "simulator"
         run_simulation(engine, scenario, cycles, enforcer, host)
+        if show:
+            show_published(LnodeStore(engine, host), as_json)
         return
     lock = DaemonLock(url, display_name(url))
+    daemon = None
     lock.acquire()
     try:
         choice = detect(enforcer)
@@ -140,6 +162,90 @@ def main(
         daemon.run(cycles)
     finally:
         lock.release()
+    if show:
+        show_published(daemon.store, as_json)
+
+
+def show_published(store: LnodeStore, as_json: bool) -> None:
+    """Print the published lnode table: a rich table, or JSON (shape in shrdaemon(8))."""
+    head, rows = store.read_published()
+    if head is None:
+        raise OptionError(f"nothing published for host {store.host}")
+    fields = (
+        "name",
+        "uid",
+        "kind",
+        "parent",
+        "shares",
+        "refs",
+        "nrun",
+        "usage",
+        "charge",
+        "rate",
+        "m_share",
+        "e_share",
+        "cpu",
+        "priority",
+        "background",
+    )
+    if as_json:
+        header = {
+            k: getattr(head, k)
+            for k in (
+                "host",
+                "time",
+                "delta",
+                "enforcer",
+                "pid",
+                "cycle",
+                "mode",
+                "started",
+                "running",
+                "stopped",
+            )
+        }
+        lnodes = [{"node": r.node, **{k: getattr(r, k) for k in fields}} for r in rows]
+        click.echo(json.dumps({"cycle": header, "lnodes": lnodes}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=f"lnodes of {head.host}, cycle {head.cycle} ({head.enforcer}, "
+        f"{'running' if head.running else 'stopped'})"
+    )
+    for col in (
+        "lnode",
+        "kind",
+        "shares",
+        "refs",
+        "nrun",
+        "usage",
+        "m_share %",
+        "e_share %",
+        "cpu %",
+    ):
+        t.add_column(col, justify="left" if col in ("lnode", "kind") else "right")
+    kids: dict[int, list] = {}
+    for r in rows:
+        kids.setdefault(r.parent, []).append(r)
+    stack = [(r, 0) for r in sorted(kids.get(-1, []), key=lambda r: r.name, reverse=True)]
+    while stack:  # depth first, siblings by name, as shrtree shows the tree
+        r, depth = stack.pop()
+        t.add_row(
+            "  " * depth + r.name,
+            r.kind,
+            f"{r.shares:g}",
+            str(r.refs),
+            str(r.nrun),
+            f"{r.usage:.3g}",
+            f"{100 * r.m_share:.2f}",
+            f"{100 * r.e_share:.2f}",
+            f"{100 * r.cpu:.2f}",
+        )
+        children = sorted(kids.get(r.node, []), key=lambda c: c.name, reverse=True)
+        stack.extend((c, depth + 1) for c in children)
+    Console(width=max(100, Console().width)).print(t)
 
 
 def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
