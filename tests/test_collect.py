@@ -1,0 +1,120 @@
+"""The procfs collector: parsing /proc text, deltas per (pid, create time), a real process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from fairshare.collect.procfs import (
+    CLK_TCK,
+    PAGE,
+    Counters,
+    DeltaTracker,
+    ProcfsCollector,
+    parse_process,
+)
+
+# A command name with a space and a parenthesis, as /proc shows it: the parser must
+# split after the last ')'.
+STAT = (
+    b"4242 (my (odd) cmd) R 1 4242 4242 0 -1 4194304 100 0 0 0 "
+    b"250 50 0 0 20 5 1 0 12345 1000000 2560 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 "
+    b"17 1 0 0 0 0 0\n"
+)
+STATUS = (
+    b"Name:\tmy (odd) cmd\nState:\tR (running)\nUid:\t61001\t61001\t61001\t61001\n"
+    b"Gid:\t61001\t61001\t61001\t61001\nvoluntary_ctxt_switches:\t7\n"
+    b"nonvoluntary_ctxt_switches:\t3\n"
+)
+IO = (
+    b"rchar: 999\nwchar: 999\nsyscr: 10\nsyscw: 5\nread_bytes: 8192\nwrite_bytes: 4096\n"
+    b"cancelled_write_bytes: 0\n"
+)
+
+
+def test_parse_process_reads_every_counter():
+    c = parse_process(4242, STAT, STATUS, IO, boot_time=1000.0)
+    assert c.pid == 4242 and c.uid == 61001
+    assert c.cpu == pytest.approx(300 / CLK_TCK)  # utime 250 + stime 50 ticks
+    assert c.create_time == pytest.approx(1000.0 + 12345 / CLK_TCK)
+    assert c.nice == 5
+    assert c.runnable and not c.kernel
+    assert c.io_blocks == 3.0  # (8192 + 4096) / 4096
+    assert c.io_calls == 15.0  # syscr 10 + syscw 5
+    assert c.ctx == 10.0  # 7 voluntary + 3 involuntary
+    assert c.rss == pytest.approx(2560 * PAGE / 2**20)
+
+
+def test_parse_process_without_io_and_sleeping_kernel_thread():
+    stat = STAT.replace(b") R 1 ", b") S 2 ")
+    c = parse_process(77, stat, STATUS, b"", boot_time=0.0)
+    assert not c.runnable and c.kernel
+    assert c.io_blocks == 0.0 and c.io_calls == 0.0
+
+
+def counters(pid, ctime, cpu, uid=1000, blocks=0.0, rss=0.0):
+    return Counters(pid, ctime, uid, cpu, blocks, 0.0, 0.0, rss, True, 0, False)
+
+
+def test_first_sample_is_a_baseline_then_deltas():
+    t = DeltaTracker()
+    s0 = t.update([counters(10, 100.0, 5.0)], idle=50.0, mono=0.0, now=1000.0)
+    assert s0.elapsed == 0.0 and s0.idle == 0.0
+    assert s0.processes[0].cpu == 0.0  # existed before we looked: nothing charged
+    s1 = t.update([counters(10, 100.0, 7.5, rss=10.0)], idle=53.0, mono=4.0, now=1004.0)
+    assert s1.elapsed == 4.0
+    assert s1.idle == 3.0
+    p = s1.processes[0]
+    assert p.cpu == 2.5
+    assert p.mem == 40.0  # 10 MiB over 4 s
+
+
+def test_reused_pid_is_a_new_process_charged_from_zero():
+    t = DeltaTracker()
+    t.update([counters(10, 100.0, 50.0)], idle=0.0, mono=0.0, now=1000.0)
+    # pid 10 exited and was reused by a process born at 1002 that has used 1 s.
+    s = t.update([counters(10, 1002.0, 1.0)], idle=0.0, mono=4.0, now=1004.0)
+    assert s.processes[0].cpu == 1.0  # not 1.0 - 50.0, not 0
+
+
+def test_unseen_old_process_gives_only_a_baseline():
+    t = DeltaTracker()
+    t.update([], idle=0.0, mono=0.0, now=1000.0)
+    # Born before the previous sample but not seen then (e.g. a race): no charge yet.
+    s = t.update([counters(11, 900.0, 30.0)], idle=0.0, mono=4.0, now=1004.0)
+    assert s.processes[0].cpu == 0.0
+    s = t.update([counters(11, 900.0, 31.0)], idle=0.0, mono=8.0, now=1008.0)
+    assert s.processes[0].cpu == 1.0
+
+
+def test_counters_going_backwards_never_charge_negative():
+    t = DeltaTracker()
+    t.update([counters(10, 100.0, 5.0, blocks=9.0)], idle=10.0, mono=0.0, now=1000.0)
+    s = t.update([counters(10, 100.0, 4.0, blocks=1.0)], idle=5.0, mono=4.0, now=1004.0)
+    assert s.processes[0].cpu == 0.0 and s.processes[0].bio == 0.0 and s.idle == 0.0
+
+
+def test_real_busy_process_is_charged_about_what_it_used():
+    child = subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"])
+    try:
+        c = ProcfsCollector()
+        c.sample()
+        start = time.monotonic()
+        time.sleep(1.0)
+        s = c.sample()
+        wall = time.monotonic() - start
+        mine = [p for p in s.processes if p.pid == child.pid]
+        assert len(mine) == 1
+        p = mine[0]
+        assert p.uid == os.getuid()
+        # At most one CPU for the wall time (plus a tick); at least something even on
+        # a loaded machine.
+        assert 0.05 < p.cpu <= wall + 2 / CLK_TCK
+        assert s.elapsed == pytest.approx(wall, abs=0.05)
+        assert os.getpid() in {q.pid for q in s.processes}
+    finally:
+        child.kill()
+        child.wait()

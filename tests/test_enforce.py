@@ -1,0 +1,314 @@
+"""Enforcer backends and detection: fake cgroup trees everywhere, the real cgroup v1
+hierarchy and real nice values when root."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fairshare.enforce.base import LnodeTarget, safe_name
+from fairshare.enforce.cgroup1 import Cgroup1Enforcer
+from fairshare.enforce.cgroup2 import Cgroup2Enforcer
+from fairshare.enforce.detect import detect, make_enforcer
+from fairshare.enforce.nice import NiceEnforcer, autogroup_enabled, read_autogroup
+from fairshare.lock import AlreadyRunning, DaemonLock
+from udb.errors import OptionError
+
+ROOT = os.geteuid() == 0
+CPU_V1 = Path("/sys/fs/cgroup/cpu")
+needs_root = pytest.mark.skipif(not ROOT, reason="needs root to move processes and renice")
+
+MOUNTS_V1 = """\
+tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0
+cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0
+cgroup /sys/fs/cgroup/cpuacct cgroup rw,relatime,cpuacct 0 0
+cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+"""
+
+
+def fake_proc(tmp_path: Path, pids: list[int], line: str) -> str:
+    proc = tmp_path / "proc"
+    for pid in pids:
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(line)
+    return str(proc)
+
+
+def fake_v2(tmp_path: Path) -> Path:
+    mount = tmp_path / "cg2"
+    mount.mkdir()
+    (mount / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (mount / "cgroup.subtree_control").write_text("")
+    (mount / "cgroup.procs").write_text("")
+    # A real cgroupfs makes these files itself when the directory is created.
+    (mount / "fairshare").mkdir()
+    (mount / "fairshare" / "cgroup.subtree_control").write_text("")
+    return mount
+
+
+# -- detection ---------------------------------------------------------------------------
+
+
+def test_detect_prefers_cgroup2_with_cpu(tmp_path):
+    mount = fake_v2(tmp_path)
+    mounts = f"cgroup2 {mount} cgroup2 rw 0 0\ncgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n"
+    c = detect("auto", euid=0, mounts_text=mounts)
+    assert c.name == "cgroup2" and c.mount == mount and "offers the cpu controller" in c.reason
+
+
+def test_detect_this_layout_picks_cgroup1_and_says_why(tmp_path):
+    unified = tmp_path / "unified"
+    unified.mkdir()
+    (unified / "cgroup.controllers").write_text("hugetlb\n")
+    mounts = MOUNTS_V1.replace("/sys/fs/cgroup/unified", str(unified))
+    c = detect("auto", euid=0, mounts_text=mounts)
+    assert c.name == "cgroup1" and c.mount == Path("/sys/fs/cgroup/cpu")
+    assert "lacks the cpu controller" in c.reason and "cgroup v1 cpu hierarchy" in c.reason
+
+
+def test_detect_falls_back_to_nice_then_none():
+    assert detect("auto", euid=0, mounts_text="").name == "nice"
+    c = detect("auto", euid=1000, mounts_text=MOUNTS_V1)
+    assert c.name == "none" and "not root (euid 1000)" in c.reason
+    c = detect("cgroup1", euid=0, no_scheduling=True, mounts_text=MOUNTS_V1)
+    assert c.name == "none" and "NOSCHED" in c.reason
+    assert detect("none", euid=0, mounts_text=MOUNTS_V1).name == "none"
+
+
+def test_detect_named_enforcer_that_cannot_work_is_an_error():
+    with pytest.raises(OptionError, match="--enforcer cgroup2: no cgroup v2 hierarchy"):
+        v1_only = "".join(ln for ln in MOUNTS_V1.splitlines(True) if "cgroup2" not in ln)
+        detect("cgroup2", euid=0, mounts_text=v1_only)
+    with pytest.raises(OptionError, match="--enforcer cgroup1: no cgroup v1 cpu"):
+        detect("cgroup1", euid=0, mounts_text="")
+    with pytest.raises(OptionError, match="expected one of"):
+        detect("cgroup3", euid=0, mounts_text="")
+
+
+def test_safe_name():
+    assert safe_name("u1") == "u1"
+    assert safe_name("a/b c") == "a_b_c"
+    assert safe_name("..") == "_.."
+
+
+# -- cgroup v2 on a fake tree --------------------------------------------------------------
+
+
+def test_cgroup2_writes_weights_idle_and_places_processes(tmp_path):
+    mount = fake_v2(tmp_path)
+    proc = fake_proc(tmp_path, [101, 102, 103], "0::/user.slice/session-1.scope\n")
+    e = Cgroup2Enforcer(mount, proc=proc)
+    e.setup()
+    assert (mount / "cgroup.subtree_control").read_text() == "+cpu"
+    assert (mount / "fairshare" / "cgroup.subtree_control").read_text() == "+cpu"
+    e.apply(
+        [
+            LnodeTarget("alice", (101,), e_share=0.6, nrun=1),
+            LnodeTarget("bob", (102,), e_share=0.3, nrun=1),
+            LnodeTarget("carol", (103,), e_share=0.1, nrun=1, background=True),
+        ]
+    )
+    fs = mount / "fairshare"
+    assert (fs / "alice" / "cpu.weight").read_text() == "10000"
+    assert (fs / "bob" / "cpu.weight").read_text() == "5000"  # 0.3 / 0.6 of 10000
+    assert (fs / "carol" / "cpu.weight").read_text() == "1"
+    assert (fs / "alice" / "cgroup.procs").read_text() == "101"
+    assert (fs / "bob" / "cgroup.procs").read_text() == "102"
+    # Nothing changed: nothing is written again.
+    (fs / "alice" / "cgroup.procs").write_text("sentinel")
+    (fs / "alice" / "cpu.weight").write_text("sentinel")
+    e.apply(
+        [
+            LnodeTarget("alice", (101,), e_share=0.6, nrun=1),
+            LnodeTarget("bob", (102,), e_share=0.3, nrun=1),
+            LnodeTarget("carol", (103,), e_share=0.1, nrun=1, background=True),
+        ]
+    )
+    assert (fs / "alice" / "cgroup.procs").read_text() == "sentinel"
+    assert (fs / "alice" / "cpu.weight").read_text() == "sentinel"
+
+
+def test_cgroup2_idle_flag_written_when_the_kernel_has_it(tmp_path):
+    mount = fake_v2(tmp_path)
+    proc = fake_proc(tmp_path, [7], "0::/\n")
+    e = Cgroup2Enforcer(mount, proc=proc)
+    e.setup()
+    for name in ("a", "b"):
+        (mount / "fairshare" / name).mkdir()
+        (mount / "fairshare" / name / "cpu.idle").write_text("0")
+    e.apply([LnodeTarget("a", (7,), 0.9, 1), LnodeTarget("b", (), 0.1, 0, background=True)])
+    assert (mount / "fairshare" / "a" / "cpu.idle").read_text() == "0"
+    assert (mount / "fairshare" / "b" / "cpu.idle").read_text() == "1"
+
+
+def test_cgroup1_shares_on_a_fake_tree(tmp_path):
+    mount = tmp_path / "cpu"
+    mount.mkdir()
+    (mount / "cgroup.procs").write_text("")
+    proc = fake_proc(tmp_path, [5, 6], "4:memory:/x\n1:cpu:/\n2:cpuacct:/\n")
+    e = Cgroup1Enforcer(mount, proc=proc)
+    e.setup()
+    e.apply([LnodeTarget("u1", (5,), 0.75, 1), LnodeTarget("u2", (6,), 0.25, 1)])
+    assert (mount / "fairshare" / "u1" / "cpu.shares").read_text() == "262144"
+    assert (mount / "fairshare" / "u2" / "cpu.shares").read_text() == "87381"  # 262144 / 3
+    assert e._origin == {5: "/", 6: "/"}
+
+
+# -- the real cgroup v1 hierarchy ------------------------------------------------------------
+
+
+def sleeper(uid: int | None = None, session: bool = False) -> subprocess.Popen:
+    kw = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+    return subprocess.Popen(["/bin/sleep", "60"], start_new_session=session, cwd="/", **kw)
+
+
+def cpu_cgroup(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _h, ctl, path = line.split(":", 2)
+        if "cpu" in ctl.split(","):
+            return path
+    raise AssertionError("no cpu cgroup line")
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.skipif(not (CPU_V1 / "cpu.shares").exists(), reason="no cgroup v1 cpu hierarchy")
+def test_cgroup1_real_moves_weights_and_cleans_up():
+    if (CPU_V1 / "fairshare").exists():
+        pytest.skip("a shrdaemon is using /sys/fs/cgroup/cpu/fairshare")
+    a, b = sleeper(), sleeper()
+    origin = cpu_cgroup(a.pid)
+    e = Cgroup1Enforcer(CPU_V1)
+    try:
+        e.setup()
+        e.apply([LnodeTarget("t_a", (a.pid,), 0.5, 1), LnodeTarget("t_b", (b.pid,), 0.25, 1)])
+        assert cpu_cgroup(a.pid) == "/fairshare/t_a"
+        assert cpu_cgroup(b.pid) == "/fairshare/t_b"
+        assert (CPU_V1 / "fairshare/t_a/cpu.shares").read_text().strip() == "262144"
+        assert (CPU_V1 / "fairshare/t_b/cpu.shares").read_text().strip() == "131072"
+        # b's lnode is released: its cgroup goes, its process back where it came from.
+        e.apply([LnodeTarget("t_a", (a.pid,), 1.0, 1)])
+        assert not (CPU_V1 / "fairshare/t_b").exists()
+        assert cpu_cgroup(b.pid) == origin
+        e.teardown()
+        assert cpu_cgroup(a.pid) == origin
+        assert not (CPU_V1 / "fairshare").exists()
+    finally:
+        e.teardown()
+        for p in (a, b):
+            p.kill()
+            p.wait()
+
+
+# -- nice ------------------------------------------------------------------------------------
+
+
+@needs_root
+@pytest.mark.root
+def test_nice_per_process_never_lowers_a_users_choice_and_restores():
+    a, b, c = sleeper(61001), sleeper(61002), sleeper(61002)
+    try:
+        os.setpriority(os.PRIO_PROCESS, c.pid, 15)  # the user chose 15 for this one
+        e = NiceEnforcer(autogroup=False)
+        e.setup()
+        # alice 1 process at 0.8, bob 2 processes at 0.2: per process 0.8 vs 0.1, a ratio
+        # of 8 = 1.25 ** 9.3, so bob's processes get nice 9.
+        e.apply(
+            [
+                LnodeTarget("alice", (a.pid,), 0.8, 1),
+                LnodeTarget("bob", (b.pid, c.pid), 0.2, 2),
+            ]
+        )
+        assert os.getpriority(os.PRIO_PROCESS, a.pid) == 0
+        assert os.getpriority(os.PRIO_PROCESS, b.pid) == 9
+        assert os.getpriority(os.PRIO_PROCESS, c.pid) == 15  # not lowered to 9
+        e.teardown()
+        assert os.getpriority(os.PRIO_PROCESS, b.pid) == 0
+        assert os.getpriority(os.PRIO_PROCESS, c.pid) == 15
+    finally:
+        for p in (a, b, c):
+            p.kill()
+            p.wait()
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.skipif(not autogroup_enabled(), reason="kernel autogroup is off")
+def test_nice_through_autogroups_one_session_per_lnode_and_mixed_sessions():
+    a = sleeper(61001, session=True)
+    b1 = sleeper(61002, session=True)
+    mixed1, mixed2 = sleeper(61001, session=False), sleeper(61002, session=False)
+    try:
+        time.sleep(0.1)
+        e = NiceEnforcer(autogroup=True)
+        e.setup()
+        e.apply(
+            [
+                LnodeTarget("alice", (a.pid, mixed1.pid), 0.8, 2, runnable=frozenset({a.pid})),
+                LnodeTarget("bob", (b1.pid, mixed2.pid), 0.2, 2, runnable=frozenset({b1.pid})),
+            ]
+        )
+        # Session groups: alice's holds 1 of her 2 runnable, so 0.4 of the machine;
+        # bob's 0.1: a ratio of 4 = 1.25 ** 6.2, nice 6.
+        assert read_autogroup(a.pid)[1] == 0
+        assert read_autogroup(b1.pid)[1] == 6
+        # The test's own session holds both users: per-process nice there (0.4 vs 0.1).
+        assert os.getpriority(os.PRIO_PROCESS, mixed1.pid) == 0
+        assert os.getpriority(os.PRIO_PROCESS, mixed2.pid) == 6
+        assert read_autogroup(mixed1.pid)[1] == read_autogroup(os.getpid())[1]
+        e.teardown()
+        assert read_autogroup(b1.pid)[1] == 0
+        assert os.getpriority(os.PRIO_PROCESS, mixed2.pid) == 0
+    finally:
+        for p in (a, b1, mixed1, mixed2):
+            p.kill()
+            p.wait()
+
+
+def test_make_enforcer_names():
+    from fairshare.enforce.detect import Choice
+
+    assert make_enforcer(Choice("none", "x")).name == "none"
+    assert make_enforcer(Choice("nice", "x")).name == "nice"
+    assert make_enforcer(Choice("cgroup1", "x", CPU_V1)).name == "cgroup1"
+    assert make_enforcer(Choice("cgroup2", "x", Path("/x"))).name == "cgroup2"
+
+
+# -- the lock ----------------------------------------------------------------------------------
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from fairshare.lock import DaemonLock
+lock = DaemonLock("sqlite:///x", "x", Path(sys.argv[1]))
+lock.acquire()
+print("held", flush=True)
+time.sleep(30)
+"""
+
+
+def test_lock_second_holder_is_told_who_has_it(tmp_path):
+    path = tmp_path / "shrdaemon.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(AlreadyRunning) as err:
+            DaemonLock("sqlite:///x", "/x.sqlite", path).acquire()
+        assert str(err.value) == (
+            f"UDB /x.sqlite is already served by pid {holder.pid} (lock {path})"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    # The kernel dropped the dead holder's lock: we get it.
+    lock = DaemonLock("sqlite:///x", "/x.sqlite", path)
+    lock.acquire()
+    assert path.read_text().strip() == str(os.getpid())
+    lock.release()
