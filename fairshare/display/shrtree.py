@@ -146,7 +146,7 @@ def analyse_tree(
     below = tree.subtree_sum(np.where(tree.leaf_mask, usage, 0.0))
     flags = np.asarray(cols.shflags, dtype=np.int64)
     detached_leaf = (flags[detached] & SHF_GROUP) == 0
-    total = below[0] + float(aged[detached][detached_leaf].sum())
+    total = float(below[0]) + float(aged[detached][detached_leaf].sum())
     fraction = below / total if total > 0 else np.zeros(tree.size)
 
     codes: dict[str, list[str]] = defaultdict(list)
@@ -244,8 +244,10 @@ def _role_kind(cols: EntryColumns, e: int) -> str:
 
 
 def visible_nodes(report: TreeReport, long: bool = False, errors: bool = False):
-    """The rows a display shows: groups only unless `long`; only rows with codes if `errors`."""
-    return [n for n in report.nodes if (long or n.kind == "group") and (not errors or n.codes)]
+    """The rows a display shows: groups only unless `long`; if `errors`, every node with codes."""
+    if errors:
+        return [n for n in report.nodes if n.codes]
+    return [n for n in report.nodes if long or n.kind == "group"]
 
 
 # -- text --------------------------------------------------------------------------------
