@@ -8,6 +8,7 @@ one scheduling constant (the guide's sh_consts, set by shradmin): every command
 and the daemon read the same values from here (see fairshare.consts).
 `LnodeCycle`, `PublishedLnode` and `LnodeCheckpoint` are shrdaemon's: the lnode
 table it publishes every cycle for shrview, and its checkpoint (fairshare.store).
+`ConstChange` and `Schedule` are shradmin's history and time-of-day settings.
 """
 
 from __future__ import annotations
@@ -157,3 +158,37 @@ class LnodeCheckpoint(Base):
     charge: Mapped[float] = mapped_column(Float, nullable=False)
     cpu_seconds: Mapped[float] = mapped_column(Float, nullable=False)
     time: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class ConstChange(Base):
+    """One change shradmin made to a constant: who, when (epoch s), old and new value.
+
+    `schedule` names the time-of-day schedule changed, or is empty for the base settings;
+    a schedule's definition and removal are recorded with name "schedule".
+    """
+
+    __tablename__ = "const_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float, nullable=False)
+    who: Mapped[str] = mapped_column(String(64), nullable=False)
+    schedule: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    name: Mapped[str] = mapped_column(String(64), nullable=False)
+    old: Mapped[object] = mapped_column(JSON, nullable=True)
+    new: Mapped[object] = mapped_column(JSON, nullable=True)
+
+
+class Schedule(Base):
+    """A named time-of-day settings set (the guide's prime / non-prime settings).
+
+    It is in force on the weekdays in `days` (0 = Monday) during the hours in
+    `hours` (0..23, local time); `settings` maps constant names to values that
+    replace the base constants while it is.  The first schedule by `name` in force wins.
+    """
+
+    __tablename__ = "schedules"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    days: Mapped[list[int]] = mapped_column(JSON, nullable=False)
+    hours: Mapped[list[int]] = mapped_column(JSON, nullable=False)
+    settings: Mapped[dict] = mapped_column(JSON, nullable=False)

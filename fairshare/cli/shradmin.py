@@ -1,0 +1,161 @@
+"""shradmin: set and show the fair-share constants (guide 4.4.6.1 and 4.6)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import time
+from datetime import datetime
+
+import click
+from rich.console import Console
+
+from fairshare.admin import (
+    MIN_ADVISED_HALFLIFE,
+    history,
+    load_effective_consts,
+    remove_schedule,
+    schedules,
+    set_constants,
+    set_schedule,
+)
+from fairshare.consts import load_consts, parse_duration
+from fairshare.display.settings import history_lines, render_settings, settings_json
+from udb.cli.common import handle_errors, udb_option
+from udb.errors import OptionError
+from udb.session import open_udb, read_session, write_session
+
+#: (option, long name, constant, help) for every setting option, in the guide's letters.
+SETTINGS = (
+    ("-F", "--flags", "flags", "Flags: octal (006) or names (ADJGROUPS,LIMSHARE)."),
+    ("-K", "--halflife", "halflife", "Usage half-life: 3600s, 8h, 5d (plain number: seconds)."),
+    ("-R", "--delta", "delta", "Scheduling cycle: 4s (plain number: seconds)."),
+    ("-t", "--tick", "cost_tick", "Cost per CPU tick (1/100 CPU second)."),
+    ("-b", "--bio", "cost_bio", "Cost per block (logical) I/O request."),
+    ("-s", "--syscall", "cost_syscall", "Cost per system call (context switch)."),
+    ("-m", "--mem", "cost_mem", "Cost per memory click (MiB-second of resident memory)."),
+    ("-y", "--tty", "cost_tty", "Cost per tty read/write operation."),
+    (None, "--sio", "cost_sio", "Cost per stream I/O operation."),
+    ("-X", "--maxushare", "maxushare", "maxushare (LIMSHARE): greater than 1.0."),
+    ("-Y", "--mingshare", "mingshare", "mingshare (ADJGROUPS): between 0 and 1."),
+    ("-Z", "--sharemin", "sharemin", "sharemin: minimum machine share of an active lnode."),
+    ("-U", "--maxusage", "maxusage", "MAXUSAGE: usage at which a user runs only on idle CPU."),
+    ("-G", "--maxlevels", "maxlevels", "Maximum levels in the share tree (root is level 0)."),
+    ("-D", "--nice-decay", "nice_decay", "Priority decay half-lives at nice 0 and 19: 2,60."),
+    ("-n", "--writeback", "writeback", "Write-back interval: 60s."),
+    (None, "--checkpoint", "checkpoint", "Checkpoint interval: 300s."),
+    (None, "--quota-threshold", "quota_threshold", "CPU s past the quota before SIGKILL."),
+)
+
+
+def _settings_options(func):
+    for short, long, const, help_ in reversed(SETTINGS):
+        names = [n for n in (short, long) if n]
+        func = click.option(*names, const, metavar="VALUE", help=help_)(func)
+    return func
+
+
+def _who() -> str:
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def _local(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@udb_option
+@_settings_options
+@click.argument("percent", required=False)
+@click.option("--schedule", metavar="NAME", help="Change the time-of-day schedule NAME instead.")
+@click.option("--days", metavar="DAYS", help="With --schedule: mon-fri, sat,sun, weekdays, all.")
+@click.option("--hours", metavar="HOURS", help="With --schedule: 8-18 (08:00-17:59), 18-8, all.")
+@click.option("--remove", is_flag=True, help="With --schedule: delete the schedule.")
+@click.option("--history", "show_history", is_flag=True, help="List the recorded changes.")
+@click.option("--last", type=click.IntRange(min=1), metavar="N", help="With --history: last N.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
+@handle_errors
+def main(udb, percent, schedule, days, hours, remove, show_history, last, as_json, **settings):
+    """Set or show the fair-share constants (the guide's sh_consts).
+
+    With no option, print the settings in force.  PERCENT is the percent
+    multiplier applied to every cost (shradmin 20 charges 20%).  Every change
+    is validated as a whole (nonsense is refused with exit status 2 and nothing
+    is changed) and recorded with who made it; a running shrdaemon picks it up
+    within one cycle.  With --schedule NAME the options define a named settings
+    set in force on --days during --hours (local time), as the guide's prime
+    and non-prime settings.
+    """
+    changes = {const: value for const, value in settings.items() if value is not None}
+    if percent is not None:
+        changes["percent"] = percent
+    engine = open_udb(udb)
+    now = time.time()
+    if show_history:
+        with read_session(engine) as session:
+            rows = history(session, last)
+            if as_json:
+                click.echo(_history_json(rows))
+            else:
+                for line in history_lines(rows, _local):
+                    click.echo(line)
+        return
+    if schedule is None and (days or hours or remove):
+        raise OptionError("--days, --hours and --remove go with --schedule NAME")
+    if schedule is not None and remove and (changes or days or hours):
+        raise OptionError("--remove takes no other setting")
+    if changes or schedule is not None:
+        _warn_halflife(changes)
+        with write_session(engine) as session:
+            if schedule is None:
+                set_constants(session, changes, who=_who(), now=now)
+            elif remove:
+                remove_schedule(session, schedule, who=_who(), now=now)
+            else:
+                set_schedule(
+                    session,
+                    schedule,
+                    days=days,
+                    hours=hours,
+                    changes=changes,
+                    who=_who(),
+                    now=now,
+                )
+    with read_session(engine) as session:
+        base = load_consts(session)
+        rows = schedules(session)
+        in_force = load_effective_consts(session, datetime.fromtimestamp(now))[1]
+    if as_json:
+        click.echo(json.dumps(settings_json(base, rows, in_force), indent=2))
+    else:
+        render_settings(Console(highlight=False), base, rows, in_force)
+
+
+def _warn_halflife(changes: dict) -> None:
+    if "halflife" not in changes:
+        return
+    halflife = parse_duration(changes["halflife"], "halflife")
+    if halflife < MIN_ADVISED_HALFLIFE:
+        click.echo(
+            f"shradmin: warning: a half-life of {halflife:g} s is under one hour; the guide "
+            "advises at least 3600 s except for debugging",
+            err=True,
+        )
+
+
+def _history_json(rows) -> str:
+    return json.dumps(
+        [
+            {
+                "time": r.time,
+                "who": r.who,
+                "schedule": r.schedule or None,
+                "name": r.name,
+                "old": r.old,
+                "new": r.new,
+            }
+            for r in rows
+        ],
+        indent=2,
+    )

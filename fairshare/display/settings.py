@@ -1,0 +1,126 @@
+"""The settings display: the constants in the manner of the guide's `shrinfo -v` excerpt,
+with the time-of-day schedules.  Shared by shradmin (no options) and shrinfo -v."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from fairshare.admin import describe_days, describe_hours
+from fairshare.consts import ADJGROUPS, LIMSHARE, Consts, flag_names
+from fairshare.display import columns
+from udb.models import ConstChange, Schedule
+
+_COSTS = (
+    ("syscall", "cost_syscall"),
+    ("bio", "cost_bio"),
+    ("sio", "cost_sio"),
+    ("tick", "cost_tick"),
+    ("mem", "cost_mem"),
+    ("tty", "cost_tty"),
+)
+
+
+def _g(value: float) -> str:
+    return f"{value:g}"
+
+
+def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> list[str]:
+    """The settings display as lines of plain text."""
+    names = flag_names(consts.flags)
+    lo, hi = consts.nice_decay
+    lines = [
+        f"Scheduling flags = {', '.join(names) if names else '(none)'} ({consts.flags:03o})",
+        f"Charging percentage = {_g(consts.percent)}%",
+        f"Usage decay rate = {consts.K:.8f} per {_g(consts.delta)} s cycle "
+        f"(half-life of {consts.halflife:.1f} seconds)",
+        f"Write-back interval = {_g(consts.writeback)} s, "
+        f"checkpoint interval = {_g(consts.checkpoint)} s",
+    ]
+    lines += columns(
+        [["", *(label for label, _ in _COSTS)]],
+        [["Costs:", *(_g(getattr(consts, field)) for _, field in _COSTS)]],
+        [False] + [True] * len(_COSTS),
+    )
+    lines += [
+        f"maxushare = {_g(consts.maxushare)}"
+        + ("" if consts.has(LIMSHARE) else " (unused: LIMSHARE off)")
+        + f", mingshare = {_g(consts.mingshare)}"
+        + ("" if consts.has(ADJGROUPS) else " (unused: ADJGROUPS off)")
+        + f", sharemin = {_g(consts.sharemin)}",
+        f"Max. value for normal usage (MAXUSAGE) = {consts.maxusage:e}",
+        f"Maximum hierarchy levels = {consts.maxlevels}",
+        'Process priority decay rate biased by "nice": '
+        f"avg priority (nice 0) {0.5 ** (1 / lo):.4f} (half-life of {lo:.1f} seconds), "
+        f"low priority (nice 19) {0.5 ** (1 / hi):.4f} (half-life of {hi:.1f} seconds)",
+        f"CPU quota threshold = {_g(consts.quota_threshold)} s",
+    ]
+    if rows:
+        lines.append("Schedules (the first in force, by name, replaces these settings):")
+        table = [
+            [
+                ("* " if r.name == in_force else "  ") + r.name,
+                describe_days(r.days),
+                describe_hours(r.hours),
+                " ".join(f"{k}={_json_text(v)}" for k, v in sorted(r.settings.items())),
+            ]
+            for r in rows
+        ]
+        lines += ["  " + line for line in columns([], table, [False] * 4)]
+        lines.append(f"Schedule in force now: {in_force or '(none: base settings)'}")
+    return lines
+
+
+def _json_text(value: object) -> str:
+    if isinstance(value, dict) and "days" in value:  # a schedule's definition
+        settings = " ".join(f"{k}={_json_text(v)}" for k, v in sorted(value["settings"].items()))
+        return f"{value['days']} {value['hours']} {settings}".rstrip()
+    if isinstance(value, list):
+        return ",".join(_json_text(v) for v in value)
+    if isinstance(value, float):
+        return _g(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return str(value)
+
+
+def settings_json(consts: Consts, rows: Sequence[Schedule], in_force: str) -> dict:
+    """The settings as a JSON-ready dict (shape documented in shradmin(8))."""
+    values = {name: getattr(consts, name) for name in consts.__dataclass_fields__}
+    values["nice_decay"] = list(consts.nice_decay)
+    return {
+        "consts": values,
+        "flags": flag_names(consts.flags),
+        "schedules": [
+            {
+                "name": r.name,
+                "days": describe_days(r.days),
+                "hours": describe_hours(r.hours),
+                "settings": dict(r.settings),
+            }
+            for r in rows
+        ],
+        "in_force": in_force or None,
+    }
+
+
+def render_settings(console: Console, consts: Consts, rows, in_force: str) -> None:
+    """Print the settings display on `console`."""
+    for line in settings_lines(consts, rows, in_force):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def history_lines(changes: Sequence[ConstChange], when) -> list[str]:
+    """The change history as lines: time, who, what, old -> new.  `when(epoch)` formats times."""
+    table = [
+        [
+            when(c.time),
+            c.who,
+            f"{c.schedule}:{c.name}" if c.schedule else c.name,
+            _json_text(c.old) if c.old is not None else "-",
+            _json_text(c.new) if c.new is not None else "-",
+        ]
+        for c in changes
+    ]
+    return columns([["Time", "Who", "Constant", "Old", "New"]], table, [False] * 5)

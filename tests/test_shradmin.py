@@ -1,0 +1,179 @@
+"""shradmin: setting, refusing, recording and scheduling the constants."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from fairshare.admin import (
+    describe_days,
+    describe_hours,
+    effective_consts,
+    parse_days,
+    parse_hours,
+)
+from fairshare.cli.shradmin import main as shradmin
+from fairshare.consts import ADJGROUPS, LIMSHARE, Consts, load_consts
+from udb.errors import OptionError
+from udb.models import ConstChange, Schedule
+from udb.session import open_udb, read_session
+
+
+def run(url, *args):
+    return CliRunner().invoke(shradmin, ["--udb", url, *args])
+
+
+def stored(url):
+    """The stored constants and the number of history rows."""
+    with read_session(open_udb(url)) as s:
+        return load_consts(s), s.scalar(select(func.count()).select_from(ConstChange))
+
+
+def test_defaults_are_shown_in_the_guide_manner(udb_url):
+    r = run(udb_url)
+    assert r.exit_code == 0, r.output
+    assert "Scheduling flags = (none) (000)" in r.output
+    assert "Charging percentage = 100%" in r.output
+    # K = 0.5 ** (4 / 3600) per 4 s cycle
+    assert "Usage decay rate = 0.99923013 per 4 s cycle (half-life of 3600.0 seconds)" in r.output
+    # -D 2,60: 0.5 ** (1/60) = 0.9885 per second at nice 19, as the guide's shrinfo -v shows
+    assert "low priority (nice 19) 0.9885 (half-life of 60.0 seconds)" in r.output
+
+
+def test_the_guides_acme_options_are_applied_and_recorded(acme, monkeypatch):
+    monkeypatch.setenv("SUDO_USER", "alice")
+    r = run(acme, "-t100", "-F06", "-K3600s", "-X3.0", "-Y.85", "-Z", ".002")
+    assert r.exit_code == 0, r.output
+    consts, n = stored(acme)
+    assert consts.flags == ADJGROUPS | LIMSHARE
+    assert (consts.maxushare, consts.mingshare, consts.sharemin) == (3.0, 0.85, 0.002)
+    assert "Scheduling flags = ADJGROUPS, LIMSHARE (006)" in r.output
+    # tick cost and half-life were already at those values: only 4 constants changed
+    assert n == 4
+    hist = run(acme, "--history", "--json")
+    rows = json.loads(hist.output)
+    assert {(h["name"], h["old"], h["new"]) for h in rows} == {
+        ("flags", 0, 6),
+        ("maxushare", 2.0, 3.0),
+        ("mingshare", 0.75, 0.85),
+        ("sharemin", 0.0, 0.002),
+    }
+    assert {h["who"] for h in rows} == {"alice"}
+
+
+def test_flags_by_name_durations_with_units_and_percent(udb_url):
+    r = run(udb_url, "-F", "ADJGROUPS,LIMSHARE", "-K", "8h", "-R", "8s", "-n", "2m", "20")
+    assert r.exit_code == 0, r.output
+    consts, _ = stored(udb_url)
+    assert consts.flags == 0o6
+    assert consts.halflife == 8 * 3600
+    assert consts.delta == 8
+    assert consts.writeback == 120
+    assert consts.percent == 20
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-X", "1.0"], "maxushare"),
+        (["-X", "0.5"], "maxushare"),
+        (["-Y", "1.0"], "mingshare"),
+        (["-Y", "1.5"], "mingshare"),
+        (["-t", "-5"], "cost_tick"),
+        (["-b", "-1"], "cost_bio"),
+        (["-F", "ADJGROUPS,BOGUS"], "unknown flag 'BOGUS'"),
+        (["-F", "0777"], "flags"),
+        (["-K", "soon"], "halflife"),
+        (["-D", "60"], "nice_decay"),
+        (["-G", "3"], "below the UDB's deepest chain"),
+        (["--days", "mon"], "go with --schedule"),
+    ],
+)
+def test_nonsense_is_refused_and_nothing_changes(acme, args, message):
+    run(acme, "-X", "2.5")
+    before = stored(acme)
+    r = run(acme, "-t", "50", *args)  # a valid change beside the bad one is not applied either
+    assert r.exit_code == 2
+    assert message in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert stored(acme) == before
+
+
+def test_maxlevels_at_the_trees_depth_is_accepted(acme):
+    # ACME's deepest chain is root > Proj1 > Proj1A > u5: levels 0..3, so -G 4 is the least
+    assert run(acme, "-G", "4").exit_code == 0
+    assert run(acme, "-G", "6").exit_code == 0
+    assert run(acme, "-G", "3").exit_code == 2
+    assert stored(acme)[0].maxlevels == 6
+
+
+def test_short_halflife_warns_but_applies(udb_url):
+    r = CliRunner().invoke(shradmin, ["--udb", udb_url, "-K", "600"])
+    assert r.exit_code == 0
+    assert "warning: a half-life of 600 s is under one hour" in r.output
+    assert stored(udb_url)[0].halflife == 600
+
+
+def test_schedules_prime_and_nonprime(udb_url):
+    r = run(udb_url, "--schedule", "prime", "--days", "mon-fri", "--hours", "8-18", "-X", "2.0")
+    assert r.exit_code == 0, r.output
+    r = run(udb_url, "--schedule", "night", "--days", "all", "--hours", "18-8", "-X", "8", "40")
+    assert r.exit_code == 0, r.output
+    with read_session(open_udb(udb_url)) as s:
+        rows = list(s.scalars(select(Schedule)))
+        base = load_consts(s)
+    monday_noon = datetime(2026, 11, 23, 12, 0)
+    monday_night = datetime(2026, 11, 23, 23, 30)
+    saturday_noon = datetime(2026, 11, 28, 12, 0)
+    consts, name = effective_consts(base, rows, monday_noon)
+    assert (name, consts.maxushare, consts.percent) == ("prime", 2.0, 100.0)
+    consts, name = effective_consts(base, rows, monday_night)
+    assert (name, consts.maxushare, consts.percent) == ("night", 8.0, 40.0)
+    consts, name = effective_consts(base, rows, saturday_noon)
+    assert (name, consts) == ("", base)
+    shown = json.loads(run(udb_url, "--json").output)
+    assert [s["name"] for s in shown["schedules"]] == ["night", "prime"]
+    assert shown["schedules"][1] == {
+        "name": "prime",
+        "days": "mon-fri",
+        "hours": "08-18",
+        "settings": {"maxushare": 2.0},
+    }
+    # a schedule's overrides are validated like the base settings
+    bad = run(udb_url, "--schedule", "prime", "-Y", "3")
+    assert bad.exit_code == 2 and "mingshare" in bad.output
+    assert run(udb_url, "--schedule", "prime", "--remove").exit_code == 0
+    assert [s["name"] for s in json.loads(run(udb_url, "--json").output)["schedules"]] == ["night"]
+    assert run(udb_url, "--schedule", "prime", "--remove").exit_code == 2
+    new = run(udb_url, "--schedule", "weekend", "-X", "4")
+    assert new.exit_code == 2 and "give both --days and --hours" in new.output
+
+
+def test_days_and_hours_parse_and_describe():
+    assert parse_days("mon-fri") == [0, 1, 2, 3, 4]
+    assert parse_days("sat,sun") == [5, 6]
+    assert parse_days("fri-mon") == [0, 4, 5, 6]
+    assert parse_days("weekdays") == list(range(5))
+    assert parse_hours("8-18") == list(range(8, 18))
+    assert parse_hours("18-8") == [*range(8), *range(18, 24)]
+    assert parse_hours("all") == list(range(24))
+    assert describe_days([0, 1, 2, 3, 4]) == "mon-fri"
+    assert describe_days([0, 4, 5, 6]) == "fri-mon"
+    assert describe_hours([*range(18, 24), *range(8)]) == "18-08"
+    for bad in ("funday", "mon-xyz", ""):
+        with pytest.raises(OptionError):
+            parse_days(bad)
+    for bad in ("25-3", "8-8", "x"):
+        with pytest.raises(OptionError):
+            parse_hours(bad)
+
+
+def test_json_shape(udb_url):
+    data = json.loads(run(udb_url, "--json").output)
+    assert set(data) == {"consts", "flags", "schedules", "in_force"}
+    assert data["consts"]["halflife"] == Consts().halflife
+    assert data["flags"] == [] and data["in_force"] is None
