@@ -9,8 +9,9 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
 
 1. `leaf_charges`: cost x resources x percent/100 per leaf (charge units).  Processes
    at the weakest nice are not charged: the collector leaves them out of `Consumption`.
-2. `sharemin` after `m_share` (step 4 needs nothing from steps 2-3, so it runs first):
-   machine shares over the active lnodes, every active leaf at least `sharemin`.
+2. `machine_shares` then `apply_sharemin` (DESIGN.md's steps 4-5; they need nothing from
+   steps 2-3, so they run first): machine shares over the active lnodes (a group whose
+   active leaves all have zero shares claims none), every active leaf at least `sharemin`.
 3. `group_adjustment` (ADJGROUPS): a group whose share of its active siblings' charges is
    below mingshare x its due share has its leaves' charges scaled by
    actual / (mingshare x due), for the decayed usage only.
@@ -377,10 +378,13 @@ class UnicosPolicy:
         c = consumption
         wants = (c.nrun > 0) | (c.cpu > 0)
         leaves = leaf & (table.active | (c.refs > 0) | wants)
-        active = idx.subtree_sum(leaves) > 0
+        # Zero-share leaves (Idle) have lnodes but claim no share: groups holding only
+        # them do not take machine share from their siblings.
+        below = idx.subtree_sum(np.stack((leaves, leaves & (tree.shares > 0)))) > 0
+        active, holders = below
         active[0] = True
 
-        m = machine_shares(idx, tree.shares, active)
+        m = machine_shares(idx, tree.shares, holders)
         m = apply_sharemin(idx, m, leaves, consts.sharemin)
 
         charges = np.where(leaves, leaf_charges(c, consts), 0.0)
@@ -401,7 +405,9 @@ class UnicosPolicy:
         if consts.flags & LIMSHARE:
             limit = min(limit, consts.maxushare)
         sh = effective_shares(idx, m, sub_usage, active, sched > 0, limit)
-        usage *= sh.raise_
+        raised = leaves & (sh.raise_ > 1.0)
+        if raised.any():
+            usage = np.where(raised, np.maximum(usage, USAGE_FLOOR) * sh.raise_, usage)
         e_share = np.where(background | ~active, 0.0, sh.e_share)
 
         if elapsed > 0:

@@ -1,0 +1,392 @@
+"""The pure scheduling cycle: each step alone with numbers worked out by hand, then the
+whole cycle's invariants (hypothesis) and its feedback equilibrium."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as Row
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fairshare.consts import ADJGROUPS, K5, LIMSHARE, Consts
+from fairshare.cycle import (
+    PRIORITY_MAX,
+    Consumption,
+    apply_sharemin,
+    decay_usage,
+    effective_shares,
+    group_adjustment,
+    leaf_charges,
+    machine_shares,
+    priority,
+    run_cycle,
+    tree_index,
+)
+from fairshare.lnode import activate, new_table
+from fairshare.tree import Kind, build_tree
+from udb.models import IDLE_UID
+
+G = 0o40000
+
+
+def flat(*shares, idle=False):
+    rows = [Row(name=f"u{i}", uid=1001 + i, resgrp=0, shares=s, shflags=0)
+            for i, s in enumerate(shares)]  # fmt: skip
+    if idle:
+        rows.append(Row(name="Idle", uid=IDLE_UID, resgrp=0, shares=0, shflags=0))
+    return build_tree(rows)
+
+
+def table_one():
+    """Kay-Lauder Table I: A and B equal; A1 alone in A; B1 9 shares, B2 1 share in B."""
+    rows = [
+        Row(name="A", uid=500, resgrp=0, shares=1, shflags=G),
+        Row(name="B", uid=600, resgrp=0, shares=1, shflags=G),
+        Row(name="A1", uid=1001, resgrp=500, shares=1, shflags=0),
+        Row(name="B1", uid=1002, resgrp=600, shares=9, shflags=0),
+        Row(name="B2", uid=1003, resgrp=600, shares=1, shflags=0),
+    ]
+    return build_tree(rows)
+
+
+def busy(tree, cpu: dict[str, float], idle: tuple[str, ...] = ()) -> Consumption:
+    c = Consumption.zeros(tree.size)
+    for name, seconds in cpu.items():
+        n = tree.node(name)
+        c.cpu[n], c.nrun[n], c.refs[n] = seconds, 1, 1
+    for name in idle:
+        c.refs[tree.node(name)] = 1
+    return c
+
+
+def with_lnodes(tree, usage: dict[str, float]):
+    t = new_table(tree)
+    for name, u in usage.items():
+        activate(t, tree.node(name), u)
+    return t
+
+
+# -- step 1: charges -------------------------------------------------------------------
+
+
+def test_leaf_charges_by_hand():
+    c = Consumption.zeros(2)
+    c.cpu[1], c.bio[1], c.sio[1], c.syscalls[1], c.mem[1], c.tty[1] = 2.0, 10, 4, 100, 50, 3
+    consts = Consts(cost_tick=100, cost_bio=2, cost_sio=5, cost_syscall=0.5, cost_mem=1,
+                    cost_tty=7, percent=50)  # fmt: skip
+    # (100 x 200 ticks + 2 x 10 + 5 x 4 + 0.5 x 100 + 1 x 50 + 7 x 3) x 0.5
+    expected = (20000 + 20 + 20 + 50 + 50 + 21) * 0.5
+    assert leaf_charges(c, consts).tolist() == [0.0, expected]
+
+
+# -- step 2: m_share and sharemin ------------------------------------------------------
+
+
+def test_machine_shares_match_the_tree(tmp_path):
+    tree = table_one()
+    idx = tree_index(tree)
+    for mask in ([0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 0, 1], [0, 0, 0, 0, 1, 1]):
+        leaves = np.array(mask, dtype=bool)
+        active = tree.active_nodes(leaves)
+        np.testing.assert_allclose(
+            machine_shares(idx, tree.shares, active), tree.m_shares(leaves), atol=1e-15
+        )
+    # Table I's m_shares: A1 0.50, B1 0.45, B2 0.05
+    m = machine_shares(idx, tree.shares, np.ones(tree.size, dtype=bool))
+    assert [m[tree.node(n)] for n in ("A1", "B1", "B2")] == pytest.approx([0.5, 0.45, 0.05])
+
+
+def test_sharemin_raises_small_leaves():
+    tree = flat(1, 499, 500)
+    idx = tree_index(tree)
+    m = tree.m_shares()
+    out = apply_sharemin(idx, m, tree.leaf_mask, 0.1)
+    # 0.001 -> 0.1; the others share 0.9 in proportion 499:500
+    assert out[1:].tolist() == pytest.approx([0.1, 0.9 * 499 / 999, 0.9 * 500 / 999])
+    assert out[0] == pytest.approx(1.0)
+
+
+def test_sharemin_iterates_when_scaling_pushes_others_below():
+    tree = flat(2, 8, 90)
+    out = apply_sharemin(tree_index(tree), tree.m_shares(), tree.leaf_mask, 0.1)
+    # 0.02 -> 0.1 leaves 0.9 for 8:90, giving 0.073 < 0.1, so that one is fixed too.
+    assert out[1:].tolist() == pytest.approx([0.1, 0.1, 0.8])
+
+
+def test_sharemin_equal_when_impossible():
+    tree = flat(1, 2, 3)
+    out = apply_sharemin(tree_index(tree), tree.m_shares(), tree.leaf_mask, 0.4)
+    assert out[1:].tolist() == pytest.approx([1 / 3] * 3)
+
+
+# -- step 3: ADJGROUPS -------------------------------------------------------------------
+
+
+def test_group_adjustment_figure_5():
+    tree = table_one()
+    idx = tree_index(tree)
+    active = np.ones(tree.size, dtype=bool)
+    m = machine_shares(idx, tree.shares, active)
+    charges = np.zeros(tree.size)
+    charges[tree.node("A1")] = 90.0
+    charges[tree.node("B2")] = 10.0
+    adj = group_adjustment(idx, tree.kinds == Kind.GROUP, active, m, charges, 0.75)
+    # B: actual 10/100 = 0.1 of the charges, due 0.5: 0.1 < 0.75 x 0.5, so its users'
+    # charges are scaled by 0.1 / 0.375.
+    f = 0.1 / 0.375
+    assert adj[tree.node("B")] == pytest.approx(f)
+    assert adj[tree.node("B1")] == pytest.approx(f) and adj[tree.node("B2")] == pytest.approx(f)
+    assert adj[tree.node("A")] == 1.0 and adj[tree.node("A1")] == 1.0
+    # within tolerance: no adjustment
+    charges[tree.node("B2")] = 60.0  # B has 0.4 >= 0.375
+    adj = group_adjustment(idx, tree.kinds == Kind.GROUP, active, m, charges, 0.75)
+    assert (adj == 1.0).all()
+
+
+def test_adjgroups_discounts_usage_not_charge():
+    tree = table_one()
+    t = with_lnodes(tree, {"A1": 0.0, "B2": 0.0})
+    c = busy(tree, {"A1": 0.9, "B2": 0.1})
+    out = run_cycle(tree, t, c, Consts(flags=ADJGROUPS), 4.0)
+    b2 = tree.node("B2")
+    assert out.charge[b2] == pytest.approx(0.1 * 10000)  # full cost
+    assert out.usage[b2] == pytest.approx(0.1 * 10000 * (0.1 / 0.375))  # discounted
+    without = run_cycle(tree, t, c, Consts(), 4.0)
+    assert without.usage[b2] == pytest.approx(1000.0)
+
+
+# -- step 4: decay ---------------------------------------------------------------------
+
+
+def test_decay_usage():
+    assert decay_usage(np.array([1000.0]), np.array([10.0]), 0.5).tolist() == [510.0]
+
+
+def test_cycle_decays_by_elapsed_over_halflife():
+    tree = flat(1, 1)
+    t = with_lnodes(tree, {"u0": 1000.0, "u1": 0.0})
+    c = busy(tree, {"u1": 1.0}, idle=("u0",))
+    out = run_cycle(tree, t, c, Consts(halflife=60.0), 120.0)
+    assert out.usage[tree.node("u0")] == pytest.approx(250.0)
+    assert out.usage[0] == pytest.approx(250.0 + 10000.0)  # groups: sum of the leaves
+
+
+# -- step 5: effective shares ----------------------------------------------------------
+
+
+def test_equilibrium_usage_gives_due_share():
+    # Usage proportional to m_share (what a user at its share accumulates): e = m.
+    tree = flat(2, 1)
+    t = with_lnodes(tree, {"u0": 2e6, "u1": 1e6})
+    out = run_cycle(tree, t, busy(tree, {"u0": 0.0, "u1": 0.0}), Consts(), 0.0)
+    assert out.e_share[1:].tolist() == pytest.approx([2 / 3, 1 / 3])
+
+
+def test_near_future_proportion_by_hand():
+    # m = 1/2 each, usage 1 and 3: m^2/u = 0.25 and 0.0833: proportions 3/4 and 1/4
+    # (below K5 x due = 1, so no edge effect).
+    tree = flat(1, 1)
+    idx = tree_index(tree)
+    m = tree.m_shares()
+    usage = np.array([4.0, 1.0, 3.0])
+    demand = np.ones(3, dtype=bool)
+    sh = effective_shares(idx, m, usage, demand, demand, K5)
+    assert sh.e_share[1:].tolist() == pytest.approx([0.75, 0.25])
+    assert sh.raise_.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_table_one_gives_b_half():
+    # Both organisations have used half of the CPU (A1 and B2 each 0.5 of the usage).
+    # Hierarchically A and B each get m^2/u = 0.25/0.5, i.e. half; B1 is idle, so B2
+    # gets all of B's half.  (A flat split over the leaves would give B2
+    # (0.05^2/0.5) / (0.05^2/0.5 + 0.5^2/0.5) = 1%.)
+    tree = table_one()
+    t = with_lnodes(tree, {"A1": 5e5, "B1": 0.0, "B2": 5e5})
+    out = run_cycle(tree, t, busy(tree, {"A1": 0.0, "B2": 0.0}, idle=("B1",)), Consts(), 0.0)
+    e = {n: out.e_share[tree.node(n)] for n in ("A", "B", "A1", "B1", "B2")}
+    assert e["A"] == pytest.approx(0.5) and e["B"] == pytest.approx(0.5)
+    assert e["A1"] == pytest.approx(0.5) and e["B2"] == pytest.approx(0.5)
+    # B1, idle, is told what it would get if it started: B's half, nearly all of it
+    # (its usage is 0, so it is bounded only by K5 x 0.9 x 0.5 = 0.9).
+    assert e["B1"] == pytest.approx(0.5, rel=1e-6)
+    assert out.demand[tree.node("B")] and not out.demand[tree.node("B1")]
+
+
+def test_edge_effect_newcomer_capped_at_k5_due_and_usage_raised():
+    tree = flat(1, 1, 1, 1)
+    t = with_lnodes(tree, {"u0": 1e6, "u1": 1e6, "u2": 2e6, "u3": 0.0})
+    c = busy(tree, {"u0": 0.0, "u1": 0.0, "u2": 0.0, "u3": 0.0})
+    out = run_cycle(tree, t, c, Consts(), 0.0)
+    e = out.e_share[1:]
+    assert e[3] == pytest.approx(K5 * 0.25)  # due 1/4, never more than twice that
+    # the rest in the old proportion m^2/u: 2:2:1 of the other half
+    assert e[:3].tolist() == pytest.approx([0.2, 0.2, 0.1])
+    # Figure 4: the newcomer's usage is raised so that m^2/usage gives exactly K5 x due.
+    w = out.m_share[1:] ** 2 / out.usage[1:]
+    assert (w / w.sum())[3] == pytest.approx(0.5)
+    assert out.usage[1:4].tolist() == [1e6, 1e6, 2e6]  # others untouched
+
+
+def test_edge_effect_in_groups_bounds_the_leaf():
+    # A new group with a new user: the group is bounded at K5 x its due, and so is the user.
+    tree = table_one()
+    t = with_lnodes(tree, {"A1": 1e6, "B2": 0.0})
+    out = run_cycle(tree, t, busy(tree, {"A1": 0.0, "B2": 0.0}), Consts(), 0.0)
+    assert out.e_share[tree.node("B2")] <= K5 * 0.5 + 1e-12
+    assert out.e_share[tree.node("A1")] + out.e_share[tree.node("B2")] == pytest.approx(1.0)
+
+
+def test_limshare_caps_at_maxushare_times_due():
+    tree = flat(1, 1, 1, 1)
+    t = with_lnodes(tree, {"u0": 1e6, "u1": 1e6, "u2": 1e6, "u3": 1e3})
+    c = busy(tree, {f"u{i}": 0.0 for i in range(4)})
+    consts = Consts(flags=LIMSHARE, maxushare=1.5)
+    out = run_cycle(tree, t, c, consts, 0.0)
+    assert out.e_share[4] == pytest.approx(1.5 * 0.25)
+    assert out.e_share[1:4].tolist() == pytest.approx([0.625 / 3] * 3)
+    no_limit = run_cycle(tree, t, c, Consts(), 0.0)
+    assert no_limit.e_share[4] == pytest.approx(0.5)  # only the K5 bound
+
+
+def test_maxusage_makes_background():
+    tree = flat(1, 1, 1)
+    t = with_lnodes(tree, {"u0": 2e12, "u1": 1e6, "u2": 3e6})
+    c = busy(tree, {"u0": 4.0, "u1": 0.0, "u2": 0.0})
+    out = run_cycle(tree, t, c, Consts(), 4.0)
+    assert out.background.tolist() == [False, True, False, False]
+    assert out.e_share[1] == 0.0
+    # the others split the machine as if u0 did not compete: m^2/u = 3:1
+    assert out.e_share[2:].tolist() == pytest.approx([0.75, 0.25])
+
+
+def test_zero_share_idle_is_background_with_max_priority():
+    tree = flat(1, idle=True)
+    idle = tree.node("Idle")
+    t = with_lnodes(tree, {"u0": 1e6, "Idle": 0.0})
+    c = busy(tree, {"u0": 1.0, "Idle": 3.0})
+    out = run_cycle(tree, t, c, Consts(), 4.0)
+    assert out.background[idle] and out.e_share[idle] == 0.0
+    assert out.m_share[idle] == 0.0 and out.priority[idle] == PRIORITY_MAX
+    assert out.e_share[tree.node("u0")] == 1.0
+
+
+def test_priority_formula():
+    p = priority(np.array([1000.0, 5.0]), np.array([2, 1]), np.array([0.5, 0.0]))
+    assert p.tolist() == [8000.0, PRIORITY_MAX]
+
+
+def test_rate_cpu_and_counts():
+    tree = flat(1, 1)
+    t = with_lnodes(tree, {"u0": 0.0, "u1": 0.0})
+    c = busy(tree, {"u0": 3.0, "u1": 1.0})
+    c.nrun[1], c.refs[1] = 3, 5
+    consts = Consts(halflife=4.0)  # K = 0.5 over 4 s
+    out = run_cycle(tree, t, c, consts, 4.0)
+    # rate decays like usage: (1 - K) x charges / elapsed = 0.5 x 30000 / 4
+    assert out.rate[1] == pytest.approx(3750.0)
+    assert out.cpu[1:].tolist() == [0.75, 0.25] and out.cpu[0] == 1.0
+    assert out.nrun.tolist() == [4, 3, 1] and out.refs.tolist() == [6, 5, 1]
+    assert out.cpu_seconds[1:].tolist() == [3.0, 1.0]
+
+
+def test_run_cycle_is_pure():
+    tree = table_one()
+    t = with_lnodes(tree, {"A1": 5.0, "B2": 7.0})
+    before = t.copy()
+    c = busy(tree, {"A1": 1.0, "B2": 2.0})
+    c_before = c.cpu.copy()
+    run_cycle(tree, t, c, Consts(flags=ADJGROUPS | LIMSHARE), 4.0)
+    for name in ("usage", "charge", "active", "e_share", "m_share"):
+        np.testing.assert_array_equal(getattr(t, name), getattr(before, name))
+    np.testing.assert_array_equal(c.cpu, c_before)
+
+
+def test_policy_is_pluggable():
+    class Frozen:
+        name = "frozen"
+
+        def cycle(self, tree, table, consumption, consts, elapsed):
+            return table
+
+    tree = flat(1)
+    t = new_table(tree)
+    assert run_cycle(tree, t, Consumption.zeros(tree.size), Consts(), 4.0, Frozen()) is t
+
+
+# -- the feedback loop -----------------------------------------------------------------
+
+
+def test_feedback_converges_to_shares():
+    # Two saturating users 3:1: e ~ m^2/u and u ~ delivered, so delivered -> m.
+    tree = flat(3, 1)
+    t = with_lnodes(tree, {"u0": 0.0, "u1": 0.0})
+    consts = Consts(halflife=600.0)
+    e = np.array([0.0, 0.5, 0.5])
+    for _ in range(1500):
+        t = run_cycle(tree, t, busy(tree, {"u0": 8 * e[1], "u1": 8 * e[2]}), consts, 4.0)
+        e = t.e_share
+    assert e[1:].tolist() == pytest.approx([0.75, 0.25], abs=1e-4)
+
+
+# -- invariants ------------------------------------------------------------------------
+
+
+@st.composite
+def scenes(draw):
+    """A random 1-3 level tree with random activity, demand and usage."""
+    ngroups = draw(st.integers(0, 4))
+    rows, guids = [], [0]
+    for g in range(ngroups):
+        parent = draw(st.sampled_from(guids))
+        rows.append(Row(name=f"g{g}", uid=500 + g, resgrp=parent,
+                        shares=draw(st.integers(1, 50)), shflags=G))  # fmt: skip
+        guids.append(500 + g)
+    nusers = draw(st.integers(1, 12))
+    for u in range(nusers):
+        rows.append(Row(name=f"u{u}", uid=1000 + u, resgrp=draw(st.sampled_from(guids)),
+                        shares=draw(st.integers(0, 100)), shflags=0))  # fmt: skip
+    tree = build_tree(rows)
+    table = new_table(tree)
+    c = Consumption.zeros(tree.size)
+    usage = st.one_of(st.just(0.0), st.floats(0.0, 1e13))
+    for u in range(nusers):
+        n = tree.node(f"u{u}")
+        state = draw(st.sampled_from(["off", "idle", "busy"]))
+        if state != "off":
+            activate(table, n, draw(usage))
+            c.refs[n] = 1
+        if state == "busy":
+            c.nrun[n] = draw(st.integers(1, 4))
+            c.cpu[n] = draw(st.floats(0.0, 16.0))
+    flags = draw(st.sampled_from([0, ADJGROUPS, LIMSHARE, ADJGROUPS | LIMSHARE]))
+    consts = Consts(flags=flags, sharemin=draw(st.sampled_from([0.0, 0.05])))
+    return tree, table, c, consts
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenes(), st.sampled_from([0.0, 4.0, 3600.0]))
+def test_cycle_invariants(scene, elapsed):
+    tree, table, c, consts = scene
+    out = run_cycle(tree, table, c, consts, elapsed)
+    for name in ("usage", "e_share", "m_share", "rate", "priority", "adj"):
+        assert np.isfinite(getattr(out, name)).all(), name
+    assert (out.usage >= 0).all()
+    leaf = tree.leaf_mask & out.active
+    competing = leaf & out.demand & ~out.background
+    if competing.any():
+        assert out.e_share[competing].sum() == pytest.approx(1.0)
+        assert out.e_share[0] == pytest.approx(1.0)
+    active_with_shares = leaf & (out.m_share > 0)
+    if active_with_shares.any():
+        assert out.m_share[leaf].sum() == pytest.approx(1.0)
+    assert (out.e_share[out.background] == 0).all()
+    # never more than K5 x the due share: m_share renormalised over the competing
+    # siblings at every level (effective_shares returns it)
+    idx = tree_index(tree)
+    sched = idx.subtree_sum(competing) > 0
+    limit = min(K5, consts.maxushare) if consts.flags & LIMSHARE else K5
+    sh = effective_shares(idx, out.m_share, out.usage, out.active, sched, limit)
+    assert (out.e_share[competing] <= limit * sh.due[competing] * (1 + 1e-9)).all()
+    np.testing.assert_allclose(sh.e_share[competing], out.e_share[competing], rtol=1e-9, atol=1e-15)

@@ -1,0 +1,104 @@
+"""The lnode table: creation with aged usage, release with write-back, group lifetime."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as Row
+
+import numpy as np
+import pytest
+
+from fairshare.consts import Consts
+from fairshare.cycle import Consumption, run_cycle
+from fairshare.lnode import activate, aged_usage, new_table, release
+from fairshare.tree import build_tree
+
+G = 0o40000
+
+
+@pytest.fixture
+def tree():
+    # root -> P (group) -> PA (group) -> u1, u2 ; P -> PB (group) -> u3 ; root -> u4
+    rows = [
+        Row(name="P", uid=100, resgrp=0, shares=1, shflags=G),
+        Row(name="PA", uid=101, resgrp=100, shares=1, shflags=G),
+        Row(name="PB", uid=102, resgrp=100, shares=1, shflags=G),
+        Row(name="u1", uid=1001, resgrp=101, shares=1, shflags=0),
+        Row(name="u2", uid=1002, resgrp=101, shares=1, shflags=0),
+        Row(name="u3", uid=1003, resgrp=102, shares=1, shflags=0),
+        Row(name="u4", uid=1004, resgrp=0, shares=1, shflags=0),
+    ]
+    return build_tree(rows)
+
+
+def test_new_table_only_root_active(tree):
+    t = new_table(tree)
+    assert t.active.tolist() == [True] + [False] * (tree.size - 1)
+    assert t.m_share[0] == 1.0 and not t.usage.any() and (t.adj == 1).all()
+
+
+@pytest.mark.parametrize(
+    "shusage, shextime, now, expected",
+    [
+        (1000.0, 0.0, 3600.0, 500.0),  # one half-life
+        (1000.0, 100.0, 7300.0, 250.0),  # two
+        (1000.0, 5000.0, 4000.0, 1000.0),  # shextime in the future: no negative age
+        (0.0, 0.0, 10.0, 0.0),
+    ],
+)
+def test_aged_usage(shusage, shextime, now, expected):
+    assert aged_usage(shusage, shextime, now, Consts()) == pytest.approx(expected)
+
+
+def test_activate_makes_ancestors_active(tree):
+    t = new_table(tree)
+    u1 = tree.node("u1")
+    activate(t, u1, 42.0)
+    on = {tree.names[i] for i in np.flatnonzero(t.active)}
+    assert on == {"", "P", "PA", "u1"}
+    assert t.usage[u1] == 42.0
+    activate(t, u1, 99.0)  # already active: unchanged
+    assert t.usage[u1] == 42.0
+
+
+def test_release_writes_back_and_releases_empty_groups(tree):
+    t = new_table(tree)
+    for name in ("u1", "u2", "u3"):
+        activate(t, tree.node(name), 10.0)
+    t.charge[tree.node("u1")] = 7.0
+    t.cpu_seconds[tree.node("u1")] = 3.0
+    wb = release(t, tree.node("u1"), now=1234.0)
+    assert (wb.shusage, wb.shextime, wb.charge, wb.cpu_seconds) == (10.0, 1234.0, 7.0, 3.0)
+    assert not t.active[tree.node("u1")] and t.usage[tree.node("u1")] == 0
+    assert t.active[tree.node("PA")]  # u2 is still there
+    release(t, tree.node("u2"), now=1235.0)
+    assert not t.active[tree.node("PA")]
+    assert t.active[tree.node("P")]  # PB -> u3 still active
+    release(t, tree.node("u3"), now=1236.0)
+    assert t.active.tolist() == [True] + [False] * (tree.size - 1)
+
+
+def test_lifecycle_through_cycles(tree):
+    consts = Consts(halflife=3600.0)
+    t = new_table(tree)
+    u4 = tree.node("u4")
+    # u4 left 3600 s ago with usage 2e6: it comes back with 1e6.
+    activate(t, u4, aged_usage(2e6, 0.0, 3600.0, consts))
+    for _ in range(3):
+        c = Consumption.zeros(tree.size)
+        c.cpu[u4], c.nrun[u4], c.refs[u4] = 4.0, 1, 1
+        t = run_cycle(tree, t, c, consts, 4.0)
+    wb = release(t, u4, now=3612.0)
+    k = consts.K
+    charge = 4.0 * 100 * 100  # 4 CPU s at 100 per tick, 100 ticks per s
+    assert wb.charge == pytest.approx(3 * charge)
+    assert wb.cpu_seconds == pytest.approx(12.0)
+    assert wb.shusage == pytest.approx(1e6 * k**3 + charge * (k**2 + k + 1))
+    assert wb.shextime == 3612.0
+
+
+def test_copy_is_deep(tree):
+    t = new_table(tree)
+    c = t.copy()
+    c.usage[1] = 5.0
+    assert t.usage[1] == 0.0
+    assert c.parent is t.parent

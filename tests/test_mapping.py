@@ -1,0 +1,81 @@
+"""Enforcer weight mappings: e_share to cgroup weights and nice values."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fairshare.enforce.mapping import (
+    NICE_TO_WEIGHT,
+    cgroup1_shares,
+    cgroup2_weights,
+    nice_values,
+)
+
+
+def test_nice_table_is_the_kernels():
+    assert len(NICE_TO_WEIGHT) == 40
+    assert NICE_TO_WEIGHT[20] == 1024  # nice 0
+    assert NICE_TO_WEIGHT[0] == 88761 and NICE_TO_WEIGHT[39] == 15
+    steps = NICE_TO_WEIGHT[:-1] / NICE_TO_WEIGHT[1:]
+    assert np.all((steps >= 1.19) & (steps <= 1.3))  # about 1.25 per step (18/15 = 1.2)
+
+
+def test_cgroup2_weights_proportional_largest_10000():
+    w = cgroup2_weights([0.5, 0.25, 0.1, 0.15], [False, False, False, False])
+    assert w.tolist() == [10000, 5000, 2000, 3000]
+
+
+def test_cgroup2_background_and_zero_get_minimum():
+    w = cgroup2_weights([0.5, 0.0, 0.9], [False, False, True])
+    assert w.tolist() == [10000, 1, 1]
+    assert cgroup2_weights([0.0, 0.0], [False, False]).tolist() == [1, 1]
+    # a share 20000 times smaller than the largest still gets weight 1, never 0
+    assert cgroup2_weights([1.0, 5e-5], [False, False]).tolist() == [10000, 1]
+
+
+def test_cgroup1_shares():
+    s = cgroup1_shares([0.5, 0.25, 0.1], [False, False, False])
+    assert s.tolist() == [262144, 131072, 52429]  # 0.2 x 262144 = 52428.8
+    assert cgroup1_shares([0.5, 0.5], [False, True]).tolist() == [262144, 2]
+
+
+def test_nice_values_scenario_one_by_hand():
+    # Equal e_share, 2 vs 8 runnable processes: the second user's processes should each
+    # weigh 1/4 of the first's.  ln 4 = 1.386; nice 6 weighs 1024/272 = 3.76 (ln 1.326),
+    # nice 7 1024/215 = 4.76 (ln 1.561): nice 6 is nearer.
+    assert nice_values([0.5, 0.5], [2, 8], [False, False]).tolist() == [0, 6]
+
+
+def test_nice_values_background_and_zero_share_get_19():
+    assert nice_values([0.5, 0.3, 0.0], [1, 1, 1], [False, True, False]).tolist() == [0, 19, 19]
+    # nrun 0 counts as one process
+    assert nice_values([0.5, 0.5], [0, 1], [False, False]).tolist() == [0, 0]
+
+
+def test_nice_values_clip_at_19():
+    assert nice_values([1.0, 1e-6], [1, 1], [False, False]).tolist() == [0, 19]
+
+
+@given(
+    st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=30),
+    st.lists(st.integers(0, 50), min_size=30, max_size=30),
+)
+def test_nice_monotone_in_per_process_share(shares, nrun):
+    e = np.array(shares)
+    n = np.array(nrun[: len(e)])
+    nice = nice_values(e, n, np.zeros(len(e), dtype=bool))
+    per = e / np.maximum(n, 1)
+    order = np.argsort(-per, kind="stable")
+    assert np.all(np.diff(nice[order]) >= 0)
+    assert nice.min() == 0 and nice.max() <= 19
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=50))
+def test_cgroup2_weights_range_and_order(shares):
+    e = np.array(shares)
+    w = cgroup2_weights(e, np.zeros(len(e), dtype=bool))
+    assert w.min() >= 1 and w.max() <= 10000
+    order = np.argsort(e, kind="stable")
+    assert np.all(np.diff(w[order]) >= 0)
