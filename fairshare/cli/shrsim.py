@@ -17,7 +17,7 @@ from udb.errors import OptionError
 PLOT_FORMATS = (".png", ".svg")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("shrsim", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @udb_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the tables.")
@@ -92,7 +92,9 @@ def render(result: SimResult, console: Console) -> None:
     start, stop = result.window
     console.print(
         f"{result.scenario}: enforcer {result.enforcer}, window {start:g}s..{stop:g}s, "
-        f"{result.cycles} cycles, CPU utilisation {result.utilisation * 100:.1f}%"
+        f"{result.cycles} cycles, CPU utilisation {result.utilisation * 100:.1f}%",
+        soft_wrap=True,
+        markup=False,
     )
     console.print(_table("Lnodes", result.lnodes))
     if result.groups:

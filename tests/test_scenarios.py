@@ -1,0 +1,145 @@
+"""The nine scenarios of issue 5 (examples/scenarios/), each beside its --enforcer none
+baseline, which shows that plain Linux does not give the result and fair share does."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from fairshare.consts import K5
+from fairshare.sim import SimResult, load_scenario, run_scenario
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+PP = 0.01  # one percentage point
+
+
+@cache
+def result(stem: str, enforcer: str | None = None) -> SimResult:
+    (path,) = SCENARIOS.glob(f"{stem}_*.toml")
+    return run_scenario(load_scenario(path), enforcer)
+
+
+def delivered(r: SimResult) -> dict[str, float]:
+    return {m.name: m.delivered for m in r.lnodes + r.groups}
+
+
+def phase(r: SimResult, name: str, start: float, stop: float, what: str = "delivered") -> float:
+    """Mean of lnode `name`'s series between `start` and `stop` seconds."""
+    sel = (r.times > start) & (r.times <= stop)
+    return float(getattr(r, what)[sel, r.series(name)].mean())
+
+
+def test_1_equal_shares_2_vs_8_processes():
+    d = delivered(result("01"))
+    assert d["alice"] == pytest.approx(0.5, abs=PP) and d["bob"] == pytest.approx(0.5, abs=PP)
+    base = delivered(result("01", "none"))
+    assert base["alice"] == pytest.approx(0.2, abs=PP)  # 2 of 10 processes
+    assert base["bob"] == pytest.approx(0.8, abs=PP)
+
+
+def test_2_shares_2_to_1():
+    r = result("02")
+    assert {m.name: m.entitled for m in r.lnodes} == pytest.approx({"alice": 2 / 3, "bob": 1 / 3})
+    d = delivered(r)
+    assert d["alice"] == pytest.approx(2 / 3, abs=PP) and d["bob"] == pytest.approx(1 / 3, abs=PP)
+    assert delivered(result("02", "none"))["alice"] == pytest.approx(0.2, abs=PP)
+
+
+def test_3_user_with_history_meets_newcomer():
+    r = result("03")
+    arrive = 45 * 60
+    # alice ran alone for 3 half-lives (15 min each): bob, with no usage, gets most of
+    # the machine at first, so alice gets well under half ...
+    assert phase(r, "alice", arrive, arrive + 600) < 0.3
+    assert phase(r, "alice", arrive, arrive + 3600) < 0.5 - PP
+    # ... and then both converge to half (window: the last 2 hours).
+    d = delivered(r)
+    assert d["alice"] == pytest.approx(0.5, abs=PP) and d["bob"] == pytest.approx(0.5, abs=PP)
+    # Linux has no memory: alice gets half at once.
+    base = result("03", "none")
+    assert phase(base, "alice", arrive, arrive + 600) == pytest.approx(0.5, abs=PP)
+
+
+def test_4_organisations_equal_whatever_their_users():
+    d = delivered(result("04"))
+    assert d["A"] == pytest.approx(0.5, abs=PP) and d["B"] == pytest.approx(0.5, abs=PP)
+    assert d["a1"] == pytest.approx(0.25, abs=PP) and d["b1"] == pytest.approx(0.5, abs=PP)
+    base = delivered(result("04", "none"))
+    assert base["A"] == pytest.approx(2 / 3, abs=PP)
+
+
+def test_5_table_one_organisation_b_gets_half():
+    r = result("05")
+    ent = {m.name: m.entitled for m in r.lnodes}
+    assert ent == pytest.approx({"A1": 0.5, "B1": 0.45, "B2": 0.05})  # Table I
+    d = delivered(r)
+    assert d["B"] == pytest.approx(0.5, abs=PP) and d["B2"] == pytest.approx(0.5, abs=PP)
+    assert d["B1"] == 0.0
+    assert delivered(result("05", "none"))["B"] == pytest.approx(0.25, abs=PP)
+
+
+# ACME entitlements with u1..u16 active, from the guide's Tables 30 and 31.
+ACME = {
+    **{f"u{i}": 0.1 * 0.25 for i in (1, 2, 3, 4)},
+    **{f"u{i}": 0.5 * 0.5 * 0.5 for i in (5, 6, 7, 8)},
+    "u9": 0.25 * 0.5, "u10": 0.25 * 0.3, "u11": 0.25 * 0.1, "u12": 0.25 * 0.1,
+    **{f"u{i}": 0.15 * 0.25 for i in (13, 14, 15, 16)},
+}  # fmt: skip
+
+
+def test_6_acme_every_user_within_one_point():
+    r = result("06")
+    assert {m.name: m.entitled for m in r.lnodes} == pytest.approx(ACME)
+    for m in r.lnodes:
+        assert m.delivered == pytest.approx(ACME[m.name], abs=PP), m.name
+    assert r.max_deviation_pp < 1.0
+    base = delivered(result("06", "none"))
+    assert base["u5"] == pytest.approx(1 / 16, abs=PP)  # 2 of 32 processes each
+
+
+def test_7_newcomer_never_more_than_k5_times_due():
+    r = result("07")
+    assert len(r.times) == r.cycles  # one series point per cycle
+    j = r.series("newcomer")
+    due = r.entitled[:, j]  # every user competes, so the due share is m_share (1/4)
+    arrived = r.times > 3600
+    assert due[arrived] == pytest.approx(0.25)
+    assert (r.e_share[:, j] <= K5 * due + 1e-12).all()
+    # integer cgroup weights round by at most 1/10000
+    assert (r.delivered[:, j] <= K5 * due + 1e-4).all()
+    assert r.delivered[arrived, j].max() > 0.49  # the bound is what held it back
+    base = result("07", "none")
+    assert base.delivered[arrived, j].max() == pytest.approx(8 / 11)
+
+
+def test_8_sharemin_and_maxusage():
+    r = result("08")
+    big_runs, big_gone = (3600, 3 * 3600), (3 * 3600 + 600, 4 * 3600)
+    # tiny's m_share is sharemin (0.1); among the lnodes that compete (hog is background)
+    # its due share is 0.1 / (0.1 + 0.75).
+    assert phase(r, "tiny", *big_runs, what="entitled") == pytest.approx(0.1)
+    tiny = phase(r, "tiny", *big_runs)
+    assert tiny >= 0.1 and tiny == pytest.approx(0.1 / 0.85, abs=PP)
+    # hog, past MAXUSAGE, runs only on idle CPU: none while the machine is full ...
+    assert phase(r, "hog", *big_runs) < 0.001
+    # ... and the CPU tiny's single process leaves idle once big has gone.
+    assert phase(r, "hog", *big_gone) == pytest.approx(0.5, abs=PP)
+    assert phase(r, "tiny", *big_gone) == pytest.approx(0.5, abs=PP)
+    base = result("08", "none")
+    assert phase(base, "hog", *big_runs) == pytest.approx(2 / 7, abs=PP)
+
+
+def test_9_nice_alone_reaches_scenario_1_within_3_points():
+    r = result("09")
+    assert r.enforcer == "nice"
+    d = delivered(r)
+    assert d["alice"] == pytest.approx(0.5, abs=3 * PP)
+    assert d["bob"] == pytest.approx(0.5, abs=3 * PP)
+    assert delivered(result("09", "none"))["alice"] == pytest.approx(0.2, abs=PP)
+
+
+def test_every_scenario_file_is_tested():
+    stems = sorted(p.name[:2] for p in SCENARIOS.glob("*.toml"))
+    assert stems == [f"{i:02d}" for i in range(1, 10)]

@@ -1,0 +1,255 @@
+"""The simulated machine, the enforcer models, scenario loading and the shrsim command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fairshare.cli.shrsim import main as shrsim
+from fairshare.consts import ADJGROUPS, Consts, save_consts
+from fairshare.enforce.mapping import NICE_TO_WEIGHT
+from fairshare.sim import (
+    ScenarioError,
+    SimMachine,
+    enforcer_weights,
+    parse_scenario,
+    run_scenario,
+    water_fill,
+)
+from udb.session import open_udb, write_session
+
+TWO_USERS = """
+cpus = 2
+duration = "40m"
+warmup = "20m"
+directives = \"\"\"
+create:alice:uid:1001:shares:1:
+create:bob:uid:1002:shares:1:
+\"\"\"
+[consts]
+halflife = "5m"
+[[workload]]
+name = "alice"
+procs = 2
+[[workload]]
+name = "bob"
+procs = 8
+"""
+
+
+# -- the machine -----------------------------------------------------------------------
+
+
+def test_water_fill_by_weight():
+    np.testing.assert_allclose(water_fill(2.0, np.ones(3), np.ones(3)), [2 / 3] * 3)
+    # weight 4:1:1 would give the first 4/3 CPU; capped at 1, the rest goes to the others
+    np.testing.assert_allclose(water_fill(2.0, np.array([4.0, 1, 1]), np.ones(3)), [1, 0.5, 0.5])
+    # more CPUs than anyone can use: everyone at its cap
+    np.testing.assert_allclose(water_fill(8.0, np.array([1.0, 5]), np.array([1.0, 2])), [1, 2])
+    # zero weight gets nothing
+    np.testing.assert_allclose(water_fill(1.0, np.array([0.0, 1]), np.ones(2)), [0, 1])
+
+
+def test_machine_one_cpu_per_process_and_demand():
+    m = SimMachine(cpus=4)
+    # 1 process of weight 100 and 6 of weight 1: the first is capped at one CPU
+    got = m.run(np.array([1, 6]), np.array([100.0, 1.0]), np.ones(2), np.zeros(2, bool))
+    np.testing.assert_allclose(got, [1.0, 3.0])
+    # partly idle processes use at most their demand; the rest goes to the others
+    got = m.run(np.array([2, 2]), np.ones(2), np.array([0.25, 1.0]), np.zeros(2, bool))
+    np.testing.assert_allclose(got, [0.5, 2.0])
+
+
+def test_machine_idle_class_only_on_leftover_cpu():
+    m = SimMachine(cpus=2)
+    idle = np.array([False, True])
+    got = m.run(np.array([1, 3]), np.array([1.0, 1000.0]), np.ones(2), idle)
+    np.testing.assert_allclose(got, [1.0, 1.0])  # one CPU left over
+    got = m.run(np.array([4, 3]), np.array([1.0, 1000.0]), np.ones(2), idle)
+    np.testing.assert_allclose(got, [2.0, 0.0])  # nothing left over
+
+
+def test_enforcer_weights():
+    e, bg, nrun = np.array([0.5, 0.5, 0.2]), np.array([False, False, True]), np.array([2, 8, 1])
+    w, idle = enforcer_weights("cgroup", e, bg, nrun)
+    np.testing.assert_allclose(w, [5000, 1250, 1])  # lnode weight split over its processes
+    assert idle.tolist() == [False, False, True]
+    w, idle = enforcer_weights("nice", e, bg, nrun)
+    np.testing.assert_allclose(w, NICE_TO_WEIGHT[[20, 26, 39]])  # nice 0, 6, 19
+    assert not idle.any()
+    w, idle = enforcer_weights("none", e, bg, nrun)
+    assert w.tolist() == [1, 1, 1] and not idle.any()
+
+
+# -- scenarios -------------------------------------------------------------------------
+
+
+def test_parse_scenario():
+    sc = parse_scenario(TWO_USERS, "two.toml")
+    assert (sc.cpus, sc.duration, sc.warmup, sc.delta) == (2.0, 2400.0, 1200.0, 4.0)
+    assert sc.consts == Consts(halflife=300.0)
+    assert [(w.name, w.procs, w.start, w.stop) for w in sc.workloads] == [
+        ("alice", 2, 0.0, 2400.0),
+        ("bob", 8, 0.0, 2400.0),
+    ]
+    assert sc.enforcer == "cgroup"
+
+
+def test_default_warmup_is_three_halflives_at_most_half():
+    sc = parse_scenario(TWO_USERS.replace('warmup = "20m"\n', ""), "two.toml")
+    assert sc.warmup == 900.0  # 3 x 5 min
+    sc = parse_scenario(TWO_USERS.replace('warmup = "20m"\n', "").replace("5m", "1h"), "t")
+    assert sc.warmup == 1200.0  # half of 40 min
+
+
+@pytest.mark.parametrize(
+    "change, where",
+    [
+        (("cpus = 2", "cpus = 0"), "two.toml:2:1: cpus: expected a positive number"),
+        (('name = "bob"', 'name = "carol"'), "two.toml:15:1: workload 2: name: expected one of"),
+        (("procs = 8", "procs = -1"), "two.toml:16:1: workload 2: procs: expected a positive"),
+        (('halflife = "5m"', 'halflife = "5 mins"'), "two.toml:10:1: halflife: expected a"),
+        (("create:bob:uid:1002", "create:bob:uid:x"), "two.toml:7:16: create:bob: uid: expected"),
+        (("cpus = 2", "cpus = [2"), "two.toml:3:1: not valid TOML: Unclosed array"),
+        (("cpus = 2", "cpus = 2\nwarmup2 = 1"), "two.toml:3:1: warmup2: unknown key"),
+        (('duration = "40m"', 'duration = "40m"\nenforcer = "cfs"'), "two.toml:4:1: enforcer:"),
+    ],
+)
+def test_scenario_errors_name_file_line_and_expectation(change, where):
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(TWO_USERS.replace(*change), "two.toml")
+    assert str(err.value).startswith(where)
+
+
+def test_workload_stop_before_start_rejected():
+    text = TWO_USERS.replace("procs = 2", 'procs = 2\nstart = "30m"\nstop = "10m"')
+    with pytest.raises(ScenarioError, match="workload 1: stop: expected a time after start"):
+        parse_scenario(text, "two.toml")
+
+
+def test_lnodes_come_and_go_with_usage_aged():
+    # alice leaves at 10m and returns at 20m: her usage comes back aged by two half-lives,
+    # so during her first cycle back she has a quarter of what she left with.
+    text = TWO_USERS.replace(
+        'name = "alice"\nprocs = 2',
+        'name = "alice"\nprocs = 2\nstop = "10m"\n[[workload]]\nname = "alice"\n'
+        'procs = 2\nstart = "20m"',
+    )
+    sc = parse_scenario(text, "two.toml")
+    r = run_scenario(sc)
+    j = r.series("alice")
+    away = (r.times > 600) & (r.times <= 1200)
+    assert (r.delivered[away, j] == 0).all() and (r.entitled[away, j] == 0).all()
+    assert r.entitled[r.times > 1204, j] == pytest.approx(0.5)
+    # bob, who stayed, has far more usage than alice on her return: she gets more than half
+    assert r.delivered[(r.times > 1204) & (r.times < 1300), j].mean() > 0.5
+
+
+def test_account_mode_scenario():
+    text = """
+cpus = 1
+duration = "20m"
+directives = \"\"\"
+acid:p1:2001:
+acid:p2:2002:
+create:p1:uid:2001:shflags:01000000:shares:3:
+create:p2:uid:2002:shflags:01000000:shares:1:
+\"\"\"
+[consts]
+halflife = "2m"
+flags = "SHAREBYACCT"
+[[workload]]
+name = "p1"
+procs = 1
+[[workload]]
+name = "p2"
+procs = 3
+"""
+    r = run_scenario(parse_scenario(text, "acct.toml"))
+    assert {m.name: m.kind for m in r.lnodes} == {"p1": "account", "p2": "account"}
+    assert r.lnode("p1").delivered == pytest.approx(0.75, abs=0.01)
+
+
+# -- shrsim ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two(tmp_path) -> Path:
+    p = tmp_path / "two.toml"
+    p.write_text(TWO_USERS)
+    return p
+
+
+def test_shrsim_json(two):
+    out = CliRunner().invoke(shrsim, [str(two), "--json"])
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.output)
+    assert set(d) >= {"lnodes", "groups", "max_deviation_pp"}
+    assert d["lnodes"]["alice"]["entitled"] == 0.5
+    assert d["lnodes"]["alice"]["delivered"] == pytest.approx(0.5, abs=0.01)
+    assert d["max_deviation_pp"] < 1.0 and d["groups"] == {}
+    assert d["enforcer"] == "cgroup" and d["window"] == [1200.0, 2400.0]
+
+
+def test_shrsim_table_enforcer_and_window(two):
+    out = CliRunner().invoke(shrsim, [str(two), "--enforcer", "none", "--window", "10m"])
+    assert out.exit_code == 0, out.output
+    assert "enforcer none, window 1800s..2400s" in out.output
+    row = next(line for line in out.output.splitlines() if "alice" in line)
+    assert "50.00" in row and "20.00" in row and "-30.00" in row
+    assert "Largest deviation: 30.00 pp" in out.output
+
+
+@pytest.mark.parametrize("ext", ["png", "svg"])
+def test_shrsim_plot(two, tmp_path, ext):
+    target = tmp_path / f"plot.{ext}"
+    out = CliRunner().invoke(shrsim, [str(two), "--json", "--plot", str(target)])
+    assert out.exit_code == 0, out.output
+    head = target.read_bytes()[:200]
+    assert head.startswith(b"\x89PNG") if ext == "png" else b"<svg" in head or b"<?xml" in head
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--plot", "x.pdf"], "--plot: expected a file name ending in .png or .svg"),
+        (["--window", "2h"], "--window: expected a duration up to the scenario's"),
+        (["--window", "soon"], "--window: expected a duration"),
+    ],
+)
+def test_shrsim_bad_options_exit_2(two, args, message):
+    out = CliRunner().invoke(shrsim, [str(two), *args])
+    assert out.exit_code == 2
+    assert message in out.output and out.output.count("\n") == 1
+
+
+def test_shrsim_bad_scenario_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TWO_USERS.replace('name = "bob"', 'name = "carol"'))
+    out = CliRunner().invoke(shrsim, [str(bad)])
+    assert out.exit_code == 2
+    assert out.output == (
+        f"shrsim: {bad}:15:1: workload 2: name: expected one of the UDB's users, got 'carol'\n"
+    )
+    out = CliRunner().invoke(shrsim, [str(tmp_path / "missing.toml")])
+    assert out.exit_code == 2 and "cannot read the scenario" in out.output
+
+
+def test_shrsim_simulates_the_udb_when_the_scenario_names_none(acme, tmp_path):
+    with write_session(open_udb(acme)) as s:
+        save_consts(s, Consts(halflife=300.0, flags=ADJGROUPS))
+    sc = tmp_path / "site.toml"
+    sc.write_text(
+        'cpus = 4\nduration = "30m"\n'
+        '[[workload]]\nname = "u9"\nprocs = 4\n[[workload]]\nname = "u1"\nprocs = 4\n'
+    )
+    out = CliRunner().invoke(shrsim, [str(sc), "--json", "--udb", acme])
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.output)
+    # u9 (Proj2) and u1 (Maint) alone: Proj2 250 vs Maint 100 shares at the top
+    assert d["groups"]["Proj2"]["entitled"] == pytest.approx(250 / 350)
+    assert d["lnodes"]["u9"]["delivered"] == pytest.approx(250 / 350, abs=0.01)
