@@ -108,6 +108,8 @@ class LnodeCycle(Base):
     started: Mapped[float] = mapped_column(Float, nullable=False)
     running: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
     stopped: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: Resource totals since the daemon started (cpu s, bio, sio, syscalls, mem, tty).
+    counts: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class PublishedLnode(Base):
