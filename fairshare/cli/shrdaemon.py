@@ -269,3 +269,7 @@ def run_simulation(engine, scenario, cycles, enforcer, host) -> None:
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
     daemon.install_signal_handlers()
     daemon.run(cycles or length)
+
+
+if __name__ == "__main__":
+    main()

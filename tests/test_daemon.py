@@ -1,0 +1,420 @@
+"""The daemon loop driven by a scripted collector, a recording enforcer and a simulated
+clock, on a real SQLite UDB; the command through CliRunner and as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select, update
+
+from fairshare.cli.shrdaemon import main
+from fairshare.collect import ProcessSample, Sample
+from fairshare.collect.sim import SimClock
+from fairshare.consts import NOSCHED, SHAREBYACCT, TICKS_PER_SECOND, Consts, save_consts
+from fairshare.daemon import Daemon, Options
+from fairshare.store import LnodeStore
+from udb.models import SHF_ACCOUNT, SHF_GROUP, Entry, LnodeCheckpoint
+from udb.session import open_udb, read_session, write_session
+
+EPOCH = 1_000_000.0
+TICK_COST = 100.0  # the default cost_tick: charge units per CPU tick
+PER_CPU_S = TICK_COST * TICKS_PER_SECOND  # 10,000 charge units per CPU second
+ROOT_DIR = Path(__file__).resolve().parent.parent
+
+
+class Script:
+    """A collector whose samples are given by a function of the sample number."""
+
+    def __init__(self, clock: SimClock, plan, idle: float = 0.0):
+        self.clock, self.plan, self.idle = clock, plan, idle
+        self.calls = 0
+        self.last = None
+        self.on_sample = None
+
+    def sample(self) -> Sample:
+        now = self.clock.now
+        elapsed = 0.0 if self.last is None else now - self.last
+        procs = self.plan(self.calls) if self.last is not None else []
+        self.last = now
+        self.calls += 1
+        if self.on_sample:
+            self.on_sample(self.calls)
+        return Sample(self.clock.time(), elapsed, procs, self.idle if elapsed else 0.0)
+
+
+class Recorder:
+    """An enforcer that remembers what it was asked to do."""
+
+    name = "recorder"
+
+    def __init__(self):
+        self.calls = []
+
+    def setup(self):
+        self.calls.append("setup")
+
+    def apply(self, targets):
+        self.calls.append(("apply", [(t.name, t.pids, round(t.e_share, 6)) for t in targets]))
+
+    def teardown(self):
+        self.calls.append("teardown")
+
+
+def proc(pid, uid, cpu=0.0, runnable=True, nice=0):
+    return ProcessSample(pid, EPOCH, uid, cpu=cpu, runnable=runnable, nice=nice)
+
+
+@pytest.fixture
+def engine(udb_url):
+    e = open_udb(udb_url)
+    with write_session(e) as s:
+        s.add_all(
+            [
+                Entry(name="Idle", uid=11, shares=0),
+                Entry(name="unknown", uid=12, shares=1),
+                Entry(name="G", uid=500, shflags=SHF_GROUP, shares=1),
+                Entry(name="alice", uid=1001, resgrp=500, shares=1),
+                Entry(name="bob", uid=1002, resgrp=500, shares=1),
+            ]
+        )
+    return e
+
+
+def make(engine, plan, idle=0.0, **kw):
+    clock = SimClock(EPOCH)
+    col = Script(clock, plan, idle)
+    enf = Recorder()
+    sent = []
+    d = Daemon(
+        engine,
+        col,
+        enf,
+        LnodeStore(engine, host="test"),
+        clock=clock,
+        options=Options(enforce_min_uid=1000),
+        signal_process=lambda pid, sig: sent.append((pid, sig)),
+        **kw,
+    )
+    return d, clock, col, enf, sent
+
+
+def cycle(d, clock, n=1):
+    for _ in range(n):
+        clock.sleep(d.consts.delta, d.wake)
+        d.step()
+
+
+def entry(engine, name):
+    with read_session(engine) as s:
+        return s.scalars(select(Entry).where(Entry.name == name)).one()
+
+
+def published(d):
+    head, rows = d.store.read_published()
+    return head, {r.name: r for r in rows}
+
+
+def set_consts(engine, **changes):
+    with write_session(engine) as s:
+        save_consts(s, Consts().replace(**changes))
+
+
+# -- mapping processes to lnodes -----------------------------------------------------------
+
+
+def test_processes_go_to_their_user_unknown_and_idle(engine):
+    d, clock, *_ = make(engine, lambda i: [proc(7, 1001, 1.0), proc(8, 4444, 0.5)], idle=2.0)
+    d.start()
+    cycle(d, clock)
+    head, rows = published(d)
+    assert rows["alice"].cpu_seconds == 1.0 and rows["alice"].refs == 1
+    assert rows["unknown"].cpu_seconds == 0.5  # uid 4444 has no entry
+    assert rows["Idle"].cpu_seconds == 2.0
+    assert "bob" not in rows  # no processes: no lnode
+    assert rows["alice"].charge == 1.0 * PER_CPU_S
+    assert head.cycle == 1 and head.time == EPOCH + 4.0
+
+
+def test_weakest_nice_is_not_charged(engine):
+    d, clock, *_ = make(engine, lambda i: [proc(7, 1001, 1.0, nice=19), proc(8, 1002, 1.0)])
+    d.start()
+    cycle(d, clock)
+    _, rows = published(d)
+    assert rows["alice"].charge == 0.0 and rows["alice"].refs == 1
+    assert rows["bob"].charge == PER_CPU_S
+
+
+def test_share_by_account_default_acid_and_the_newacct_hook(udb_url):
+    engine = open_udb(udb_url)
+    with write_session(engine) as s:
+        s.add_all(
+            [
+                Entry(name="G", uid=500, shflags=SHF_GROUP, shares=1),
+                Entry(name="acct1", uid=2001, resgrp=500, shflags=SHF_ACCOUNT, shares=1),
+                Entry(name="acct2", uid=2002, resgrp=500, shflags=SHF_ACCOUNT, shares=1),
+                Entry(name="alice", uid=1001, acids=[2002, 2001], shares=1),
+            ]
+        )
+        save_consts(s, Consts(flags=SHAREBYACCT))
+    procs = [proc(7, 1001, 1.0), proc(8, 1001, 2.0)]
+    d, clock, *_ = make(engine, lambda i: procs, account_of=lambda p: 2001 if p.pid == 8 else None)
+    d.start()
+    cycle(d, clock)
+    head, rows = published(d)
+    assert head.mode == "account"
+    assert rows["acct2"].cpu_seconds == 1.0  # alice's default account (first acid)
+    assert rows["acct1"].cpu_seconds == 2.0  # the account newacct put pid 8 in
+    assert "alice" not in rows
+
+
+# -- lnode lifecycle ---------------------------------------------------------------------------
+
+
+def test_new_lnode_starts_from_stored_usage_aged_by_its_absence(engine):
+    # alice left one half-life (3600 s) before the first cycle with 1000 of usage.
+    with write_session(engine) as s:
+        s.execute(
+            update(Entry)
+            .where(Entry.name == "alice")
+            .values(shusage=1000.0, shextime=EPOCH + 4.0 - 3600.0)
+        )
+    d, clock, *_ = make(engine, lambda i: [proc(7, 1001, 2.0)])
+    d.start()
+    cycle(d, clock)
+    _, rows = published(d)
+    k = 0.5 ** (4.0 / 3600.0)
+    assert rows["alice"].usage == pytest.approx(500.0 * k + 2.0 * PER_CPU_S, rel=1e-12)
+
+
+def test_gone_lnodes_are_written_back_at_the_write_back_interval(engine):
+    set_consts(engine, writeback=8.0)
+    with write_session(engine) as s:
+        s.execute(update(Entry).where(Entry.name == "alice").values(shcharge=5.0))
+    d, clock, *_ = make(engine, lambda i: [proc(7, 1001, 2.0)] if i == 1 else [])
+    d.start()
+    cycle(d, clock)  # t=4: alice runs
+    assert entry(engine, "alice").shcharge == 5.0  # nothing written while active
+    cycle(d, clock)  # t=8: alice has gone; the write-back interval is up
+    a = entry(engine, "alice")
+    k = 0.5 ** (4.0 / 3600.0)
+    assert a.shcharge == 5.0 + 2.0 * PER_CPU_S
+    assert a.cpuquotaused == 2.0
+    assert a.shextime == EPOCH + 8.0
+    assert a.shusage == pytest.approx(2.0 * PER_CPU_S * k, rel=1e-12)
+    cycle(d, clock)
+    _, rows = published(d)
+    assert "alice" not in rows  # released
+
+
+def test_consts_are_reread_every_cycle(engine):
+    d, clock, *_ = make(engine, lambda i: [proc(7, 1001, 1.0)])
+    d.start()
+    cycle(d, clock)
+    set_consts(engine, cost_tick=300.0)  # as shradmin -t 300 would
+    cycle(d, clock)
+    _, rows = published(d)
+    assert rows["alice"].charge == 1.0 * PER_CPU_S + 3.0 * PER_CPU_S
+
+
+def test_a_new_delta_sets_the_next_sleep(engine):
+    d, clock, col, *_ = make(engine, lambda i: [])
+    # shradmin -R 2 lands during cycle 1 (after its consts were read).
+    col.on_sample = lambda n: set_consts(engine, delta=2.0) if n == 2 else None
+    assert d.run(cycles=3) == 3
+    # cycles at t=4 and t=8 (cycle 1 still planned with 4 s), then 2 s later.
+    assert published(d)[0].time == EPOCH + 10.0
+
+
+def test_new_entry_is_picked_up_within_one_cycle(engine):
+    d, clock, *_ = make(engine, lambda i: [proc(9, 1005, 1.0)])
+    d.start()
+    cycle(d, clock)
+    assert published(d)[1]["unknown"].cpu_seconds == 1.0
+    with write_session(engine) as s:
+        s.add(Entry(name="carol", uid=1005, resgrp=500, shares=2))
+    cycle(d, clock)
+    _, rows = published(d)
+    assert rows["carol"].cpu_seconds == 1.0 and rows["carol"].shares == 2.0
+    assert rows["unknown"].cpu_seconds == 1.0  # kept its lnode (still active until released)
+
+
+def test_cpu_quota_sigxcpu_then_sigkill_past_the_threshold(engine):
+    with write_session(engine) as s:
+        s.execute(update(Entry).where(Entry.name == "alice").values(cpuquota=5.0, cpuquotaused=1.0))
+    d, clock, _col, _enf, sent = make(engine, lambda i: [proc(7, 1001, 2.0), proc(8, 1001, 0.0)])
+    d.start()
+    cycle(d, clock)  # 1 + 2 = 3 s used
+    assert sent == []
+    cycle(d, clock)  # 5 s: the quota
+    assert sent == [(7, signal.SIGXCPU), (8, signal.SIGXCPU)]
+    cycle(d, clock)  # 7 s: below quota + 3 s, no second warning
+    assert len(sent) == 2
+    cycle(d, clock)  # 9 s >= 8 s
+    assert sent[2:] == [(7, signal.SIGKILL), (8, signal.SIGKILL)]
+    d.shutdown()
+    assert entry(engine, "alice").cpuquotaused == 1.0 + 8.0
+
+
+def test_sighup_rereads_quotas_the_fingerprint_cannot_see(engine):
+    d, clock, _c, _e, sent = make(engine, lambda i: [proc(7, 1001, 1.0)])
+    d.start()
+    cycle(d, clock)
+    with write_session(engine) as s:
+        s.execute(update(Entry).where(Entry.name == "alice").values(cpuquota=0.5))
+    cycle(d, clock)
+    assert sent == []  # not seen yet
+    d._on_hup(signal.SIGHUP, None)
+    cycle(d, clock)
+    assert sent == [(7, signal.SIGXCPU)]
+
+
+# -- enforcement -----------------------------------------------------------------------------
+
+
+def test_targets_leave_system_processes_alone_and_nosched_turns_enforcing_off(engine):
+    d, clock, _c, enf, _s = make(
+        engine, lambda i: [proc(7, 1001, 2.0), proc(8, 1002, 2.0), proc(9, 12, 1.0)]
+    )
+    d.start()
+    cycle(d, clock)
+    assert enf.calls[0] == "setup"
+    kind, targets = enf.calls[1]
+    # unknown (uid 12 < 1000) is charged but not enforced; alice and bob: equal shares,
+    # equal usage, so equal effective shares, the ones the cycle published.
+    assert [(n, p) for n, p, _e in targets] == [("alice", (7,)), ("bob", (8,))]
+    _, rows = published(d)
+    assert targets[0][2] == targets[1][2] == round(rows["alice"].e_share, 6) > 0
+    assert rows["unknown"].cpu_seconds == 1.0
+    set_consts(engine, flags=NOSCHED)
+    cycle(d, clock)
+    assert enf.calls[2:] == ["teardown"]
+    assert published(d)[0].enforcer == "none"
+    set_consts(engine, flags=0)
+    cycle(d, clock)
+    assert enf.calls[3] == "setup" and enf.calls[4][0] == "apply"
+    assert published(d)[0].enforcer == "recorder"
+
+
+# -- stopping and crashing -----------------------------------------------------------------
+
+
+def test_run_stops_on_request_writes_everything_back_and_marks_the_table(engine):
+    d, clock, col, enf, _s = make(engine, lambda i: [proc(7, 1001, 1.0)])
+    col.on_sample = lambda n: d.stop() if n == 4 else None
+    assert d.run() == 3  # the baseline, then cycles 1..3; the stop comes with the 4th sample
+    assert enf.calls[-1] == "teardown"
+    a = entry(engine, "alice")
+    assert a.shcharge == 3.0 * PER_CPU_S and a.cpuquotaused == 3.0
+    head, _rows = published(d)
+    assert not head.running and head.stopped == EPOCH + 12.0
+
+
+def test_run_counts_cycles(engine):
+    d, *_ = make(engine, lambda i: [])
+    assert d.run(cycles=5) == 5
+
+
+def test_crash_then_restart_recovers_the_checkpoint(engine):
+    set_consts(engine, checkpoint=8.0)
+    d, clock, *_ = make(engine, lambda i: [proc(7, 1001, 1.0)])
+    d.start()
+    cycle(d, clock, 2)  # checkpoint at t=8
+    with read_session(engine) as s:
+        cp = s.scalars(select(LnodeCheckpoint).where(LnodeCheckpoint.name == "alice")).one()
+        usage, charge, when = cp.usage, cp.charge, cp.time
+    cycle(d, clock)  # t=12: accrues after the checkpoint, then "kill -9": no shutdown
+    assert charge == 2.0 * PER_CPU_S and when == EPOCH + 8.0
+    d2, clock2, *_ = make(engine, lambda i: [])
+    d2.start()
+    a = entry(engine, "alice")
+    assert (a.shusage, a.shextime, a.shcharge, a.cpuquotaused) == (usage, when, charge, 2.0)
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def test_simulate_acme_like_scenario_delivers_shares_2_to_1(udb_url):
+    scenario = ROOT_DIR / "examples" / "scenarios" / "02_shares_2_to_1.toml"
+    r = CliRunner().invoke(
+        main,
+        ["--udb", udb_url, "--simulate", str(scenario), "--cycles", "450", "--show", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["cycle"]["enforcer"] == "sim" and out["cycle"]["cycle"] == 450
+    lnodes = {x["name"]: x for x in out["lnodes"]}
+    # alice 2 shares, bob 1: after half an hour (two half-lives) of 2 vs 8 CPU-bound
+    # processes, the CPU of the last cycle is split 2:1.
+    assert lnodes["alice"]["cpu"] == pytest.approx(2 / 3, abs=0.02)
+    assert lnodes["bob"]["cpu"] == pytest.approx(1 / 3, abs=0.02)
+    assert lnodes["alice"]["m_share"] == pytest.approx(2 / 3)
+
+
+def test_once_and_cycles_together_is_an_error(udb_url):
+    r = CliRunner().invoke(main, ["--udb", udb_url, "--once", "--cycles", "3"])
+    assert r.exit_code == 2
+    assert "--once and --cycles" in r.stderr
+
+
+def run_daemon(udb_url, *args, **kw):
+    env = dict(os.environ, UDB_URL=udb_url)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fairshare.cli.shrdaemon", "--enforcer", "none", *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kw,
+    )
+
+
+def wait_for(predicate, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sigterm_writes_back_and_exits_0_within_2_s_and_a_second_start_is_refused(engine):
+    url = str(engine.url)
+    with write_session(engine) as s:
+        save_consts(s, Consts(delta=0.5))
+        s.execute(update(Entry).where(Entry.uid == 1001).values(uid=os.getuid()))
+    d = run_daemon(url)
+    try:
+        assert wait_for(lambda: LnodeStore(engine).read_published()[0] is not None)
+        second = subprocess.run(
+            [sys.executable, "-m", "fairshare.cli.shrdaemon", "--udb", url, "--once"],
+            capture_output=True,
+            text=True,
+        )
+        assert second.returncode == 2
+        assert f"is already served by pid {d.pid} (lock " in second.stderr
+        t0 = time.monotonic()
+        d.send_signal(signal.SIGTERM)
+        assert d.wait(timeout=5) == 0
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait()
+    log = d.stderr.read()
+    assert log.splitlines()[0].split(": ", 1)[1].startswith("enforcer none: ")
+    assert "SIGTERM: stopping" in log
+    me = entry(engine, "alice")  # the entry now carrying our uid: our python ran
+    assert me.shcharge > 0 and me.shextime > 0
+    assert not LnodeStore(engine).read_published()[0].running
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__]))
