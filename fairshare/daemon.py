@@ -33,12 +33,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 from sqlalchemy import Engine, func, select
 
+from fairshare.admin import load_effective_consts
 from fairshare.collect import Collector, ProcessSample, Sample
 from fairshare.consts import NOSCHED, NOSHARE, Consts, load_consts
 from fairshare.cycle import Consumption, run_cycle
@@ -195,6 +197,7 @@ class Daemon:
         self.started = self.clock.time()
         self.lnodes: Lnodes | None = None
         self.consts: Consts | None = None
+        self.schedule = ""  # the shradmin schedule in force ("" = the base settings)
         self.scheduling = True  # False while NOSCHED/NOSHARE keep the enforcer off
         self._pids: dict[int, list[ProcessSample]] = {}  # leaf -> its processes, last sample
         self._next_writeback = 0.0
@@ -262,7 +265,7 @@ class Daemon:
                 r.cpu_seconds,
             )
         with read_session(self.engine) as s:
-            self.consts = load_consts(s)
+            self.consts = self._load_consts(s)
             self.lnodes = load_lnodes(s, self.consts.mode)
         self._log_tree()
         self._sync_enforcer(self.consts)
@@ -274,7 +277,7 @@ class Daemon:
     def step(self) -> None:
         """One cycle (see the module docstring)."""
         with read_session(self.engine) as s:
-            consts = load_consts(s)
+            consts = self._load_consts(s)
             self._maybe_reload(s, consts)
         self.consts = consts
         self._sync_enforcer(consts)
@@ -328,6 +331,16 @@ class Daemon:
         return self.enforcer.name if self.scheduling else "none"
 
     # -- the pieces ----------------------------------------------------------------------
+
+    def _load_consts(self, session) -> Consts:
+        """The constants in force now: the stored ones with shradmin's schedule in force
+        at the clock's local time applied (logged when the schedule changes)."""
+        when = datetime.fromtimestamp(self.clock.time())
+        consts, schedule = load_effective_consts(session, when)
+        if schedule != self.schedule:
+            log.info("schedule %s now in force", schedule or "(none: base settings)")
+            self.schedule = schedule
+        return consts
 
     def _sync_enforcer(self, consts: Consts) -> None:
         """Keep the enforcer off while NOSCHED or NOSHARE is set, on otherwise."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -177,3 +178,25 @@ def test_json_shape(udb_url):
     assert set(data) == {"consts", "flags", "schedules", "in_force"}
     assert data["consts"]["halflife"] == Consts().halflife
     assert data["flags"] == [] and data["in_force"] is None
+
+
+def test_a_running_daemon_follows_the_schedule_in_force(udb_url):
+    from fairshare.daemon import simulated_daemon
+
+    scenario = (
+        Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "01_equal_shares.toml"
+    )
+    monday_noon = datetime(2026, 11, 23, 12, 0).timestamp()
+    daemon, _model, _cycles = simulated_daemon(open_udb(udb_url), str(scenario), epoch=monday_noon)
+    daemon.start()
+    daemon.step()
+    assert (daemon.consts.delta, daemon.schedule) == (4.0, "")
+    r = run(
+        udb_url, "--schedule", "batch", "--days", "mon", "--hours", "12-13", "-R", "8", "-X", "8"
+    )
+    assert r.exit_code == 0, r.output
+    daemon.step()  # the very next cycle uses the schedule's settings
+    assert (daemon.consts.delta, daemon.consts.maxushare, daemon.schedule) == (8.0, 8.0, "batch")
+    run(udb_url, "--schedule", "batch", "--remove")
+    daemon.step()
+    assert (daemon.consts.delta, daemon.schedule) == (4.0, "")
