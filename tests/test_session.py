@@ -214,3 +214,10 @@ def test_postgresql_round_trip(pg_url, acme_acct):
     assert shares_of(engine, "u1") == 25
     r = CliRunner().invoke(udbgen, ["--udb", pg_url, "-a", "-A"])
     assert r.exit_code == 0, r.output
+    # Swapping two uids passes PostgreSQL's per-row unique check too.
+    r = CliRunner().invoke(
+        udbgen, ["--udb", pg_url, "-c", "update:u1:uid:1002: update:u2:uid:1001:"]
+    )
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(udbsee, ["--udb", pg_url, "-f", "uid", "u1", "u2"])
+    assert r.stdout == "create:u1:uid:1002:\ncreate:u2:uid:1001:\n"
