@@ -69,14 +69,6 @@ def entry_kind(row: TreeRow) -> Kind:
     return Kind.USER
 
 
-def _is_node(kind: Kind, name: str, mode: str) -> bool:
-    if kind in (Kind.GROUP, Kind.IDLE):
-        return True
-    if mode == "user":
-        return kind == Kind.USER
-    return kind == Kind.ACCOUNT or name in UNKNOWN_NAMES
-
-
 @dataclass(frozen=True)
 class Detached:
     """An entry that belongs in the tree but cannot be reached from the root."""
@@ -249,6 +241,7 @@ def build_tree_columns(
     kind[uid == IDLE_UID] = Kind.IDLE
     kind[(sf & SHF_ACCOUNT) != 0] = Kind.ACCOUNT
     kind[(sf & SHF_GROUP) != 0] = Kind.GROUP
+    # The same membership rule as udb.check.in_tree (udb cannot import fairshare).
     if mode == "user":
         is_node = kind != Kind.ACCOUNT
     else:
