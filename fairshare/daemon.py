@@ -46,7 +46,7 @@ from fairshare.consts import NOSCHED, NOSHARE, Consts, load_consts
 from fairshare.cycle import Consumption, run_cycle
 from fairshare.enforce.base import Enforcer, LnodeTarget
 from fairshare.lnode import LnodeTable, WriteBack, activate, aged_usage, new_table, release
-from fairshare.store import CycleHeader, EntryState, LnodeStore
+from fairshare.store import CycleHeader, EntryState, LnodeStore, add_counts
 from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
 from udb.models import IDLE_UID, Entry
 from udb.session import read_session
@@ -195,6 +195,7 @@ class Daemon:
         self.reload_requested = False
         self.cycle = 0
         self.started = self.clock.time()
+        self.counts: dict[str, float] = {}  # resource totals since start (shrview -ds)
         self.lnodes: Lnodes | None = None
         self.consts: Consts | None = None
         self.schedule = ""  # the shradmin schedule in force ("" = the base settings)
@@ -284,6 +285,7 @@ class Daemon:
         sample = self.collector.sample()
         ln = self.lnodes
         consumption, procs = self._consumption(ln, sample)
+        add_counts(self.counts, consumption)
         self._activate(ln, consumption, sample.time)
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
         ln.table = run_cycle(ln.tree, ln.table, consumption, consts, elapsed)
@@ -303,6 +305,7 @@ class Daemon:
                 cycle=self.cycle,
                 mode=consts.mode,
                 started=self.started,
+                counts=dict(self.counts),
             ),
         )
         now = self.clock.monotonic()

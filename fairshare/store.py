@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import Engine, bindparam, delete, insert, select, update
 
+from fairshare.consts import TICKS_PER_SECOND
+from fairshare.cycle import Consumption
 from fairshare.lnode import LnodeTable, WriteBack
 from fairshare.tree import Kind, ShareTree
 from udb.models import Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
@@ -38,7 +40,9 @@ from udb.session import read_session, write_session
 @dataclass(frozen=True)
 class CycleHeader:
     """The published cycle's header: `time` (epoch s), `delta` (s), the enforcer in
-    force, the daemon's pid, the cycle number and the share mode."""
+    force, the daemon's pid, the cycle number and the share mode.  `counts`: resource
+    totals since the daemon started, keyed like the costs (tick: CPU ticks, bio, sio,
+    syscall, mem: MiB-seconds, tty), for shrview -ds."""
 
     time: float
     delta: float
@@ -47,6 +51,7 @@ class CycleHeader:
     cycle: int
     mode: str
     started: float
+    counts: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class LnodeStore:
                     started=header.started,
                     running=True,
                     stopped=None,
+                    counts=header.counts,
                 )
             )
 
@@ -187,6 +193,29 @@ class LnodeStore:
             s.execute(delete(PublishedLnode).where(PublishedLnode.host == self.host))
             s.execute(delete(LnodeCycle).where(LnodeCycle.host == self.host))
         return out
+
+
+#: The resources counted for shrview -ds, named like their costs (Consts.cost_<name>),
+#: with the Consumption field each comes from.
+COUNTED = (
+    ("syscall", "syscalls"),
+    ("bio", "bio"),
+    ("sio", "sio"),
+    ("tick", "cpu"),
+    ("mem", "mem"),
+    ("tty", "tty"),
+)
+
+
+def add_counts(counts: dict[str, float], consumption: Consumption) -> None:
+    """Add one cycle's `consumption` over all leaves to `counts` (in place): CPU ticks
+    (CPU s x TICKS_PER_SECOND), block and stream I/O operations, system calls,
+    MiB-seconds of memory and tty operations."""
+    for name, field in COUNTED:
+        amount = float(getattr(consumption, field).sum())
+        if name == "tick":
+            amount *= TICKS_PER_SECOND
+        counts[name] = counts.get(name, 0.0) + amount
 
 
 def _write_back(session, released: Sequence[tuple[int, WriteBack]]) -> None:
