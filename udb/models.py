@@ -9,6 +9,7 @@ and the daemon read the same values from here (see fairshare.consts).
 `LnodeCycle`, `PublishedLnode` and `LnodeCheckpoint` are shrdaemon's: the lnode
 table it publishes every cycle for shrview, and its checkpoint (fairshare.store).
 `ConstChange` and `Schedule` are shradmin's history and time-of-day settings.
+`ShareChange` is shrdist's change log, `SyncRequest` shrsync's requests to the daemon.
 """
 
 from __future__ import annotations
@@ -194,3 +195,38 @@ class Schedule(Base):
     days: Mapped[list[int]] = mapped_column(JSON, nullable=False)
     hours: Mapped[list[int]] = mapped_column(JSON, nullable=False)
     settings: Mapped[dict] = mapped_column(JSON, nullable=False)
+
+
+class ShareChange(Base):
+    """One member's shares changed by shrdist: who, when (epoch s), in which resource
+    group, the member's name and its shares before and after (fairshare.dist)."""
+
+    __tablename__ = "share_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float, nullable=False)
+    who: Mapped[str] = mapped_column(String(64), nullable=False)
+    grp: Mapped[str] = mapped_column(String(64), nullable=False)
+    member: Mapped[str] = mapped_column(String(64), nullable=False)
+    old: Mapped[int] = mapped_column(Integer, nullable=False)
+    new: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class SyncRequest(Base):
+    """A shrsync request to the shrdaemon of `host` (fairshare.sync).
+
+    `kind` is "update" (shrsync -u: write every active lnode's usage, charges and CPU
+    seconds to the UDB) or "quota" (shrsync -q: take the UDB's cpuquotaused as the
+    active lnodes' new base).  `requested` and `done` are epoch s; `done` is NULL
+    until the daemon has handled it, then `lnodes` says how many lnodes it touched.
+    """
+
+    __tablename__ = "sync_requests"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    host: Mapped[str] = mapped_column(String(255), nullable=False, index=True)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    who: Mapped[str] = mapped_column(String(64), nullable=False)
+    requested: Mapped[float] = mapped_column(Float, nullable=False)
+    done: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lnodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
