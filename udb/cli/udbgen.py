@@ -74,6 +74,7 @@ def _read(path: str) -> tuple[str, str]:
     "--maxlevels",
     type=click.IntRange(2),
     default=None,
+    metavar="LEVELS",
     help="With -a: levels allowed, root included (default: shradmin -G, else 4).",
 )
 @click.option(
@@ -113,7 +114,7 @@ def main(files, commands, test, replace, analyze, mode, maxlevels, passwd_file, 
          min_uid, max_uid, verbose, as_json, udb):  # fmt: skip
     """Create, update and delete UDB entries from udbgen DIRECTIVES.
 
-    Directives come from FILEs (``-`` is standard input) and ``-c`` options, in
+    Directives come from FILEs ("-" is standard input) and -c options, in
     that order, and are applied all or nothing in one transaction:
 
     \b

@@ -38,7 +38,7 @@ def main(names, show_all, field_list, accounts, as_json, udb):  # fmt: skip
     """Show UDB entries as udbgen directives.
 
     With no NAME and no -a, show the entry whose uid is the caller's.  The
-    output of ``udbsee -a`` loaded by ``udbgen -`` into an empty UDB reproduces
+    output of "udbsee -a" loaded by "udbgen -" into an empty UDB reproduces
     the UDB (password hashes are never shown, so they are not carried over).
     """
     verb, fields = "create", None
