@@ -245,3 +245,14 @@ def test_acme_files_use_the_intended_names():
         names = {x.name for x in parse(path.read_text(), str(path)) if x.verb == "create"}
         assert {"Proj1", "Proj1A", "Proj1B", "u6", "u16", "Idle", "unknown", "root"} <= names
         assert all(n.isascii() for n in names) and not any("Projl" in n for n in names)
+
+
+def test_the_first_error_in_input_order_is_reported(udb_url, tmp_path):
+    # Both faults are only found in the final state; the file comes before -c.
+    f = tmp_path / "site.udb"
+    f.write_text("create:x:uid:7:\ncreate:y:uid:8:resgrp:7:\n")
+    r = cli("--udb", udb_url, str(f), "-c", "create:z:uid:9:resgrp:8:")
+    assert r.exit_code == 2
+    assert r.stderr == f"udbgen: {f}:2:1: create:y: resgrp 7 is not a resource group " + (
+        "(a resgrp must be 0 or a group's uid)\n"
+    )

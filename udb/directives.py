@@ -208,6 +208,7 @@ class Directive:
     line: int
     token: int
     text: str
+    seq: int = 0  # its place in the run, set when applied; orders errors
 
     def col(self, token: int | None = None) -> int:
         """The 1-based column of token `token` of the line (the verb by default)."""
@@ -220,9 +221,9 @@ class Directive:
         )
 
     @property
-    def key(self) -> tuple[str, int, int]:
-        """Sort key: position in the input."""
-        return (self.source, self.line, self.token)
+    def key(self) -> int:
+        """Sort key: its place in the run (files, then -c, then --passwd, in order)."""
+        return self.seq
 
 
 _VERB_LIST = ", ".join(VERBS)
@@ -550,7 +551,7 @@ class _Plan:
 
     def validate(self) -> None:
         """Raise the first (in input order) error of the final state, if any."""
-        errors: list[tuple[tuple, DirectiveError]] = []
+        errors: list[tuple[int, DirectiveError]] = []
         touched = self.touched
 
         def blame(name: str, message: str, *causes: int, acid: bool = False) -> None:
@@ -570,7 +571,7 @@ class _Plan:
             other = by_uid.get(uid)
             if other is not None:
                 first, second = sorted(
-                    (other, name), key=lambda n: touched[n].key if n in touched else ()
+                    (other, name), key=lambda n: touched[n].key if n in touched else -1
                 )
                 blame(second, f"uid {uid} is already used by {first}")
             by_uid[uid] = name
@@ -712,7 +713,8 @@ def apply(session: Session, directives: Iterable[Directive], *, replace: bool = 
     """
     with _bulk():
         plan = _Plan(session, replace=replace)
-        for d in directives:
+        for seq, d in enumerate(directives):
+            d.seq = seq
             plan.apply(d)
         plan.validate()
         ch = plan.changes()
