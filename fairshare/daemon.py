@@ -48,7 +48,7 @@ from fairshare.enforce.base import Enforcer, LnodeTarget
 from fairshare.lnode import LnodeTable, WriteBack, activate, aged_usage, new_table, release
 from fairshare.store import CycleHeader, EntryState, LnodeStore, add_counts
 from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
-from udb.models import IDLE_UID, Entry
+from udb.models import IDLE_UID, Entry, ShareChange
 from udb.session import read_session
 
 log = logging.getLogger("shrdaemon")
@@ -113,7 +113,11 @@ class Lnodes:
 
 
 def entries_fingerprint(session) -> tuple:
-    """A cheap summary of the entries that changes when the share tree may have."""
+    """A cheap summary of the entries that changes when the share tree may have.
+
+    The sums cannot see shares moved between members with the total kept (shrdist's
+    usual change), so the last shrdist change-log id is part of it too.
+    """
     e = Entry
     row = session.execute(
         select(
@@ -123,6 +127,7 @@ def entries_fingerprint(session) -> tuple:
             func.sum(e.resgrp),
             func.sum(e.shflags),
             func.sum(e.uid),
+            select(func.max(ShareChange.id)).scalar_subquery(),
         )
     ).one()
     return tuple(row)
