@@ -92,6 +92,10 @@ class ShareTree:
     level: np.ndarray  # depth: root 0, top-level groups 1, ...
     levels: list[np.ndarray]  # node numbers of each level
     detached: list[Detached] = field(default_factory=list)
+    #: Position in the input rows of each node's entry (-1 for the root) and of each
+    #: detached entry (in `detached` order): how callers join their own columns.
+    source: np.ndarray | None = None
+    detached_source: np.ndarray | None = None
     _by_name: dict[str, int] = field(default_factory=dict, repr=False)
     _by_id: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -322,6 +326,8 @@ def build_tree_columns(
         level=np.concatenate(n_level).astype(np.int64),
         levels=[lv.astype(np.int64) for lv in levels],
         detached=detached,
+        source=np.concatenate(([-1], entry_of_node)).astype(np.int64),
+        detached_source=members[m_node < 0].astype(np.int64),
     )
     tree._by_name = dict(zip(node_names[1:], range(1, len(node_names)), strict=True))
     tree._by_id = dict(zip(ids[1:].tolist(), range(1, len(node_names)), strict=True))

@@ -225,3 +225,5 @@ def test_tree_links_follow_resgrp(entries):
             assert tree.level[node] == tree.level[parent] + 1
             assert parent < node  # breadth first: parents precede children
     assert len(tree.detached) + tree.size - 1 == len(rows)
+    assert [rows[i].name for i in tree.source[1:]] == tree.names[1:]
+    assert [rows[i].name for i in tree.detached_source] == [d.name for d in tree.detached]

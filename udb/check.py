@@ -252,11 +252,8 @@ class EntryColumns:
 def load_entry_columns(session: Session) -> EntryColumns:
     """Every UDB entry as columns, read in one query without building ORM objects."""
     raw_acids = type_coerce(models.Entry.acids, String)  # parse only the non-empty lists
-    rows = session.execute(
-        select(*CHECK_COLUMNS[:5], raw_acids, *CHECK_COLUMNS[6:], *USAGE_COLUMNS).order_by(
-            models.Entry.id
-        )
-    ).all()
+    query = select(*CHECK_COLUMNS[:5], raw_acids, *CHECK_COLUMNS[6:], *USAGE_COLUMNS)
+    rows = session.connection().execute(query.order_by(models.Entry.id)).all()  # Core rows
     if not rows:
         return EntryColumns([], [], [], [], [], [], [], [], [])
     cols = list(zip(*rows, strict=True))

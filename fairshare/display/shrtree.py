@@ -123,7 +123,6 @@ def analyse_tree(
     """
     tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
     problems = check_columns(cols, accounts, mode, maxlevels)
-    index = {n: i for i, n in enumerate(cols.name)}
 
     if node is None or node == ROOT_NAME:
         top, node = 0, None
@@ -138,8 +137,8 @@ def analyse_tree(
             )
 
     # Entry index of every node (the root has none) and of every detached entry.
-    entry = np.array([-1, *(index[n] for n in tree.names[1:])], dtype=np.int64)
-    detached = np.array([index[d.name] for d in tree.detached] if top == 0 else [], dtype=np.int64)
+    entry = tree.source
+    detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
     shusage = np.asarray(cols.shusage, dtype=float)
     aged = aged_usage(shusage, np.asarray(cols.shextime, dtype=float), now, halflife)
     usage = np.where(entry >= 0, aged[entry], 0.0)
