@@ -126,15 +126,20 @@ class CheckedEntry(Protocol):
 # -- roles -----------------------------------------------------------------------------
 
 
-def role(entry: CheckedEntry) -> str:
-    """The entry's role from its shflags and uid: "group", "account", "idle" or "user"."""
-    if entry.shflags & SHF_GROUP:
+def role_of(shflags: int, uid: int) -> str:
+    """The role shflags and uid give an entry: "group", "account", "idle" or "user"."""
+    if shflags & SHF_GROUP:
         return "group"
-    if entry.shflags & SHF_ACCOUNT:
+    if shflags & SHF_ACCOUNT:
         return "account"
-    if entry.uid == IDLE_UID:
+    if uid == IDLE_UID:
         return "idle"
     return "user"
+
+
+def role(entry: CheckedEntry) -> str:
+    """The entry's role (see `role_of`)."""
+    return role_of(entry.shflags, entry.uid)
 
 
 def in_tree(entry_role: str, name: str, mode: str) -> bool:
@@ -295,16 +300,7 @@ def check_columns(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     names, uids, resgrps = cols.name, cols.uid, cols.resgrp
-    roles = [
-        "group"
-        if f & SHF_GROUP
-        else "account"
-        if f & SHF_ACCOUNT
-        else "idle"
-        if u == IDLE_UID
-        else "user"
-        for f, u in zip(cols.shflags, uids, strict=True)
-    ]
+    roles = [role_of(f, u) for f, u in zip(cols.shflags, uids, strict=True)]
     nodes = [in_tree(r, n, mode) for r, n in zip(roles, names, strict=True)]
     all_uids = set(uids)
     role_of_uid = dict(zip(uids, roles, strict=True))

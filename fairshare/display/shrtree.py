@@ -37,9 +37,10 @@ from udb.check import (
     Problem,
     check_columns,
     count_by_kind,
+    role_of,
 )
 from udb.errors import NotFound
-from udb.models import IDLE_UID, ROOT_UID, SHF_ACCOUNT, SHF_GROUP
+from udb.models import ROOT_UID, SHF_ACCOUNT, SHF_GROUP
 
 #: The name the root of the share tree goes by in displays and JSON.
 ROOT_NAME = "ROOT"
@@ -177,7 +178,7 @@ def analyse_tree(
             gs[i],
             us[i],
             node_flags[i],
-            tuple(codes[names[i]]) if names[i] in codes else no_codes,
+            tuple(codes[names[i]]) if i and names[i] in codes else no_codes,
         )
         for i in order
     ]
@@ -188,7 +189,7 @@ def analyse_tree(
                 name,
                 cols.uid[e],
                 None,
-                "group" if flags[e] & SHF_GROUP else _role_kind(cols, e),
+                role_of(cols.shflags[e], cols.uid[e]),
                 None,
                 cols.resgrp[e],
                 cols.shares[e],
@@ -231,12 +232,6 @@ def analyse_tree(
         account_count=kind_count["account"],
         user_count=user_count,
     )
-
-
-def _role_kind(cols: EntryColumns, e: int) -> str:
-    if cols.shflags[e] & SHF_ACCOUNT:
-        return "account"
-    return "idle" if cols.uid[e] == IDLE_UID else "user"
 
 
 # -- selection ---------------------------------------------------------------------------
