@@ -231,8 +231,8 @@ def test_count_by_kind_groups_codes_and_messages():
     problems = check_udb(swap(rows, "E2", shares=0), REGISTRY)
     assert count_by_kind(problems) == [
         ("warning", "Nc", "Group has no references", 2),
-        ("warning", "Zs", "Group has zero shares", 1),
         ("warning", "Zs", "User has zero shares", 1),
+        ("warning", "Zs", "Group has zero shares", 1),
         ("error", "Mg", "Resource group is missing", 1),
     ]
 

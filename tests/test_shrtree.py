@@ -251,3 +251,59 @@ def test_help_lists_every_option():
     out = CliRunner().invoke(main, ["--help"]).output
     for option in ("--udb", "-l", "-e", "-A", "--node", "--now", "--json"):
         assert option in out
+
+
+def guide_example_entries():
+    """The site of the guide's shrtree displays (section 4.4.11.3), groups as printed, a few
+    users: Serv, Country, Region and TechOps are referenced by nobody; Unknown (a group)
+    and the unknown user have zero shares; Users' children have shares 1:0:1:3:6:0:10:0."""
+    g = SHF_GROUP
+    rows = [
+        entry("Idle", 11, 0, 0, passwd="*"),
+        entry("Demos", 8367, 0, 10, g, "*"),
+        entry("Serv", 8001, 8367, 10, g, "*"),
+        entry("System", 8389, 0, 10, g, "*"),
+        entry("Admin", 8306, 8389, 10, g, "*"),
+        entry("Unknown", 8393, 0, 0, g, "*"),
+        entry("unknown", 12, 8393, 0, passwd="*"),
+        entry("Users", 8395, 0, 10, g, "*"),
+        entry("root", 0, 8306, 10),
+        entry("demo", 100, 8367, 10),
+    ]
+    for k, (name, uid, shares) in enumerate(
+        [("CCN", 8354, 1), ("Country", 8359, 0), ("HardDev", 8372, 1), ("Intl", 8374, 3),
+         ("Mktg", 8381, 6), ("Region", 8385, 0), ("SoftDev", 8386, 10), ("TechOps", 8390, 0)]
+    ):  # fmt: skip
+        rows.append(entry(name, uid, 8395, shares, g, "*"))
+        if shares:
+            rows.append(entry(f"user{k}", 2000 + k, uid, 10))
+    return rows
+
+
+def test_the_guide_example_header_and_codes(tmp_path):
+    path = make_udb(tmp_path / "guide.sqlite", guide_example_entries())
+    result = run(path)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    header = lines[lines.index("Group Count:   15") : lines.index("Group Count:   15") + 8]
+    assert header[3:] == [
+        "Warnings:      9",
+        "Errors:        0",
+        "Warning Count: 4 (Nc) Group has no references",
+        "Warning Count: 1 (Zs) User has zero shares",
+        "Warning Count: 4 (Zs) Group has zero shares",
+    ]
+    rows = {line.split()[1]: line for line in lines if line[:3].strip().isdigit()}
+    assert len(rows) == 15  # ROOT and 14 groups, as in the guide
+    assert rows["Serv"].split()[-3:] == ["G", "Nc", "40000"]
+    assert rows["Unknown"].split()[-3:] == ["G", "Zs", "40000"]
+    for name in ("Country", "Region", "TechOps"):
+        assert rows[name].split()[-4:] == ["G", "Nc", "Zs", "40000"]
+    # Group Share of Users' children as in the guide: 4.8, 14.3, 28.6, 47.6 percent.
+    for name, share in (
+        ("CCN", "4.8%"),
+        ("Intl", "14.3%"),
+        ("Mktg", "28.6%"),
+        ("SoftDev", "47.6%"),
+    ):
+        assert rows[name].split()[4] == share

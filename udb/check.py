@@ -461,11 +461,17 @@ def _idle_faults(name, uid, resgrp, shares, shflags, acids) -> list[str]:
 
 
 def count_by_kind(problems: Iterable[Problem]) -> list[tuple[str, str, str, int]]:
-    """(severity, code, message, count) per distinct code and message, warnings first,
-    then in CODES order: the guide's ``Warning Count:`` / ``Error Count:`` lines."""
+    """(severity, code, message, count) per distinct code and message: the guide's
+    ``Warning Count:`` / ``Error Count:`` lines.  Warnings first, then in CODES order;
+    within a code, users before groups before accounts, as the guide lists them."""
     counts = Counter((p.severity, p.code, p.message) for p in problems)
     order = {c: i for i, c in enumerate(CODES)}
-    keys = sorted(counts, key=lambda k: (k[0] != WARNING, order.get(k[1], 99), k[2]))
+    roles = {"User": 0, "Group": 1, "Account": 2}
+
+    def key(k: tuple[str, str, str]):
+        return (k[0] != WARNING, order.get(k[1], 99), roles.get(k[2].split()[0], 3), k[2])
+
+    keys = sorted(counts, key=key)
     return [(s, c, m, counts[(s, c, m)]) for s, c, m in keys]
 
 
