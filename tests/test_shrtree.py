@@ -307,3 +307,24 @@ def test_the_guide_example_header_and_codes(tmp_path):
         ("SoftDev", "47.6%"),
     ):
         assert rows[name].split()[4] == share
+
+
+def test_aged_usage_halves_every_halflife_and_never_grows():
+    from fairshare.display.shrtree import aged_usage
+
+    got = aged_usage([800.0, 800.0, 800.0], [NOW - HOUR, NOW - 3 * HOUR, NOW + HOUR], NOW, HOUR)
+    assert got.tolist() == pytest.approx([400.0, 100.0, 800.0])
+
+
+def test_system_usage_uses_the_configured_halflife(tmp_path):
+    path = make_udb(tmp_path / "acme.sqlite", acme_entries())
+    engine = open_udb(str(path))
+    with write_session(engine) as s:
+        s.execute(insert(models.Const), [dict(name="halflife", value=2 * HOUR)])
+    dispose_all()
+    _, doc = as_json(path, "-l")
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    # Half-life 2 h: u5 600, u9 800 x 0.5 ** 0.5, u1 1000 x 0.5.
+    total = 600 + 800 * 0.5**0.5 + 500
+    assert nodes["u5"]["system_usage"] == pytest.approx(600 / total)
+    assert nodes["Maint"]["system_usage"] == pytest.approx(500 / total)
