@@ -1,0 +1,278 @@
+"""shrview: display the fair-share scheduler's state from the lnode table the daemon
+publishes (guide 4.4.11.1); see man/shrview.1.
+
+Line mode (default) waits for the next published cycle and prints one display;
+-r N prints N, one per cycle, separated by form feeds; -c keeps one screenful up
+to date (rich Live) until q or Ctrl-C.  Without a running daemon it says so on
+stderr and shows the last published state without waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+import click
+import orjson
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+from sqlalchemy import select as sql_select
+
+from fairshare.admin import load_effective_consts
+from fairshare.display.shrview import (
+    DISPLAYS,
+    Snapshot,
+    ViewRequest,
+    display_json,
+    display_lines,
+    load_published,
+    local_time,
+    parse_select,
+    parse_sort,
+    screenful,
+    stale_message,
+)
+from fairshare.tree import TREE_COLUMNS, build_tree
+from udb.cli.common import handle_errors, udb_option
+from udb.errors import OptionError
+from udb.models import Entry, LnodeCycle
+from udb.session import open_udb, read_session
+
+#: How long line and repeat modes wait for the next cycle, in deltas.
+WAIT_DELTAS = 1.5
+#: Seconds between two looks at the published cycle number.
+POLL = 0.1
+
+_DISPLAY_WORDS = {name.split()[0]: name for name in DISPLAYS.values()}
+
+
+def parse_display(value: str) -> str:
+    """The display name from a -d letter (m a s n l g) or word (monitor, adjgroup, ...)."""
+    name = DISPLAYS.get(value) or _DISPLAY_WORDS.get(value)
+    if name is None:
+        raise OptionError(
+            f"-d {value}: expected m (monitor), a (adjgroup), s (statistics), n (nice), "
+            "l (limshare) or g (graph)"
+        )
+    return name
+
+
+class Source:
+    """Where the displays' snapshots come from: the UDB, a host, and the time."""
+
+    def __init__(self, engine, host: str | None, now: float | None) -> None:
+        self.engine = engine
+        self.host = host
+        self.now = now
+
+    def take(self) -> Snapshot:
+        """The published table now (with the constants in force now)."""
+        now = time.time() if self.now is None else self.now
+        with read_session(self.engine) as s:
+            consts = load_effective_consts(s, datetime.fromtimestamp(now))[0]
+        snap = load_published(self.engine, self.host, now, consts)
+        self.host = snap.host
+        return snap
+
+    def cycle(self) -> int | None:
+        """The published cycle number (a cheap read, for waiting)."""
+        with read_session(self.engine) as s:
+            return s.scalar(sql_select(LnodeCycle.cycle).where(LnodeCycle.host == self.host))
+
+    def wait_for_cycle(self, after: int, timeout: float, stop: Callable[[], bool] = bool) -> bool:
+        """Wait until the published cycle is no longer `after`, at most `timeout` seconds
+        (or until `stop()` is true); True if a new cycle came."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.cycle() != after:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or stop():
+                return False
+            time.sleep(min(POLL, left))
+
+
+def caller_own(engine, mode: str) -> Callable[[int], bool]:
+    """The test for the caller's own lnode: its uid, or in Share by Account mode one of
+    the accounts (acids) of the caller's UDB entry."""
+    uid = os.getuid()
+    if mode != "account":
+        return lambda u: u == uid
+    with read_session(engine) as s:
+        acids = s.scalar(sql_select(Entry.acids).where(Entry.uid == uid)) or []
+    mine = set(acids)
+    return lambda u: u in mine
+
+
+def tree_leaves(engine, mode: str) -> int:
+    """How many leaves (users, accounts, Idle, unknown) the UDB's share tree has."""
+    with read_session(engine) as s:
+        tree = build_tree(s.execute(sql_select(*TREE_COLUMNS)).all(), mode)
+    return int(tree.leaf_mask.sum())
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@udb_option
+@click.option(
+    "-d",
+    "--display",
+    default="m",
+    show_default=True,
+    metavar="D",
+    help="m monitor, a adjgroup, s statistics, n nice tables, l limshare, g graph "
+    "(Kay-Lauder Figure 6); the guide's -dm works.",
+)
+@click.option(
+    "-s",
+    "--select",
+    "select_",
+    default="all",
+    show_default=True,
+    metavar="S",
+    help="all (a), only groups (o, groups), only users (u, users), or an lnode NAME: its subtree.",
+)
+@click.option(
+    "-o",
+    "--sort",
+    default="tree",
+    show_default=True,
+    metavar="KEY",
+    help="Order siblings by tree (name), id, name, usage, rate or eshr (numbers "
+    "descending); indentation keeps the tree.  First letters work (-oi).",
+)
+@click.option(
+    "-r",
+    "--repeat",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Repeat mode: N displays, one per cycle, separated by form feeds.",
+)
+@click.option(
+    "-c",
+    "--continuous",
+    is_flag=True,
+    help="Continuous mode: a full-screen display refreshed every cycle (first screenful); "
+    "q or Ctrl-C quits.",
+)
+@click.option("--host", metavar="NAME", help="Show the table this host's daemon published.")
+@click.option(
+    "--now",
+    type=float,
+    metavar="EPOCH",
+    help="Take this as the current time (epoch s) for the age of the table.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one document per line).")
+@handle_errors
+def main(udb, display, select_, sort, repeat, continuous, host, now, as_json):
+    """Display the fair-share scheduler's state: the lnode table the daemon publishes
+    every cycle, as the guide's monitor (-dm), adjgroup (-da), statistics (-ds), nice
+    (-dn) and limshare (-dl) displays, or the Kay-Lauder group bars (-dg).  Names are
+    indented by level; * marks your own lnode.  Without a running daemon it says so on
+    stderr and shows the last published state.  Exit status 0, or 2 for bad input or
+    when nothing was published."""
+    req = ViewRequest(display=parse_display(display), select=parse_select(select_))
+    req.sort = parse_sort(sort)
+    if continuous and (repeat or as_json):
+        raise OptionError("-c (continuous) goes with neither -r nor --json")
+    engine = open_udb(udb)
+    source = Source(engine, host, now)
+    snap = source.take()
+    req.own = caller_own(engine, snap.mode)
+    if req.display == "statistics":
+        req.total_ids = tree_leaves(engine, snap.mode)
+    if continuous:
+        console = Console(highlight=False)
+        with contextlib.suppress(KeyboardInterrupt), keys() as pressed:
+            run_continuous(source, req, console, pressed)
+        return
+    warned = False
+    for i in range(repeat or 1):
+        if i:
+            snap = source.take()
+        if snap.running and source.wait_for_cycle(snap.cycle, WAIT_DELTAS * snap.delta):
+            snap = source.take()
+        if not snap.running and not warned:
+            click.echo(stale_message(snap, local_time), err=True)
+            warned = True
+        if as_json:
+            click.echo(orjson.dumps(display_json(snap, req)))
+            continue
+        if i:
+            click.echo("\f", nl=False)
+        click.echo("\n".join(display_lines(snap, req, local_time)))
+
+
+def frame_lines(snap: Snapshot, req: ViewRequest) -> list[str]:
+    """One continuous-mode frame: the display, after the stale line when not running."""
+    lines = display_lines(snap, req, local_time)
+    if not snap.running:
+        lines.insert(0, stale_message(snap, local_time))
+    return lines
+
+
+def run_continuous(
+    source: Source,
+    req: ViewRequest,
+    console: Console,
+    pressed: Callable[[], str],
+    frames: int | None = None,
+) -> int:
+    """Show the first screenful of the display, refreshed at every new cycle, until `q`
+    is pressed (or after `frames` frames); returns the number of frames shown."""
+    shown = 0
+    quit_ = False
+
+    def stop() -> bool:
+        nonlocal quit_
+        quit_ = quit_ or "q" in pressed().lower()
+        return quit_
+
+    with Live(console=console, screen=True, auto_refresh=False, transient=True) as live:
+        while True:
+            snap = source.take()
+            size = console.size
+            text = "\n".join(screenful(frame_lines(snap, req), size.height, size.width))
+            live.update(Text(text), refresh=True)
+            shown += 1
+            if stop() or (frames is not None and shown >= frames):
+                return shown
+            timeout = WAIT_DELTAS * snap.delta if snap.running else snap.delta
+            source.wait_for_cycle(snap.cycle, timeout, stop)
+            if quit_:
+                return shown
+
+
+@contextlib.contextmanager
+def keys() -> Iterator[Callable[[], str]]:
+    """A function returning the keys pressed since its last call ("" if none); on a
+    terminal, stdin is put in cbreak mode for the duration."""
+    if not sys.stdin.isatty():
+        yield lambda: ""
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def pressed() -> str:
+        got = ""
+        while select.select([fd], [], [], 0)[0]:
+            got += os.read(fd, 64).decode(errors="replace")
+        return got
+
+    try:
+        yield pressed
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+if __name__ == "__main__":
+    main()

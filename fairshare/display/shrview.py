@@ -1,0 +1,754 @@
+"""shrview's displays of the published lnode table (the guide's section 4.4.11.1).
+
+Reading: `load_published` finds the host whose table to show (`pick_host`) and
+returns a `Snapshot`: the daemon's last published lnode table with its age and
+whether a daemon is still publishing it.  Nothing else is read from the daemon.
+
+Reports (pure): `view_lnodes` derives, from the published rows, every column the
+displays need (one `ViewLnode` per lnode, in node order); `select_lnodes` applies
+-s and -o; `statistics` and `nice_table` build the -ds and -dn reports.
+
+Rendering: `display_lines` turns a snapshot into the lines of one display (plain
+columns, like the guide's samples), `display_json` into its JSON document.  The
+columns of -dm, -da and -dl are described once, in `COLUMNS`, and used by both.
+
+Shares and rates are fractions 0..1 in the reports, percentages in the displays
+and the JSON (keys ending in `_pct`).  Usage and Muse are charge units; Rate is
+charge units per second.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Engine, select
+
+from fairshare.consts import K5, LIMSHARE, Consts
+from fairshare.cycle import PRIORITY_MAX, USAGE_FLOOR
+from fairshare.display import columns, octal
+from fairshare.enforce.mapping import NICE_TO_WEIGHT
+from fairshare.store import COUNTED, LnodeStore
+from udb.errors import NotFound, OptionError
+from udb.models import LnodeCycle, PublishedLnode
+from udb.session import read_session
+
+#: The Flags column's bits (octal), documented in shrview(1).
+FLAG_GROUP = 0o40000
+FLAG_ACCOUNT = 0o1000000
+FLAG_ACTIVE = 0o10000
+FLAG_BACKGROUND = 0o100
+FLAG_DEMAND = 0o200
+
+#: A table is current when its header says running and it is at most this many deltas old.
+FRESH_DELTAS = 3.0
+
+#: Display names by the guide's -d letter.
+DISPLAYS = {
+    "m": "monitor",
+    "a": "adjgroup",
+    "s": "statistics",
+    "n": "nice tables",
+    "l": "limshare",
+    "g": "graph",
+}
+#: -s values: the guide's letters and words; anything else names a subtree.
+SELECTS = {"a": "all", "all": "all", "o": "groups", "groups": "groups", "u": "users"}
+SELECTS["users"] = "users"
+#: -o keys by letter or word.
+SORTS = {k[0]: k for k in ("tree", "id", "name", "usage", "rate", "eshr")}
+SORTS.update({k: k for k in SORTS.values()})
+
+#: Width of the -dg bar for 100% of the machine (Kay-Lauder Figure 6).
+BAR_WIDTH = 50
+
+
+# -- reading the UDB ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A host's published lnode table as a display sees it.
+
+    time: when the cycle ran (epoch s); age: now - time (s); running: a daemon is
+    publishing it (its header says running and it is at most FRESH_DELTAS deltas old);
+    stopped: when the daemon stopped (epoch s), None if it did not stop cleanly;
+    counts: resource totals since the daemon started (None if not published);
+    consts: the constants in force now; lnodes: the rows in node order (root first).
+    """
+
+    host: str
+    cycle: int
+    time: float
+    delta: float
+    age: float
+    running: bool
+    stopped: float | None
+    started: float
+    enforcer: str
+    mode: str
+    counts: dict[str, float] | None
+    consts: Consts
+    lnodes: tuple[PublishedLnode, ...]
+
+
+def published_hosts(engine: Engine) -> list[str]:
+    """The hosts that have a published lnode table in the UDB, by name."""
+    with read_session(engine) as s:
+        return list(s.scalars(select(LnodeCycle.host).order_by(LnodeCycle.host)))
+
+
+def pick_host(hosts: Sequence[str], wanted: str | None, here: str) -> str:
+    """The host whose table to show: `wanted` if given, else `here` if it published,
+    else the only host that did.  Raises NotFound naming the hosts otherwise."""
+    if wanted is not None:
+        if wanted not in hosts:
+            raise NotFound(f"--host {wanted}: nothing published for it; {_hosts_text(hosts)}")
+        return wanted
+    if here in hosts:
+        return here
+    if len(hosts) == 1:
+        return hosts[0]
+    if not hosts:
+        raise NotFound("no lnode table has been published in this UDB: is shrdaemon running?")
+    raise NotFound(f"several hosts published lnode tables: give --host; {_hosts_text(hosts)}")
+
+
+def _hosts_text(hosts: Sequence[str]) -> str:
+    return f"hosts: {', '.join(hosts)}" if hosts else "no host has published"
+
+
+def load_published(
+    engine: Engine, host: str | None, now: float, consts: Consts, here: str | None = None
+) -> Snapshot:
+    """The snapshot of `host`'s published table (see `pick_host`), aged to `now` (epoch s)."""
+    name = pick_host(published_hosts(engine), host, here or socket.gethostname())
+    head, rows = LnodeStore(engine, name).read_published()
+    if head is None:  # it stopped publishing between the two reads
+        raise NotFound(f"--host {name}: nothing published for it")
+    age = now - head.time
+    return Snapshot(
+        host=name,
+        cycle=head.cycle,
+        time=head.time,
+        delta=head.delta,
+        age=age,
+        running=bool(head.running) and age <= FRESH_DELTAS * head.delta,
+        stopped=head.stopped,
+        started=head.started,
+        enforcer=head.enforcer,
+        mode=head.mode,
+        counts=dict(head.counts) if head.counts is not None else None,
+        consts=consts,
+        lnodes=tuple(rows),
+    )
+
+
+def stale_message(snap: Snapshot, when: Callable[[float], str], command: str = "shrview") -> str:
+    """The line saying that no daemon is publishing `snap`, with its age."""
+    if snap.stopped is not None:
+        how = f"stopped at {when(snap.stopped)}"
+    else:
+        how = f"last cycle at {when(snap.time)}, the daemon did not stop cleanly"
+    return (
+        f"{command}: no daemon is running for {snap.host}; showing the last published state, "
+        f"{snap.age:.0f} s old (cycle {snap.cycle}, {how})"
+    )
+
+
+# -- the derived columns -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ViewLnode:
+    """One lnode with every column the displays show (fractions 0..1, charge units).
+
+    rate_share: of the decayed charge rate of all active leaves but Idle (groups: their
+    subtree's); proj: of its active siblings' rate (what ADJGROUPS compares); pri: its
+    Kay-Lauder near-future proportion m^2/usage (= nrun/priority) over the demanding
+    leaves (groups: their children's sum); due: its m_share renormalised over the
+    demanding lnodes at every level (None if it does not demand CPU); muse: charges
+    since it became active (groups: their leaves'); children: active child lnodes;
+    leaves: active leaf lnodes below (1 for a leaf); own: it is the caller's lnode.
+    """
+
+    node: int
+    name: str
+    uid: int
+    kind: str
+    parent: int
+    level: int
+    shares: float
+    refs: int
+    nrun: int
+    usage: float
+    rate: float
+    m_share: float
+    e_share: float
+    cpu: float
+    adj: float
+    priority: float
+    background: bool
+    demand: bool
+    muse: float = 0.0
+    rate_share: float = 0.0
+    proj: float = 0.0
+    pri: float = 0.0
+    due: float | None = None
+    children: int = 0
+    leaves: int = 0
+    own: bool = False
+
+    @property
+    def is_group(self) -> bool:
+        return self.kind in ("group", "root")
+
+    @property
+    def flags(self) -> int:
+        """The Flags column (see the FLAG_ constants)."""
+        f = FLAG_ACTIVE
+        if self.is_group:
+            f |= FLAG_GROUP
+        if self.kind == "account":
+            f |= FLAG_ACCOUNT
+        if self.background:
+            f |= FLAG_BACKGROUND
+        if self.demand:
+            f |= FLAG_DEMAND
+        return f
+
+
+def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> list[ViewLnode]:
+    """Every published lnode with its derived columns, in node order (parents first).
+
+    `own(uid)` says whether an lnode of that uid (leaves only) is the caller's.
+    """
+    out = [
+        ViewLnode(
+            node=r.node,
+            name=r.name,
+            uid=r.uid,
+            kind=r.kind,
+            parent=r.parent,
+            level=r.level,
+            shares=r.shares,
+            refs=r.refs,
+            nrun=r.nrun,
+            usage=r.usage,
+            rate=r.rate,
+            m_share=r.m_share,
+            e_share=r.e_share,
+            cpu=r.cpu,
+            adj=r.adj,
+            priority=r.priority,
+            background=r.background,
+            demand=r.demand,
+        )
+        for r in rows
+    ]
+    pos = {v.node: i for i, v in enumerate(out)}
+    leaf_rate = [0.0] * len(out)
+    leaf_w = [0.0] * len(out)
+    sched = [False] * len(out)
+    muse = [0.0] * len(out)
+    for i, (v, r) in enumerate(zip(out, rows, strict=True)):
+        if v.is_group:
+            continue
+        v.leaves = 1
+        v.own = own(v.uid)
+        muse[i] = r.charge
+        if v.kind != "idle":
+            leaf_rate[i] = v.rate
+        sched[i] = v.demand and not v.background and v.m_share > 0
+        if sched[i] and v.nrun > 0:
+            leaf_w[i] = v.m_share * v.m_share / max(v.usage, USAGE_FLOOR)
+    # Subtree sums, children before parents (rows are numbered breadth first).
+    for i in range(len(out) - 1, 0, -1):
+        p = pos.get(out[i].parent)
+        if p is None:
+            continue
+        out[p].children += 1
+        out[p].leaves += out[i].leaves
+        leaf_rate[p] += leaf_rate[i]
+        leaf_w[p] += leaf_w[i]
+        muse[p] += muse[i]
+        sched[p] = sched[p] or sched[i]
+    total_rate = sum(leaf_rate[i] for i, v in enumerate(out) if not v.is_group)
+    total_w = sum(leaf_w[i] for i, v in enumerate(out) if not v.is_group)
+    sib_rate: dict[int, float] = {}
+    sib_m: dict[int, float] = {}
+    for i, v in enumerate(out):
+        sib_rate[v.parent] = sib_rate.get(v.parent, 0.0) + leaf_rate[i]
+        if sched[i]:
+            sib_m[v.parent] = sib_m.get(v.parent, 0.0) + v.m_share
+    for i, v in enumerate(out):  # parents first, so a parent's due is known
+        v.muse = muse[i]
+        v.rate_share = leaf_rate[i] / total_rate if total_rate > 0 else 0.0
+        v.pri = leaf_w[i] / total_w if total_w > 0 else 0.0
+        s = sib_rate.get(v.parent, 0.0)
+        v.proj = leaf_rate[i] / s if s > 0 else 0.0
+        if v.parent < 0:
+            v.due = 1.0
+            v.proj = 1.0 if total_rate > 0 else 0.0
+        elif sched[i]:
+            p = pos.get(v.parent)
+            parent_due = out[p].due if p is not None else None
+            m = sib_m.get(v.parent, 0.0)
+            if parent_due is not None and m > 0:
+                v.due = parent_due * v.m_share / m
+    return out
+
+
+def _sort_key(key: str) -> Callable[[ViewLnode], object]:
+    return {
+        "tree": lambda v: v.name,
+        "name": lambda v: v.name,
+        "id": lambda v: v.uid,
+        "usage": lambda v: -v.usage,
+        "rate": lambda v: -v.rate_share,
+        "eshr": lambda v: -v.e_share,
+    }[key]
+
+
+def parse_select(value: str) -> str:
+    """The -s selection ("all", "groups", "users") from a letter or word; else the NAME itself."""
+    return SELECTS.get(value, value)
+
+
+def parse_sort(value: str) -> str:
+    """The -o key ("tree", "id", "name", "usage", "rate", "eshr") from a word or its letter."""
+    try:
+        return SORTS[value]
+    except KeyError:
+        expected = "tree, id, name, usage, rate or eshr (or their first letters)"
+        raise OptionError(f"-o {value}: expected {expected}") from None
+
+
+def select_lnodes(lnodes: Sequence[ViewLnode], select_: str, sort: str) -> list[ViewLnode]:
+    """The lnodes to show, depth first from the root's children (or the selected subtree's
+    top), siblings ordered by `sort` (names break ties).  `select_` is "all", "groups",
+    "users" or an lnode's name (its subtree).  Raises NotFound for an unknown name."""
+    kids: dict[int, list[ViewLnode]] = {}
+    for v in lnodes:
+        kids.setdefault(v.parent, []).append(v)
+    key = _sort_key(sort)
+    for sibs in kids.values():
+        sibs.sort(key=lambda v: (key(v), v.name))
+    if select_ in ("all", "groups", "users"):
+        tops = [v for v in lnodes if v.parent < 0]
+        start = [c for t in tops for c in kids.get(t.node, [])]
+    else:
+        start = [v for v in lnodes if v.name == select_]
+        if not start:
+            raise NotFound(f"-s {select_}: no active lnode of that name")
+    out: list[ViewLnode] = []
+    stack = list(reversed(start))
+    while stack:
+        v = stack.pop()
+        if select_ == "groups" and not v.is_group:
+            continue
+        if not (select_ == "users" and v.is_group):
+            out.append(v)
+        stack.extend(reversed(kids.get(v.node, [])))
+    return out
+
+
+# -- the -dm, -da and -dl columns ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """One display column: its heading, JSON key, alignment, cell text and JSON value."""
+
+    heading: str
+    key: str
+    text: Callable[[ViewLnode], str]
+    value: Callable[[ViewLnode], object]
+    right: bool = True
+
+
+def _pct(get: Callable[[ViewLnode], float | None]) -> tuple[Callable, Callable]:
+    def text(v: ViewLnode) -> str:
+        x = get(v)
+        return "-" if x is None else f"{100 * x:.2f}"
+
+    def value(v: ViewLnode) -> float | None:
+        x = get(v)
+        return None if x is None else round(100 * x, 6)
+
+    return text, value
+
+
+def _col_pct(heading: str, key: str, get: Callable[[ViewLnode], float | None]) -> Column:
+    text, value = _pct(get)
+    return Column(heading, key, text, value)
+
+
+def _limit(v: ViewLnode, consts: Consts) -> float | None:
+    return None if v.due is None else consts.maxushare * v.due
+
+
+def _at_limit(v: ViewLnode, consts: Consts) -> bool:
+    lim = _limit(v, consts)
+    return consts.has(LIMSHARE) and lim is not None and v.e_share >= lim * (1 - 1e-9)
+
+
+def _name_col() -> Column:
+    return Column("Name", "name", lambda v: v.name, lambda v: v.name, right=False)
+
+
+def display_columns(display: str, consts: Consts) -> list[Column]:
+    """The columns of the per-lnode displays "monitor", "adjgroup" and "limshare"."""
+    if display == "monitor":
+        return [
+            _name_col(),
+            _col_pct("Rate%", "rate_pct", lambda v: v.rate_share),
+            _col_pct("Eshr%", "eshr_pct", lambda v: v.e_share),
+            _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
+            Column("Usage", "usage", lambda v: f"{v.usage:.0f}", lambda v: v.usage),
+            Column("Rate", "rate", lambda v: f"{v.rate:.2f}", lambda v: v.rate),
+            Column("Muse", "muse", lambda v: f"{v.muse:.0f}", lambda v: v.muse),
+            Column("Ref", "ref", lambda v: str(v.refs), lambda v: v.refs),
+            Column("Chld", "chld", lambda v: str(v.children), lambda v: v.children),
+            Column("Flags", "flags", lambda v: octal(v.flags), lambda v: octal(v.flags)),
+        ]
+    if display == "adjgroup":
+        return [
+            _name_col(),
+            _col_pct("Rate%", "rate_pct", lambda v: v.rate_share),
+            _col_pct("CPU%", "cpu_pct", lambda v: v.cpu),
+            _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
+            Column("Nrun", "nrun", lambda v: str(v.nrun), lambda v: v.nrun),
+            Column("Rate", "rate", lambda v: f"{v.rate:.2f}", lambda v: v.rate),
+            _col_pct("Proj%", "proj_pct", lambda v: v.proj),
+            Column("Adj_a", "adj_a", lambda v: f"{v.adj:.2f}", lambda v: v.adj),
+            _col_pct("New%", "new_pct", lambda v: v.e_share),
+            _col_pct("Pri%", "pri_pct", lambda v: v.pri),
+        ]
+    if display == "limshare":
+        return [
+            _name_col(),
+            _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
+            _col_pct("Eshr%", "eshr_pct", lambda v: v.e_share),
+            _col_pct("Limit%", "limit_pct", lambda v: _limit(v, consts)),
+            Column(
+                "Lim",
+                "lim",
+                lambda v: "yes" if _at_limit(v, consts) else "",
+                lambda v: _at_limit(v, consts),
+                right=False,
+            ),
+        ]
+    raise ValueError(display)
+
+
+def _indented(v: ViewLnode, top: int) -> str:
+    return "  " * max(v.level - top, 0) + ("*" if v.own else "") + v.name
+
+
+# -- -ds and -dn -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """The -ds report.  active_ids: active leaf lnodes; total_ids: leaves of the UDB's
+    share tree; usage_high: highest usage of an active leaf but Idle (charge units);
+    usage_max: MAXUSAGE; priority_high: highest Kay-Lauder priority of a demanding leaf;
+    charge: fraction of all charges by resource (None without counts); costs: charge
+    units per unit of each resource; counts: totals since the daemon started."""
+
+    active_ids: int
+    total_ids: int
+    active_groups: int
+    usage_high: float
+    usage_max: float
+    priority_high: float
+    priority_max: float
+    resources: tuple[str, ...]
+    charge: dict[str, float] | None
+    costs: dict[str, float]
+    counts: dict[str, float] | None
+
+
+def statistics(snap: Snapshot, lnodes: Sequence[ViewLnode], total_ids: int) -> Statistics:
+    """The -ds report of `snap` (`total_ids`: the leaves of the UDB's share tree)."""
+    leaves = [v for v in lnodes if not v.is_group]
+    users = [v for v in leaves if v.kind != "idle"]
+    demanding = [v for v in users if v.demand and not v.background and v.m_share > 0]
+    names = tuple(name for name, _ in COUNTED)
+    costs = {name: float(getattr(snap.consts, f"cost_{name}")) for name in names}
+    charge = None
+    if snap.counts is not None:
+        spent = {name: costs[name] * float(snap.counts.get(name, 0.0)) for name in names}
+        total = sum(spent.values())
+        charge = {name: (spent[name] / total if total > 0 else 0.0) for name in names}
+    return Statistics(
+        active_ids=len(leaves),
+        total_ids=total_ids,
+        active_groups=sum(1 for v in lnodes if v.kind == "group"),
+        usage_high=max((v.usage for v in users), default=0.0),
+        usage_max=snap.consts.maxusage,
+        priority_high=max((v.priority for v in demanding), default=0.0),
+        priority_max=PRIORITY_MAX,
+        resources=names,
+        charge=charge,
+        costs=costs,
+        counts=dict(snap.counts) if snap.counts is not None else None,
+    )
+
+
+def statistics_lines(st: Statistics) -> list[str]:
+    """The -ds display's lines."""
+    head = columns(
+        [["", "", "", "High", "Max"]],
+        [
+            [
+                f"Active id's: {st.active_ids}/{st.total_ids}",
+                "",
+                "Usage:",
+                f"{st.usage_high:.4e}",
+                f"{st.usage_max:.4e}",
+            ],
+            [
+                f"Active groups: {st.active_groups}",
+                "",
+                "Share_pri:",
+                f"{st.priority_high:.4e}",
+                f"{st.priority_max:.4e}",
+            ],
+        ],
+        [False, False, False, True, True],
+    )
+    mix = [
+        ["Charge:", *(f"{100 * st.charge[r]:.0f}%" if st.charge else "-" for r in st.resources)],
+        ["Costs:", *(f"{st.costs[r]:g}" for r in st.resources)],
+        ["Counts:", *(f"{st.counts.get(r, 0):.0f}" if st.counts else "-" for r in st.resources)],
+    ]
+    lines = head + columns([["", *st.resources]], mix, [False] + [True] * len(st.resources))
+    if st.counts is None:
+        lines.append("(the daemon that published this table does not publish counts)")
+    return lines
+
+
+@dataclass(frozen=True)
+class NiceRow:
+    """One row of the -dn table: index n (0..39), nice (-20..19), the process priority
+    decay per second, its half-life (s; None where the decay is not in (0, 1)), the
+    kernel's CFS weight, and the percentage of CPU charged."""
+
+    n: int
+    nice: int
+    decay: float
+    halflife: float | None
+    weight: int
+    charged: float
+
+
+def nice_table(consts: Consts) -> list[NiceRow]:
+    """The -dn table: the decay is linear in n from 0.5**(1/low) at nice 0 to
+    0.5**(1/high) at nice 19, with the same slope below nice 0 (the guide's table)."""
+    low, high = consts.nice_decay
+    d0, d19 = 0.5 ** (1 / low), 0.5 ** (1 / high)
+    slope = (d19 - d0) / 19
+    rows = []
+    for n in range(40):
+        d = d0 + (n - 20) * slope
+        half = math.log(0.5) / math.log(d) if 0 < d < 1 else None
+        rows.append(NiceRow(n, n - 20, d, half, int(NICE_TO_WEIGHT[n]), 0.0 if n == 39 else 100.0))
+    return rows
+
+
+def nice_lines(rows: Sequence[NiceRow]) -> list[str]:
+    """The -dn display's lines."""
+    return columns(
+        [["", "", "NiceD", "", "", "Charged"], ["N", "Nice", "Decay", "1/2life", "Weight", "%"]],
+        [
+            [
+                str(r.n),
+                str(r.nice),
+                f"{r.decay:.4f}",
+                "-" if r.halflife is None else f"{r.halflife:.3f}",
+                str(r.weight),
+                f"{r.charged:.0f}",
+            ]
+            for r in rows
+        ],
+        [True] * 6,
+    )
+
+
+# -- -dg ---------------------------------------------------------------------------------
+
+
+def bar(rate_share: float, m_share: float, width: int = BAR_WIDTH) -> str:
+    """Figure 6's bar: `#` for the rate share (at least one when it is not 0), `I` at the
+    allocated share, `width` characters for 100%."""
+    n = round(rate_share * width)
+    if rate_share > 0:
+        n = max(n, 1)
+    i = min(round(m_share * width), width)
+    cells = ["#" if k < n else " " for k in range(max(n, i + 1))]
+    cells[i] = "I"
+    return "".join(cells).rstrip()
+
+
+def graph_lines(shown: Sequence[ViewLnode], top: int, total_leaves: int) -> list[str]:
+    """The -dg display's lines: one per group of `shown`, then the total."""
+    groups = [v for v in shown if v.is_group]
+    body = [
+        [
+            "  " * max(v.level - top, 0) + v.name,
+            str(v.leaves),
+            f"{100 * v.rate_share:.1f}",
+            bar(v.rate_share, v.m_share),
+        ]
+        for v in groups
+    ]
+    body.append(["Total =>", str(total_leaves), "", ""])
+    return columns([["Group", "No.", "%Rate", ""]], body, [False, True, True, False])
+
+
+# -- whole displays ----------------------------------------------------------------------
+
+
+@dataclass
+class ViewRequest:
+    """What to show: display (a DISPLAYS value), select ("all", "groups", "users" or a
+    name), sort (a SORTS value), the caller's lnode test, and the UDB's leaf count."""
+
+    display: str = "monitor"
+    select: str = "all"
+    sort: str = "tree"
+    own: Callable[[int], bool] = field(default=lambda uid: False)
+    total_ids: int = 0
+
+
+def _prepare(snap: Snapshot, req: ViewRequest) -> tuple[list[ViewLnode], list[ViewLnode], int]:
+    lnodes = view_lnodes(snap.lnodes, req.own)
+    shown = select_lnodes(lnodes, req.select, req.sort) if snap.lnodes else []
+    top = min((v.level for v in shown), default=1)
+    return lnodes, shown, top
+
+
+def header_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]) -> list[str]:
+    """The two header lines every display starts with (the guide's)."""
+    return [
+        f"Shrview: sampling over {snap.delta:g} seconds starting at "
+        f"{when(snap.time - snap.delta)} (host {snap.host}, cycle {snap.cycle}, "
+        f"{snap.enforcer} enforcer)",
+        f"SHRVIEW Type:{req.display} Select:{_select_label(req.select)} Sort_opt:{req.sort}",
+    ]
+
+
+def _select_label(select_: str) -> str:
+    return {"groups": "only groups", "users": "only users"}.get(select_, select_)
+
+
+def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]) -> list[str]:
+    """The lines of display `req.display` of `snap`; `when(epoch)` formats times."""
+    lines = header_lines(snap, req, when) + [""]
+    if req.display == "nice tables":
+        return lines + nice_lines(nice_table(snap.consts))
+    lnodes, shown, top = _prepare(snap, req)
+    if req.display == "statistics":
+        return lines + statistics_lines(statistics(snap, lnodes, req.total_ids))
+    if req.display == "graph":
+        leaves = sum(1 for v in lnodes if not v.is_group)
+        return lines + graph_lines(shown, top, leaves)
+    if req.display == "limshare":
+        c = snap.consts
+        state = "on" if c.has(LIMSHARE) else "off (limits shown as they would be)"
+        lines += [f"LIMSHARE {state}, maxushare = {c.maxushare:g} (edge effects: K5 = {K5:g})"]
+    cols = display_columns(req.display, snap.consts)
+    table = [[_indented(v, top), *(c.text(v) for c in cols[1:])] for v in shown]
+    return lines + columns([[c.heading for c in cols]], table, [c.right for c in cols])
+
+
+def display_json(snap: Snapshot, req: ViewRequest) -> dict:
+    """The JSON document of display `req.display` of `snap` (shape in shrview(1))."""
+    doc = {
+        "host": snap.host,
+        "cycle": snap.cycle,
+        "time": snap.time,
+        "running": snap.running,
+        "age": snap.age,
+        "display": req.display,
+        "select": req.select,
+        "sort": req.sort,
+        "lnodes": [],
+    }
+    if req.display == "nice tables":
+        doc["nice"] = [
+            {
+                "n": r.n,
+                "nice": r.nice,
+                "niced": r.decay,
+                "halflife": r.halflife,
+                "weight": r.weight,
+                "charged_pct": r.charged,
+            }
+            for r in nice_table(snap.consts)
+        ]
+        return doc
+    lnodes, shown, _top = _prepare(snap, req)
+    if req.display == "statistics":
+        st = statistics(snap, lnodes, req.total_ids)
+        doc["statistics"] = {
+            "active_ids": st.active_ids,
+            "total_ids": st.total_ids,
+            "active_groups": st.active_groups,
+            "usage_high": st.usage_high,
+            "usage_max": st.usage_max,
+            "priority_high": st.priority_high,
+            "priority_max": st.priority_max,
+            "charge_pct": (
+                {r: round(100 * x, 6) for r, x in st.charge.items()} if st.charge else None
+            ),
+            "costs": st.costs,
+            "counts": st.counts,
+        }
+        return doc
+    if req.display == "graph":
+        doc["lnodes"] = [
+            {
+                "name": v.name,
+                "level": v.level,
+                "no": v.leaves,
+                "rate_pct": round(100 * v.rate_share, 6),
+                "rshr_pct": round(100 * v.m_share, 6),
+                "bar": bar(v.rate_share, v.m_share),
+            }
+            for v in shown
+            if v.is_group
+        ]
+        doc["total"] = sum(1 for v in lnodes if not v.is_group)
+        return doc
+    if req.display == "limshare":
+        doc["limshare"] = snap.consts.has(LIMSHARE)
+        doc["maxushare"] = snap.consts.maxushare
+    cols = display_columns(req.display, snap.consts)
+    doc["lnodes"] = [
+        {
+            "name": v.name,
+            "level": v.level,
+            "uid": v.uid,
+            "kind": v.kind,
+            "own": v.own,
+            **{c.key: c.value(v) for c in cols[1:]},
+        }
+        for v in shown
+    ]
+    return doc
+
+
+def local_time(epoch: float) -> str:
+    """`epoch` as local time in the guide's manner, e.g. "Tue Jul 25 12:27:33 1995 UTC"."""
+    return datetime.fromtimestamp(epoch).astimezone().strftime("%a %b %d %H:%M:%S %Y %Z")
+
+
+def screenful(lines: Sequence[str], height: int, width: int) -> list[str]:
+    """The first screen of `lines` (continuous mode): at most `height` lines cut at `width`."""
+    return [line[:width] for line in lines[: max(height, 1)]]
