@@ -328,3 +328,13 @@ def test_system_usage_uses_the_configured_halflife(tmp_path):
     total = 600 + 800 * 0.5**0.5 + 500
     assert nodes["u5"]["system_usage"] == pytest.approx(600 / total)
     assert nodes["Maint"]["system_usage"] == pytest.approx(500 / total)
+
+
+def test_empty_udb_shows_root_and_the_missing_idle_and_unknown(tmp_path):
+    path = tmp_path / "empty.sqlite"
+    open_udb(str(path))
+    dispose_all()
+    status, doc = as_json(path, "-l")
+    assert status == 1
+    assert [n["name"] for n in doc["nodes"]] == ["ROOT"]
+    assert [(p["code"], p["uid"]) for p in doc["problems"]] == [("Id", None), ("Uk", None)]

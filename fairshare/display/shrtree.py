@@ -142,7 +142,7 @@ def analyse_tree(
     detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
     shusage = np.asarray(cols.shusage, dtype=float)
     aged = aged_usage(shusage, np.asarray(cols.shextime, dtype=float), now, halflife)
-    usage = np.where(entry >= 0, aged[entry], 0.0)
+    usage = np.concatenate(([0.0], aged[entry[1:]]))  # the root has no entry
     below = tree.subtree_sum(np.where(tree.leaf_mask, usage, 0.0))
     flags = np.asarray(cols.shflags, dtype=np.int64)
     detached_leaf = (flags[detached] & SHF_GROUP) == 0
@@ -158,7 +158,7 @@ def analyse_tree(
     kind_label = {int(k): k.label for k in Kind}
     kind_label[int(Kind.ROOT)] = "group"
     names = [ROOT_NAME, *tree.names[1:]]
-    node_flags = np.where(entry >= 0, flags[entry], SHF_GROUP).tolist()
+    node_flags = [SHF_GROUP, *flags[entry[1:]].tolist()]
     resgrps = [ROOT_UID, *(cols.resgrp[e] for e in entry[1:].tolist())]
     parent_names = [None, *(names[p] for p in tree.parent[1:].tolist())]
     ids, levels, kinds = tree.ids.tolist(), tree.level.tolist(), tree.kinds.tolist()
