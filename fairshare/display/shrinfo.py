@@ -1,0 +1,227 @@
+"""shrinfo's report: one user's (or account's) fair-share profile and why it gets what
+it gets, in the manner of the Kay-Lauder paper's Figure 7.
+
+`active_profile` builds it from the published lnode table (shrview's `ViewLnode`s):
+shares, machine share (Rshr), effective share (Eshr) and usage; the chain of groups
+above it with theirs; the ancestor group that limits it (the smallest Eshr/Rshr ratio,
+when below 1); and how long it would have to stay idle for its usage to decay to its
+fair level.  `entry_profile` is the same for an entry without an lnode (not logged
+in): its static machine share (every leaf active) and its stored usage aged to now.
+
+The fair level: with the other demanding leaves j as they are, the Kay-Lauder
+near-future share of lnode i, (m_i^2/u_i) / (m_i^2/u_i + S) with S = sum of m_j^2/u_j,
+equals its due share m = m_i / (m_i + sum of m_j) when
+u* = m_i^2 (1 - m) / (m S); idle, usage decays as 0.5 ** (t / halflife), so it reaches
+u* after halflife x log2(u / u*) seconds.
+
+Shares are fractions 0..1 (percentages in the display), usage in charge units,
+times in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from fairshare.cycle import USAGE_FLOOR
+from fairshare.display.shrview import ViewLnode
+from udb.errors import NotFound
+
+
+@dataclass(frozen=True)
+class GroupShare:
+    """A group above the lnode: its name, Rshr (m_share) and Eshr (e_share)."""
+
+    name: str
+    m_share: float
+    e_share: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One lnode's profile (see the module docstring for the meaning and units).
+
+    active: it has an lnode (processes on the host); e_share None when it has none.
+    groups: from the top-level group down to its parent.  limited_by / limit_ratio: the
+    ancestor group with the smallest Eshr/Rshr below 1, and that ratio.  fair_usage:
+    u* (None when it is the only lnode wanting CPU, or not active); idle_seconds: the
+    time idle to decay to u* (0 when its usage is at or below it; None when unknown).
+    """
+
+    name: str
+    uid: int
+    kind: str
+    shares: float
+    m_share: float
+    e_share: float | None
+    usage: float
+    active: bool
+    groups: tuple[GroupShare, ...]
+    limited_by: str | None
+    limit_ratio: float | None
+    fair_usage: float | None
+    idle_seconds: float | None
+    halflife: float
+
+
+def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode) -> float | None:
+    """u*, the usage (charge units) at which `me`'s near-future share equals its due
+    share among the leaves that want CPU now; None if no other leaf wants CPU."""
+    others = [
+        v
+        for v in lnodes
+        if not v.is_group and v.node != me.node and v.demand and not v.background and v.m_share > 0
+    ]
+    s = sum(v.m_share * v.m_share / max(v.usage, USAGE_FLOOR) for v in others)
+    if s <= 0 or me.m_share <= 0:
+        return None
+    m = me.m_share / (me.m_share + sum(v.m_share for v in others))
+    return me.m_share * me.m_share * (1 - m) / (m * s)
+
+
+def idle_time(usage: float, fair: float | None, halflife: float) -> float | None:
+    """Seconds idle until `usage` decays to `fair` (0 if already at or below it)."""
+    if fair is None:
+        return None
+    if usage <= fair or fair <= 0:
+        return 0.0
+    return halflife * math.log2(usage / fair)
+
+
+def active_profile(lnodes: Sequence[ViewLnode], name: str, halflife: float) -> Profile:
+    """The profile of the published lnode `name` (NotFound if it has none)."""
+    by_node = {v.node: v for v in lnodes}
+    me = next((v for v in lnodes if v.name == name and v.parent >= 0), None)
+    if me is None:
+        raise NotFound(f"{name}: no active lnode of that name")
+    chain = []
+    p = by_node.get(me.parent)
+    while p is not None and p.parent >= 0:
+        chain.append(p)
+        p = by_node.get(p.parent)
+    chain.reverse()
+    limited, ratio = None, None
+    for g in chain:
+        if g.m_share > 0:
+            r = g.e_share / g.m_share
+            if r < 1 and (ratio is None or r < ratio):
+                limited, ratio = g.name, r
+    fair = fair_usage(lnodes, me) if not me.is_group else None
+    return Profile(
+        name=me.name,
+        uid=me.uid,
+        kind=me.kind,
+        shares=me.shares,
+        m_share=me.m_share,
+        e_share=me.e_share,
+        usage=me.usage,
+        active=True,
+        groups=tuple(GroupShare(g.name, g.m_share, g.e_share) for g in chain),
+        limited_by=limited,
+        limit_ratio=ratio,
+        fair_usage=fair,
+        idle_seconds=idle_time(me.usage, fair, halflife),
+        halflife=halflife,
+    )
+
+
+def entry_profile(
+    name: str,
+    uid: int,
+    kind: str,
+    shares: float,
+    static_m_share: float,
+    aged_usage: float,
+    groups: Sequence[tuple[str, float]],
+    halflife: float,
+) -> Profile:
+    """The profile of an entry without an lnode: `static_m_share` is its machine share
+    with every leaf active, `aged_usage` its shusage aged to now, `groups` the (name,
+    static m_share) of the groups above it, top first."""
+    return Profile(
+        name=name,
+        uid=uid,
+        kind=kind,
+        shares=shares,
+        m_share=static_m_share,
+        e_share=None,
+        usage=aged_usage,
+        active=False,
+        groups=tuple(GroupShare(n, m, m) for n, m in groups),
+        limited_by=None,
+        limit_ratio=None,
+        fair_usage=None,
+        idle_seconds=None,
+        halflife=halflife,
+    )
+
+
+def duration_text(seconds: float) -> str:
+    """A duration for people: "45 s", "12 min 30 s", "3 h 5 min", "2 d 4 h"."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+    if s < 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h} h {m} min" if m else f"{h} h"
+    d, h = divmod(s // 3600, 24)
+    return f"{d} d {h} h" if h else f"{d} d"
+
+
+def _share(x: float) -> str:
+    """A share as Figure 7 prints it: three significant digits, e.g. 0.875%, 12.5%."""
+    return f"{100 * x:.3g}%"
+
+
+def _usage(u: float) -> str:
+    return f"{u:.0f}" if u >= 100 else f"{u:.3g}"
+
+
+def profile_lines(p: Profile) -> list[str]:
+    """The profile as lines: Figure 7's line, then the explanation."""
+    eshr = _share(p.e_share) if p.e_share is not None else "-"
+    lines = [
+        f"{p.name}  Shares: {p.shares:g}  Share: {_share(p.m_share)}  E-share: {eshr}  "
+        f"Usage: {_usage(p.usage)}"
+    ]
+    if not p.active:
+        lines.append(
+            "  no active lnode (no processes): Share is its static machine share with every "
+            "user active, Usage its stored usage aged to now"
+        )
+    for depth, g in enumerate(p.groups):
+        if p.active:
+            lines.append(
+                f"  {'  ' * depth}in group {g.name}: Rshr {_share(g.m_share)}, "
+                f"Eshr {_share(g.e_share)}"
+            )
+        else:
+            lines.append(f"  {'  ' * depth}in group {g.name}: static share {_share(g.m_share)}")
+    if not p.active:
+        return lines
+    if p.limited_by is not None:
+        lines.append(
+            f"  limited by group {p.limited_by}: it gets {p.limit_ratio:.2f} of its machine share"
+        )
+    else:
+        lines.append("  no group above it gets less than its machine share")
+    if p.fair_usage is None:
+        lines.append("  no other lnode wants CPU: it may use the machine whatever its usage")
+    elif p.idle_seconds:
+        lines.append(
+            f"  idle for {duration_text(p.idle_seconds)} its usage would decay to its fair "
+            f"level {_usage(p.fair_usage)} (half-life {duration_text(p.halflife)})"
+        )
+    else:
+        lines.append(f"  its usage is at or below its fair level {_usage(p.fair_usage)}")
+    return lines
+
+
+def profile_json(p: Profile) -> dict:
+    """The profile as a JSON-ready dict (shape in shrinfo(1))."""
+    doc = asdict(p)
+    doc["groups"] = [asdict(g) for g in p.groups]
+    return doc
