@@ -47,6 +47,7 @@ from fairshare.cycle import Consumption, run_cycle
 from fairshare.enforce.base import Enforcer, LnodeTarget
 from fairshare.lnode import LnodeTable, WriteBack, activate, aged_usage, new_table, release
 from fairshare.store import CycleHeader, EntryState, LnodeStore, add_counts
+from fairshare.sync import serve_requests
 from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
 from udb.models import IDLE_UID, Entry, ShareChange
 from udb.session import read_session
@@ -296,6 +297,7 @@ class Daemon:
         ln.table = run_cycle(ln.tree, ln.table, consumption, consts, elapsed)
         self._pids = procs
         self.cycle += 1
+        serve_requests(self, sample.time)  # shrsync -u / -q, before the quotas (fairshare.sync)
         self._quotas(ln, consts)
         if self.scheduling:
             self.enforcer.apply(self._targets(ln))
