@@ -35,6 +35,7 @@ class ProcessSample:
     runnable: bool = False
     nice: int = 0
     kernel: bool = False  # a kernel thread: charged, never moved or reniced
+    sid: int = 0  # session id (field 6 of /proc/PID/stat; newacct's accounts are per session)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ class Counters:
     runnable: bool
     nice: int
     kernel: bool
+    sid: int = 0  # session id (newacct's per-session accounts)
 
 
 def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: float) -> Counters:
@@ -61,6 +62,7 @@ def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: fl
     rest = stat[stat.rindex(b")") + 2 :].split()
     state = rest[0]
     ppid = int(rest[1])
+    sid = int(rest[3])
     utime, stime = int(rest[11]), int(rest[12])
     nice = int(rest[16])
     start = int(rest[19])
@@ -92,6 +94,7 @@ def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: fl
         runnable=state == b"R",
         nice=nice,
         kernel=pid == 2 or ppid == 2,
+        sid=sid,
     )
 
 
@@ -173,6 +176,7 @@ class DeltaTracker:
                     runnable=c.runnable,
                     nice=c.nice,
                     kernel=c.kernel,
+                    sid=c.sid,
                 )
             )
         d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)
