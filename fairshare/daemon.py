@@ -290,6 +290,9 @@ class Daemon:
         self._sync_enforcer(consts)
         sample = self.collector.sample()
         ln = self.lnodes
+        refresh = getattr(self.account_of, "refresh", None)
+        if refresh is not None:  # newacct's session records (fairshare.newacct)
+            refresh(sample, ln.acids)
         consumption, procs = self._consumption(ln, sample)
         add_counts(self.counts, consumption)
         self._activate(ln, consumption, sample.time)

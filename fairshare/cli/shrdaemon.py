@@ -251,6 +251,7 @@ def show_published(store: LnodeStore, as_json: bool) -> None:
 def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
     """A Daemon on the real machine with the chosen enforcer."""
     from fairshare.collect.procfs import ProcfsCollector
+    from fairshare.newacct import SessionAccounts
 
     return Daemon(
         engine,
@@ -258,6 +259,7 @@ def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
         make_enforcer(choice),
         LnodeStore(engine, host),
         options=Options(enforce_min_uid=enforce_min_uid),
+        account_of=SessionAccounts(),  # newacct's accounts, per session
     )
 
 
