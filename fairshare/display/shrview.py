@@ -584,12 +584,12 @@ def nice_lines(rows: Sequence[NiceRow]) -> list[str]:
 
 
 def bar(rate_share: float, m_share: float, width: int = BAR_WIDTH) -> str:
-    """Figure 6's bar: `#` for the rate share (at least one when it is not 0), `I` at the
-    allocated share, `width` characters for 100%."""
-    n = round(rate_share * width)
+    """Figure 6's bar: `#` for the rate share (rounded, at least one when it is not 0),
+    `I` in the column where the allocated share ends, `width` characters for 100%."""
+    n = int(rate_share * width + 0.5)
     if rate_share > 0:
         n = max(n, 1)
-    i = min(round(m_share * width), width)
+    i = min(int(m_share * width + 1e-9), width)
     cells = ["#" if k < n else " " for k in range(max(n, i + 1))]
     cells[i] = "I"
     return "".join(cells).rstrip()

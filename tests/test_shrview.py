@@ -1,0 +1,525 @@
+"""shrview: the daemon runs on the simulator into a temporary UDB, then every display's
+columns are checked against the published rows and against figures worked out by hand
+from the scenario below.
+
+The scenario: 2 CPUs, groups A (3 shares) and B (1 share); in A, `me` (the caller's
+uid, 2 CPU-bound processes) and a2 (1); in B, b1 (1 CPU-bound process) and quiet
+(logged in, never runnable); away (B, 2 shares) has no processes.  Active leaves:
+me, a2, b1, quiet, so the machine shares are A 3/4, B 1/4, me = a2 = 3/8,
+b1 = quiet = 1/8.  quiet wants no CPU, so b1's due share is all of B's, 1/4; with
+LIMSHARE and maxushare 1.5 the limits are 1.5 x the due shares.  The machine is
+always busy (4 runnable processes on 2 CPUs): 100 cycles of 4 s use 2 x 400 = 800
+CPU seconds = 80,000 ticks, charged 100 each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from fairshare.cli.shrview import Source, main, run_continuous
+from fairshare.consts import Consts
+from fairshare.daemon import simulated_daemon
+from fairshare.display.shrview import (
+    ViewRequest,
+    bar,
+    nice_table,
+    pick_host,
+    screenful,
+    view_lnodes,
+)
+from fairshare.store import LnodeStore
+from udb.errors import NotFound
+from udb.models import PublishedLnode
+from udb.session import open_udb
+
+DATA = Path(__file__).parent / "data"
+#: The simulated clock's start, the number of cycles run, and "now" for the displays:
+#: the last cycle ran at EPOCH + 400, so the table is 100 s old at NOW.
+EPOCH = 1_700_000_000
+CYCLES = 100
+NOW = EPOCH + 500
+ME = os.getuid()
+
+SCENARIO = f'''
+cpus = 2
+duration = "20m"
+delta = "4s"
+
+directives = """
+create:A:uid:52000:shflags:040000:shares:3:
+create:B:uid:53000:shflags:040000:shares:1:
+create:me:uid:{ME}:resgrp:A:shares:1:
+create:a2:uid:52002:resgrp:A:shares:1:
+create:b1:uid:53001:resgrp:B:shares:1:
+create:quiet:uid:53002:resgrp:B:shares:1:
+create:away:uid:53003:resgrp:B:shares:2:shusage:1000:shextime:{NOW - 240}:
+"""
+
+[consts]
+halflife = "2m"
+flags = ["LIMSHARE"]
+maxushare = 1.5
+
+[[workload]]
+name = "me"
+procs = 2
+
+[[workload]]
+name = "a2"
+procs = 1
+
+[[workload]]
+name = "b1"
+procs = 1
+
+[[workload]]
+name = "quiet"
+procs = 1
+demand = 0
+'''
+
+
+def simulated(directory: Path) -> tuple[str, object]:
+    """A UDB in `directory` and the simulated daemon on SCENARIO over it (not started)."""
+    scenario = directory / "scenario.toml"
+    scenario.write_text(SCENARIO)
+    url = f"sqlite:///{directory / 'udb.sqlite'}"
+    daemon, _model, _length = simulated_daemon(open_udb(url), str(scenario), epoch=EPOCH)
+    return url, daemon
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> str:
+    """The URL of a UDB where the daemon ran CYCLES cycles of SCENARIO and stopped."""
+    url, daemon = simulated(tmp_path_factory.mktemp("shrview"))
+    assert daemon.run(CYCLES) == CYCLES
+    return url
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """Local time is UTC for the test (the displays print local times)."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def run(url: str, *args: str):
+    result = CliRunner().invoke(main, ["--udb", url, "--now", str(NOW), *args], prog_name="shrview")
+    return result
+
+
+def as_json(url: str, *args: str) -> dict:
+    result = run(url, "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def published_rows(url: str) -> dict[str, PublishedLnode]:
+    _head, rows = LnodeStore(open_udb(url), "simulator").read_published()
+    return {r.name: r for r in rows}
+
+
+def body(text: str) -> list[list[str]]:
+    """The table of a plain display: its lines after the blank line, split on blanks."""
+    lines = text.split("\n\n", 1)[1].splitlines()
+    return [line.split() for line in lines]
+
+
+# -- the monitor display ---------------------------------------------------------------
+
+
+def test_monitor_columns_match_the_published_rows_and_the_hand_figures(published, utc):
+    result = run(published, "-dm")
+    assert result.exit_code == 0, result.output
+    table = body(result.stdout)
+    assert table[0] == "Name Rate% Eshr% Rshr% Usage Rate Muse Ref Chld Flags".split()
+    by_name = {cells[0].lstrip("*"): cells for cells in table[1:]}
+    assert list(by_name) == ["A", "a2", "me", "B", "b1", "quiet"]
+    rows = published_rows(published)
+    for name, cells in by_name.items():
+        r = rows[name]
+        assert cells[2] == f"{100 * r.e_share:.2f}"
+        assert cells[3] == f"{100 * r.m_share:.2f}"
+        assert cells[4] == f"{r.usage:.0f}"
+        assert cells[5] == f"{r.rate:.2f}"
+        assert cells[7] == str(r.refs)
+    # Machine shares from the scenario's shares (see the module docstring).
+    rshr = {name: cells[3] for name, cells in by_name.items()}
+    assert rshr == {
+        "A": "75.00",
+        "a2": "37.50",
+        "me": "37.50",
+        "B": "25.00",
+        "b1": "12.50",
+        "quiet": "12.50",
+    }
+    # At equilibrium each demanding lnode gets its due share; quiet would get 1.5 x 1/8.
+    eshr = {name: float(cells[2]) for name, cells in by_name.items()}
+    for name, due in {"A": 75, "me": 37.5, "a2": 37.5, "B": 25, "b1": 25}.items():
+        assert eshr[name] == pytest.approx(due, abs=0.2)
+    assert eshr["quiet"] == pytest.approx(18.75, abs=0.01)
+    # Rate% is each lnode's share of all leaves' rate; groups hold their leaves'.
+    total = sum(rows[n].rate for n in ("me", "a2", "b1", "quiet"))
+    assert by_name["me"][1] == f"{100 * rows['me'].rate / total:.2f}"
+    assert by_name["A"][1] == f"{100 * (rows['me'].rate + rows['a2'].rate) / total:.2f}"
+    assert by_name["quiet"][1] == "0.00"
+    # Muse: charges since activation; the whole machine, 800 CPU s x 10,000 per CPU s.
+    muse = {name: int(cells[6]) for name, cells in by_name.items()}
+    assert muse["A"] == round(rows["me"].charge + rows["a2"].charge)
+    assert muse["A"] + muse["B"] == pytest.approx(8_000_000, abs=2)
+    assert by_name["A"][8] == "2" and by_name["B"][8] == "2" and by_name["me"][8] == "0"
+    assert [by_name[n][7] for n in ("A", "me", "a2", "B", "b1", "quiet")] == list("321211")
+    # Flags: group 040000, active 010000, demanding 0200.
+    assert by_name["A"][9] == "50200"
+    assert by_name["me"][9] == "10200"
+    assert by_name["quiet"][9] == "10000"
+
+
+def test_names_are_indented_by_level_and_the_callers_lnode_is_starred(published, utc):
+    lines = run(published, "-dm").stdout.split("\n\n", 1)[1].splitlines()
+    names = [re.match(r" *\*?\S+", line).group() for line in lines[1:]]
+    assert names == ["A", "  a2", "  *me", "B", "  b1", "  quiet"]
+    doc = as_json(published, "-dm")
+    assert [v["name"] for v in doc["lnodes"] if v["own"]] == ["me"]
+    assert {v["name"]: v["level"] for v in doc["lnodes"]}["me"] == 2
+
+
+def test_monitor_json_shape(published):
+    doc = as_json(published, "-dm")
+    assert doc["host"] == "simulator"
+    assert doc["cycle"] == CYCLES
+    assert doc["time"] == EPOCH + 4 * CYCLES
+    assert doc["running"] is False
+    assert doc["age"] == pytest.approx(100)
+    assert doc["display"] == "monitor"
+    assert (doc["select"], doc["sort"]) == ("all", "tree")
+    me = next(v for v in doc["lnodes"] if v["name"] == "me")
+    keys = "name level uid kind own rate_pct eshr_pct rshr_pct usage rate muse ref chld flags"
+    assert list(me) == keys.split()
+    assert me["uid"] == ME and me["kind"] == "user" and me["rshr_pct"] == 37.5
+    assert me["flags"] == "10200" and me["ref"] == 2
+
+
+# -- adjgroup, limshare, statistics, nice, graph --------------------------------------------
+
+
+def test_adjgroup_columns(published, utc):
+    result = run(published, "-da")
+    table = body(result.stdout)
+    assert table[0] == "Name Rate% CPU% Rshr% Nrun Rate Proj% Adj_a New% Pri%".split()
+    by_name = {cells[0].lstrip("*"): cells for cells in table[1:]}
+    rows = published_rows(published)
+    for name, cells in by_name.items():
+        r = rows[name]
+        assert cells[2] == f"{100 * r.cpu:.2f}"
+        assert cells[4] == str(r.nrun)
+        assert cells[7] == f"{r.adj:.2f}"
+        assert cells[8] == f"{100 * r.e_share:.2f}"
+    # The machine is shared as due: CPU% A 75, B 25; within A, me and a2 half each.
+    assert float(by_name["A"][2]) == pytest.approx(75, abs=0.5)
+    assert float(by_name["b1"][2]) == pytest.approx(25, abs=0.5)
+    assert [by_name[n][4] for n in ("me", "a2", "b1", "quiet")] == ["2", "1", "1", "0"]
+    # Proj%: the share of its siblings' rate; b1 is the only one in B using CPU.
+    proj_me = rows["me"].rate / (rows["me"].rate + rows["a2"].rate)
+    assert by_name["me"][6] == f"{100 * proj_me:.2f}"
+    assert by_name["b1"][6] == "100.00" and by_name["quiet"][6] == "0.00"
+    # Pri%: m^2/usage over the demanding leaves (quiet does not demand); groups sum.
+    w = {n: rows[n].m_share ** 2 / rows[n].usage for n in ("me", "a2", "b1")}
+    total = sum(w.values())
+    assert by_name["me"][9] == f"{100 * w['me'] / total:.2f}"
+    assert by_name["A"][9] == f"{100 * (w['me'] + w['a2']) / total:.2f}"
+    assert by_name["quiet"][9] == "0.00"
+    doc = as_json(published, "-da")
+    keys = "rate_pct cpu_pct rshr_pct nrun rate proj_pct adj_a new_pct pri_pct"
+    assert list(doc["lnodes"][0])[5:] == keys.split()
+
+
+def test_limshare_limits_are_maxushare_times_the_due_share(published, utc):
+    result = run(published, "-dl")
+    text = result.stdout
+    assert "LIMSHARE on, maxushare = 1.5" in text
+    table = body(text)[1:]
+    assert table[0] == "Name Rshr% Eshr% Limit% Lim".split()
+    limit = {cells[0].lstrip("*"): cells[3] for cells in table[1:]}
+    # due shares: A 3/4, me = a2 3/8, B 1/4, b1 1/4 (quiet demands nothing).
+    assert limit == {
+        "A": "112.50",
+        "a2": "56.25",
+        "me": "56.25",
+        "B": "37.50",
+        "b1": "37.50",
+        "quiet": "-",
+    }
+    assert all(len(cells) == 4 for cells in table[1:])  # nobody at the limit
+    doc = as_json(published, "-dl")
+    assert doc["limshare"] is True and doc["maxushare"] == 1.5
+    quiet = next(v for v in doc["lnodes"] if v["name"] == "quiet")
+    assert quiet["limit_pct"] is None and quiet["lim"] is False
+
+
+def _row(node, name, parent, level, kind, m, e, usage=1.0, demand=True, nrun=1, rate=0.0):
+    return PublishedLnode(
+        host="h",
+        node=node,
+        name=name,
+        uid=1000 + node,
+        kind=kind,
+        parent=parent,
+        level=level,
+        shares=1.0,
+        refs=nrun,
+        nrun=nrun,
+        usage=usage,
+        charge=0.0,
+        cpu_seconds=0.0,
+        rate=rate,
+        m_share=m,
+        e_share=e,
+        cpu=0.0,
+        adj=1.0,
+        priority=usage * nrun / m**2 if m else 1e30,
+        background=False,
+        demand=demand,
+    )
+
+
+def test_a_new_user_at_the_limit_is_marked():
+    """A newcomer (usage ~0) gets maxushare x its due share and no more: Lim is yes."""
+    from fairshare.display.shrview import display_columns
+
+    rows = [
+        _row(0, "root", -1, 0, "root", 1.0, 1.0),
+        _row(1, "old", 0, 1, "user", 0.5, 0.25, usage=1e6),
+        _row(2, "new", 0, 1, "user", 0.5, 0.75, usage=1e-9),
+    ]
+    consts = Consts(flags=0o4, maxushare=1.5)
+    cols = {c.key: c for c in display_columns("limshare", consts)}
+    old, new = view_lnodes(rows, lambda uid: False)[1:]
+    assert new.due == 0.5 and cols["limit_pct"].text(new) == "75.00"
+    assert cols["lim"].text(new) == "yes" and cols["lim"].text(old) == ""
+    off = {c.key: c for c in display_columns("limshare", Consts(maxushare=1.5))}
+    assert off["lim"].text(new) == ""  # LIMSHARE off: never marked
+
+
+def test_statistics(published, utc):
+    text = run(published, "-ds").stdout
+    lines = text.split("\n\n", 1)[1].splitlines()
+    assert lines[1].split()[:3] == ["Active", "id's:", "4/5"]
+    assert lines[2].split()[:3] == ["Active", "groups:", "2"]
+    rows = published_rows(published)
+    high = max(rows[n].usage for n in ("me", "a2", "b1", "quiet"))
+    assert lines[1].split()[4:] == [f"{high:.4e}", "1.0000e+12"]
+    mix = {cells[0]: cells[1:] for cells in (line.split() for line in lines[3:])}
+    assert mix["syscall"] == ["bio", "sio", "tick", "mem", "tty"]
+    assert mix["Charge:"] == ["0%", "0%", "0%", "100%", "0%", "0%"]
+    assert mix["Costs:"] == ["0", "0", "0", "100", "0", "0"]
+    assert mix["Counts:"] == ["0", "0", "0", "80000", "0", "0"]
+    st = as_json(published, "-ds")["statistics"]
+    assert (st["active_ids"], st["total_ids"], st["active_groups"]) == (4, 5, 2)
+    assert st["counts"]["tick"] == pytest.approx(80000)
+    assert st["charge_pct"]["tick"] == 100 and st["costs"]["tick"] == 100
+    assert st["usage_max"] == 1e12 and st["usage_high"] == pytest.approx(high)
+
+
+def test_nice_table_follows_the_guides_rule():
+    rows = nice_table(Consts(nice_decay=(2.0, 60.0)))
+    assert [r.nice for r in (rows[0], rows[20], rows[39])] == [-20, 0, 19]
+    assert rows[20].decay == pytest.approx(0.5**0.5)  # half-life 2 s at nice 0
+    assert rows[39].decay == pytest.approx(0.5 ** (1 / 60))
+    assert rows[39].halflife == pytest.approx(60.0)
+    slope = (0.5 ** (1 / 60) - 0.5**0.5) / 19
+    assert rows[0].decay == pytest.approx(0.5**0.5 - 20 * slope)  # 0.4109
+    assert rows[0].halflife == pytest.approx(0.779, abs=5e-4)
+    assert (rows[20].weight, rows[39].weight, rows[0].weight) == (1024, 15, 88761)
+    assert [r.charged for r in rows].count(100.0) == 39 and rows[39].charged == 0
+
+
+def test_nice_display_and_json(published, utc):
+    text = run(published, "-dn").stdout
+    table = body(text)
+    assert table[1] == ["N", "Nice", "Decay", "1/2life", "Weight", "%"]
+    assert table[2] == ["0", "-20", "0.4109", "0.779", "88761", "100"]
+    assert table[22] == ["20", "0", "0.7071", "2.000", "1024", "100"]
+    assert table[41] == ["39", "19", "0.9885", "60.000", "15", "0"]
+    doc = as_json(published, "-dn")
+    assert len(doc["nice"]) == 40 and doc["lnodes"] == []
+    assert list(doc["nice"][0]) == ["n", "nice", "niced", "halflife", "weight", "charged_pct"]
+
+
+def test_bar_marks_consumption_and_the_allocated_share():
+    assert bar(0.5, 0.2) == "#" * 10 + "I" + "#" * 14  # 25 # for 50%, I at 10 = 20%
+    assert bar(0.1, 0.3) == "#####" + " " * 10 + "I"
+    assert bar(0.0, 0.02) == " I"
+    assert bar(0.001, 0.5) == "#" + " " * 24 + "I"  # any use shows one #
+    assert len(bar(1.0, 1.0)) == 51
+
+
+def test_graph(published, utc):
+    table = body(run(published, "-dg").stdout)
+    assert table[0] == ["Group", "No.", "%Rate"]
+    assert [cells[:2] for cells in table[1:3]] == [["A", "2"], ["B", "2"]]
+    assert table[-1] == ["Total", "=>", "4"]
+    doc = as_json(published, "-dg")
+    a = doc["lnodes"][0]
+    assert (a["name"], a["no"], a["rshr_pct"]) == ("A", 2, 75.0)
+    assert a["bar"] == bar(a["rate_pct"] / 100, 0.75)
+    assert a["bar"][37:40].count("I") == 1 and doc["total"] == 4
+
+
+# -- select and sort -------------------------------------------------------------------
+
+
+def names(url: str, *args: str) -> list[str]:
+    return [v["name"] for v in as_json(url, "-dm", *args)["lnodes"]]
+
+
+def test_select(published):
+    assert names(published, "-so") == ["A", "B"]
+    assert names(published, "-s", "groups") == ["A", "B"]
+    assert names(published, "-su") == ["a2", "me", "b1", "quiet"]
+    assert names(published, "-s", "B") == ["B", "b1", "quiet"]
+    assert names(published, "-sme") == ["me"]
+    result = run(published, "-s", "nobody")
+    assert result.exit_code == 2
+    assert "-s nobody: no active lnode of that name" in result.stderr
+
+
+def test_subtree_indentation_starts_at_its_top(published, utc):
+    lines = run(published, "-dm", "-s", "B").stdout.splitlines()
+    assert lines[4].startswith("B ")
+    assert lines[5].startswith("  b1 ") and lines[6].startswith("  quiet ")
+
+
+def test_sort_orders_siblings_within_the_tree(published):
+    rows = published_rows(published)
+    assert names(published, "-o", "name") == ["A", "a2", "me", "B", "b1", "quiet"]
+    by_id = ["A", "me", "a2", "B", "b1", "quiet"] if ME < 52002 else ["A", "a2", "me"]
+    assert names(published, "-oi")[: len(by_id)] == by_id
+    # Usage descending among siblings; groups stay above their members.
+    a_kids = sorted(("me", "a2"), key=lambda n: -rows[n].usage)
+    assert names(published, "-ou") == ["A", *a_kids, "B", "b1", "quiet"]
+    assert names(published, "-o", "eshr")[3:] == ["B", "b1", "quiet"]
+    assert names(published, "-or")[3:] == ["B", "b1", "quiet"]
+    result = run(published, "-o", "size")
+    assert result.exit_code == 2 and "-o size: expected tree, id, name" in result.stderr
+
+
+# -- modes, freshness, hosts -----------------------------------------------------------
+
+
+def test_stopped_daemon_is_said_with_the_age_and_the_table_still_shown(published, utc):
+    result = run(published, "-dm")
+    assert result.exit_code == 0
+    stop = time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(EPOCH + 4 * CYCLES))
+    assert result.stderr == (
+        "shrview: no daemon is running for simulator; showing the last published state, "
+        f"100 s old (cycle {CYCLES}, stopped at {stop} UTC)\n"
+    )
+    assert "SHRVIEW Type:monitor Select:all Sort_opt:tree" in result.stdout
+
+
+def test_repeat_mode_separates_outputs_with_form_feeds(published, utc):
+    result = run(published, "-dm", "-r", "3")
+    assert result.exit_code == 0
+    parts = result.stdout.split("\f")
+    assert len(parts) == 3 and parts[0] == parts[1] == parts[2]
+    assert result.stderr.count("no daemon is running") == 1
+    docs = run(published, "-r", "2", "--json").stdout.splitlines()
+    assert len(docs) == 2 and all(json.loads(d)["cycle"] == CYCLES for d in docs)
+
+
+def test_a_running_daemon_is_waited_for_cycle_by_cycle(tmp_path):
+    """Line and repeat modes print each display after the next published cycle."""
+    url, daemon = simulated(tmp_path)
+    daemon.start()
+    daemon.step()
+    stop = threading.Event()
+
+    def cycles() -> None:
+        while not stop.wait(0.3):
+            daemon.step()
+
+    ticker = threading.Thread(target=cycles)
+    ticker.start()
+    try:
+        began = time.monotonic()
+        result = CliRunner().invoke(
+            main, ["--udb", url, "--now", str(EPOCH + 4), "-r", "3", "--json"]
+        )
+        took = time.monotonic() - began
+    finally:
+        stop.set()
+        ticker.join()
+        daemon.shutdown()
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    docs = [json.loads(line) for line in result.stdout.splitlines()]
+    seen = [d["cycle"] for d in docs]
+    assert seen[0] >= 2 and seen[0] < seen[1] < seen[2]
+    assert all(d["running"] for d in docs)
+    assert took < 6  # one new cycle every 0.3 s, never the 1.5-delta (6 s) timeout
+
+
+def test_continuous_mode_shows_one_screenful_until_q(published, utc):
+    source = Source(open_udb(published), None, NOW)
+    buf = StringIO()
+    console = Console(file=buf, width=80, height=6, force_terminal=True, color_system=None)
+    req = ViewRequest(display="monitor")
+    assert run_continuous(source, req, console, pressed=lambda: "q") == 1
+    out = buf.getvalue()
+    assert "no daemon is running for simulator" in out
+    assert "SHRVIEW Type:monitor" in out and "quiet" not in out  # 6 lines: cut before it
+    assert screenful(["abc", "defgh", "ij"], 2, 3) == ["abc", "def"]
+
+
+def test_continuous_goes_with_neither_json_nor_repeat(published):
+    for extra in (["--json"], ["-r", "2"]):
+        result = run(published, "-c", *extra)
+        assert result.exit_code == 2
+        assert "-c (continuous) goes with neither -r nor --json" in result.stderr
+
+
+def test_bad_display_letter(published):
+    result = run(published, "-dx")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("shrview: -d x: expected m (monitor)")
+
+
+def test_host_choice():
+    assert pick_host(["a", "b"], None, "b") == "b"
+    assert pick_host(["simulator"], None, "here") == "simulator"
+    assert pick_host(["a", "b"], "a", "here") == "a"
+    with pytest.raises(NotFound, match="several hosts published lnode tables: give --host; "):
+        pick_host(["a", "b"], None, "here")
+    with pytest.raises(NotFound, match="--host c: nothing published for it; hosts: a, b"):
+        pick_host(["a", "b"], "c", "here")
+
+
+def test_nothing_published(udb_url):
+    result = CliRunner().invoke(main, ["--udb", udb_url])
+    assert result.exit_code == 2
+    assert "no lnode table has been published in this UDB" in result.stderr
+
+
+# -- one stored rendering per display ----------------------------------------------------
+
+
+@pytest.mark.parametrize("letter", list("masnlg"))
+def test_stored_rendering(published, utc, letter):
+    result = run(published, f"-d{letter}")
+    assert result.exit_code == 0
+    expected = (DATA / f"shrview_d{letter}.txt").read_text()
+    assert result.stdout == expected
