@@ -76,8 +76,12 @@ def time_bare(rows: list[dict], url: str) -> float:
 
 
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    work = Path(tempfile.mkdtemp(prefix="bench-udbgen-"))
+    with tempfile.TemporaryDirectory(prefix="bench-udbgen-") as tmp:
+        return bench(Path(tmp), int(sys.argv[1]) if len(sys.argv) > 1 else 100_000)
+
+
+def bench(work: Path, n: int) -> int:
+    """Run the benchmark with `n` users in directory `work`; 0 if the goals are met."""
     path = work / "users.udb"
     path.write_text(HEAD + "".join(user_line(i) for i in range(n)))
     rows = [user_row(i) for i in range(n)]
