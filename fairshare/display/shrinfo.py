@@ -28,6 +28,10 @@ from fairshare.cycle import USAGE_FLOOR
 from fairshare.display.shrview import ViewLnode
 from udb.errors import NotFound
 
+#: A group counts as limiting when its Eshr/Rshr ratio is below 1 by more than this
+#: (a cycle's rounding noise is far smaller).
+LIMIT_TOLERANCE = 0.005
+
 
 @dataclass(frozen=True)
 class GroupShare:
@@ -44,8 +48,8 @@ class Profile:
 
     active: it has an lnode (processes on the host); e_share None when it has none.
     groups: from the top-level group down to its parent.  limited_by / limit_ratio: the
-    ancestor group with the smallest Eshr/Rshr below 1, and that ratio.  fair_usage:
-    u* (None when it is the only lnode wanting CPU, or not active); idle_seconds: the
+    ancestor group with the smallest Eshr/Rshr below 1 - LIMIT_TOLERANCE, and that ratio.
+    fair_usage: u* (None when it is the only lnode wanting CPU, or not active); idle_seconds: the
     time idle to decay to u* (0 when its usage is at or below it; None when unknown).
     """
 
@@ -105,7 +109,7 @@ def active_profile(lnodes: Sequence[ViewLnode], name: str, halflife: float) -> P
     for g in chain:
         if g.m_share > 0:
             r = g.e_share / g.m_share
-            if r < 1 and (ratio is None or r < ratio):
+            if r < 1 - LIMIT_TOLERANCE and (ratio is None or r < ratio):
                 limited, ratio = g.name, r
     fair = fair_usage(lnodes, me) if not me.is_group else None
     return Profile(

@@ -1,0 +1,168 @@
+"""shrinfo: profiles from the table the daemon published on the simulated site of
+test_shrview (see its docstring for the scenario and the hand-worked shares), from the
+UDB alone for users without an lnode, and the explanations on synthetic tables."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_shrview import NOW, _row, published, published_rows, utc  # noqa: F401
+
+from fairshare.cli.shrinfo import main
+from fairshare.display.shrinfo import (
+    active_profile,
+    duration_text,
+    fair_usage,
+    idle_time,
+    profile_lines,
+)
+from fairshare.display.shrview import view_lnodes
+
+DATA = Path(__file__).parent / "data"
+
+
+def run(url: str, *args: str):
+    return CliRunner().invoke(main, ["--udb", url, "--now", str(NOW), *args], prog_name="shrinfo")
+
+
+def test_active_user_in_the_manner_of_figure_7(published, utc):  # noqa: F811
+    result = run(published, "me")
+    assert result.exit_code == 0, result.output
+    rows = published_rows(published)
+    me, a = rows["me"], rows["A"]
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        f"me  Shares: 1  Share: 37.5%  E-share: {100 * me.e_share:.3g}%  Usage: {me.usage:.0f}"
+    )
+    assert lines[1] == f"  in group A: Rshr 75%, Eshr {100 * a.e_share:.3g}%"
+    assert lines[2] == "  no group above it gets less than its machine share"
+    # Its fair usage among the demanding leaves me, a2 (3/8 each) and b1 (1/8):
+    # m = (3/8) / (7/8) = 3/7, S = (3/8)^2/u_a2 + (1/8)^2/u_b1, u* = (3/8)^2 (1-m) / (m S).
+    s = (3 / 8) ** 2 / rows["a2"].usage + (1 / 8) ** 2 / rows["b1"].usage
+    fair = (3 / 8) ** 2 * (4 / 7) / ((3 / 7) * s)
+    doc = json.loads(run(published, "me", "--json").stdout)
+    assert doc["user"]["fair_usage"] == pytest.approx(fair)
+    if me.usage > fair:
+        assert doc["user"]["idle_seconds"] == pytest.approx(120 * math.log2(me.usage / fair))
+    else:
+        assert doc["user"]["idle_seconds"] == 0
+        assert lines[3] == f"  its usage is at or below its fair level {fair:.0f}"
+    assert "no daemon is running for simulator" in result.stderr
+    assert result.stderr.startswith("shrinfo: ")
+
+
+def test_default_user_is_the_callers_entry(published, utc):  # noqa: F811
+    assert run(published).stdout.startswith("me  Shares: 1  Share: 37.5%")
+
+
+def test_user_without_an_lnode_gets_its_static_share_and_aged_usage(published, utc):  # noqa: F811
+    lines = run(published, "away").stdout.splitlines()
+    # Static: B has 1/4; away holds 2 of B's 1 + 1 + 2 shares: 1/8.  Usage 1000 stored
+    # 240 s (two half-lives) before now: 250.
+    assert lines[0] == "away  Shares: 2  Share: 12.5%  E-share: -  Usage: 250"
+    assert lines[1].startswith("  no active lnode (no processes)")
+    assert lines[2] == "  in group B: static share 25%"
+    doc = json.loads(run(published, "away", "--json").stdout)["user"]
+    assert doc["active"] is False and doc["e_share"] is None
+    assert doc["usage"] == pytest.approx(250) and doc["m_share"] == pytest.approx(0.125)
+
+
+def test_verbose_adds_the_settings_and_active_counts(published, utc):  # noqa: F811
+    text = run(published, "-v", "me").stdout
+    assert text.startswith("Scheduling flags = LIMSHARE (004)\n")
+    assert "Usage decay rate = " in text and "(half-life of 120.0 seconds)" in text
+    assert "\nActive users = 4/5, active groups = 2.\n\nme  Shares: 1" in text
+    doc = json.loads(run(published, "-v", "--json", "me").stdout)
+    assert doc["active"] == {"ids": 4, "total_ids": 5, "groups": 2}
+    assert doc["settings"]["consts"]["maxushare"] == 1.5
+
+
+def test_json_shape(published):  # noqa: F811
+    doc = json.loads(run(published, "--json", "b1").stdout)
+    assert list(doc) == ["host", "cycle", "time", "running", "age", "notes", "user"]
+    assert doc["host"] == "simulator" and doc["running"] is False
+    assert doc["age"] == pytest.approx(100)
+    keys = (
+        "name uid kind shares m_share e_share usage active groups limited_by limit_ratio "
+        "fair_usage idle_seconds halflife"
+    )
+    assert list(doc["user"]) == keys.split()
+    assert doc["user"]["groups"][0]["name"] == "B"
+    assert doc["user"]["m_share"] == pytest.approx(0.125)
+
+
+def test_unknown_user(published):  # noqa: F811
+    result = run(published, "nobody")
+    assert result.exit_code == 2
+    assert result.stderr.endswith("shrinfo: nobody: no such UDB entry\n")
+
+
+def test_without_any_published_table_the_udb_alone_is_used(acme):
+    result = CliRunner().invoke(main, ["--udb", acme, "u5"], prog_name="shrinfo")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    # ACME: Proj1 500/1000, Proj1A half of it, u5 half of that.
+    assert result.stdout.startswith("u5  Shares: 50  Share: 12.5%  E-share: -  Usage: 0\n")
+    assert "  in group Proj1: static share 50%\n    in group Proj1A: static share 25%" in (
+        result.stdout
+    )
+
+
+# -- the explanations on synthetic tables ------------------------------------------------
+
+
+def test_fair_usage_and_the_idle_time_to_reach_it():
+    rows = [
+        _row(0, "root", -1, 0, "root", 1.0, 1.0),
+        _row(1, "me", 0, 1, "user", 0.5, 0.2, usage=400.0),
+        _row(2, "you", 0, 1, "user", 0.5, 0.8, usage=100.0),
+    ]
+    lnodes = view_lnodes(rows, lambda uid: False)
+    # Equal machine shares: me's fair usage is you's, 100; 400 -> 100 is two half-lives.
+    assert fair_usage(lnodes, lnodes[1]) == pytest.approx(100.0)
+    p = active_profile(lnodes, "me", halflife=600.0)
+    assert p.idle_seconds == pytest.approx(1200.0)
+    assert profile_lines(p)[-1] == (
+        "  idle for 20 min its usage would decay to its fair level 100 (half-life 10 min)"
+    )
+    assert idle_time(50.0, 100.0, 600.0) == 0.0
+    assert fair_usage(lnodes[:2], lnodes[1]) is None  # alone: no fair level
+
+
+def test_the_group_furthest_below_its_share_is_named():
+    rows = [
+        _row(0, "root", -1, 0, "root", 1.0, 1.0),
+        _row(1, "G1", 0, 1, "group", 0.5, 0.3),
+        _row(2, "G2", 0, 1, "group", 0.5, 0.7),
+        _row(3, "sub", 1, 2, "group", 0.25, 0.2),
+        _row(4, "me", 3, 3, "user", 0.25, 0.2, usage=10.0),
+        _row(5, "you", 2, 2, "user", 0.5, 0.7, usage=10.0),
+    ]
+    p = active_profile(view_lnodes(rows, lambda uid: False), "me", halflife=600.0)
+    assert [g.name for g in p.groups] == ["G1", "sub"]
+    assert (p.limited_by, p.limit_ratio) == ("G1", pytest.approx(0.6))
+    lines = profile_lines(p)
+    assert lines[1:3] == [
+        "  in group G1: Rshr 50%, Eshr 30%",
+        "    in group sub: Rshr 25%, Eshr 20%",
+    ]
+    assert lines[3] == "  limited by group G1: it gets 0.60 of its machine share"
+
+
+def test_durations_for_people():
+    assert [duration_text(s) for s in (45, 750, 3600, 11100, 187200)] == [
+        "45 s",
+        "12 min 30 s",
+        "1 h",
+        "3 h 5 min",
+        "2 d 4 h",
+    ]
+
+
+def test_stored_rendering(published, utc):  # noqa: F811
+    result = run(published, "me")
+    assert result.stdout == (DATA / "shrinfo_me.txt").read_text()
