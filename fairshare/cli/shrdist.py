@@ -95,6 +95,13 @@ def render_distribution(console: Console, d: Distribution, title: str) -> None:
 # -- the interactive editor ---------------------------------------------------------------
 
 
+class SharesInput(Input):
+    """A shares field: takes digits only, so u and q reach the editor's bindings."""
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        return character is not None and character.isdigit()
+
+
 class ShrdistApp(App):
     """The full-screen editor: one line per member with its shares (editable) and the
     resulting group and machine shares, recomputed as you type; u writes, q quits."""
@@ -126,7 +133,7 @@ class ShrdistApp(App):
                     node = self.view.tree.node(name)
                     yield Label(name)
                     yield Label(self.view.tree.kind(node).label)
-                    yield Input(
+                    yield SharesInput(
                         str(int(self.view.tree.shares[node])),
                         restrict=r"[0-9]*",
                         max_length=10,

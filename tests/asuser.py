@@ -1,0 +1,84 @@
+"""Run a click command in-process as a real unprivileged uid (tests that need root).
+
+`run_as(uid, command, args)` forks; the child drops every group and sets its gid and
+uid (so it really is that user: files, the UDB, the auth file are checked by the
+kernel), runs the command through CliRunner and sends its exit code and output back
+through a pipe.  Everything the command needs must be imported before the fork,
+since the child cannot read the interpreter's files under /root afterwards.
+
+`shared_dir()` makes a directory every test uid can use (the pytest tmp_path under
+/tmp/pytest-of-root is not); a SQLite UDB there must be world-writable for its WAL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from udb.session import dispose_all
+
+#: Test uids with no passwd entry: their login name is their number (fairshare.dist).
+UIDS = (62001, 62002, 62003)
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: the test runs commands as other real uids (setuid)"
+)
+
+
+def run_as(uid: int, command, args: list[str], env: dict | None = None) -> tuple[int, str]:
+    """Run `command` (a click command) with `args` as real uid and gid `uid`.
+
+    Returns its exit code and output (stdout and stderr together).
+    """
+    dispose_all()  # no connection of ours is shared with the child
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.umask(0)  # SQLite's -wal and -shm must stay usable by the next uid
+            result = CliRunner().invoke(command, args, env=env, catch_exceptions=True)
+            out = result.output
+            if result.exception and not isinstance(result.exception, SystemExit):
+                out += f"\nexception: {result.exception!r}"
+            data = json.dumps([result.exit_code, out])
+            dispose_all()
+        except BaseException as err:  # noqa: BLE001 - report anything to the parent
+            data = json.dumps([99, f"child failed: {err!r}"])
+        with os.fdopen(w, "w") as f:
+            f.write(data)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    code, out = json.loads(data)
+    return code, out
+
+
+def shared_dir() -> Path:
+    """A new directory under /tmp that every uid may use (remove it with `remove`)."""
+    path = Path(tempfile.mkdtemp(prefix="fairshare-asuser-", dir="/tmp"))
+    path.chmod(0o777)
+    return path
+
+
+def open_up(directory: Path) -> None:
+    """Make every file in `directory` readable and writable by everyone (the UDB)."""
+    dispose_all()
+    for p in directory.iterdir():
+        if p.is_file() and p.name.startswith("udb"):
+            p.chmod(0o666)
+
+
+def remove(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
