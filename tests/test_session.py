@@ -221,3 +221,14 @@ def test_postgresql_round_trip(pg_url, acme_acct):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(udbsee, ["--udb", pg_url, "-f", "uid", "u1", "u2"])
     assert r.stdout == "create:u1:uid:1002:\ncreate:u2:uid:1001:\n"
+
+
+def test_head_revision_is_alembics_head():
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from udb.session import MIGRATIONS, head_revision
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    assert head_revision() == ScriptDirectory.from_config(cfg).get_current_head()
