@@ -288,7 +288,7 @@ class Daemon:
             self._maybe_reload(s, consts)
         self.consts = consts
         self._sync_enforcer(consts)
-        sample = self.collector.sample()
+        sample = self.collector.sample(io=consts.cost_bio > 0 or consts.cost_sio > 0)
         ln = self.lnodes
         refresh = getattr(self.account_of, "refresh", None)
         if refresh is not None:  # newacct's session records (fairshare.newacct)

@@ -55,6 +55,12 @@ def test_parse_process_without_io_and_sleeping_kernel_thread():
     assert c.io_blocks == 0.0 and c.io_calls == 0.0
 
 
+def test_zombie_is_seen_as_exited():
+    c = parse_process(78, STAT.replace(b") R 1 ", b") Z 1 "), STATUS, b"", boot_time=0.0)
+    assert c.zombie and not c.runnable
+    assert not parse_process(4242, STAT, STATUS, IO, boot_time=0.0).zombie
+
+
 def counters(pid, ctime, cpu, uid=1000, blocks=0.0, rss=0.0):
     return Counters(pid, ctime, uid, cpu, blocks, 0.0, 0.0, rss, True, 0, False)
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from machine_lock import machine_lock
 
 from fairshare.enforce.base import LnodeTarget, safe_name
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
@@ -179,6 +180,11 @@ def cpu_cgroup(pid: int) -> str:
 @pytest.mark.root
 @pytest.mark.skipif(not (CPU_V1 / "cpu.shares").exists(), reason="no cgroup v1 cpu hierarchy")
 def test_cgroup1_real_moves_weights_and_cleans_up():
+    with machine_lock():
+        cgroup1_real()
+
+
+def cgroup1_real():
     if (CPU_V1 / "fairshare").exists():
         pytest.skip("a shrdaemon is using /sys/fs/cgroup/cpu/fairshare")
     a, b = sleeper(), sleeper()

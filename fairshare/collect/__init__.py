@@ -53,6 +53,7 @@ class Sample:
 class Collector(Protocol):
     """A source of samples (the real machine or the simulator)."""
 
-    def sample(self) -> Sample:
-        """The processes alive now and their consumption since the previous call."""
+    def sample(self, io: bool = True) -> Sample:
+        """The processes alive now and their consumption since the previous call
+        (`io` False: block and stream I/O may be left at 0, nothing charges them)."""
         ...

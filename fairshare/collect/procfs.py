@@ -49,6 +49,7 @@ class Counters:
     nice: int
     kernel: bool
     sid: int = 0  # session id (newacct's per-session accounts)
+    zombie: bool = False  # exited, not yet reaped: no longer attached to its lnode
 
 
 def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: float) -> Counters:
@@ -67,14 +68,10 @@ def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: fl
     nice = int(rest[16])
     start = int(rest[19])
     rss_pages = int(rest[21])
-    uid = ctx = 0
-    for line in status.splitlines():
-        if line.startswith(b"Uid:"):
-            uid = int(line.split()[1])
-        elif line.startswith(b"voluntary_ctxt_switches:") or line.startswith(
-            b"nonvoluntary_ctxt_switches:"
-        ):
-            ctx += int(line.split()[1])
+    uid = _status_field(status, b"\nUid:")
+    ctx = _status_field(status, b"\nvoluntary_ctxt_switches:") + _status_field(
+        status, b"\nnonvoluntary_ctxt_switches:"
+    )
     blocks = calls = 0.0
     for line in io.splitlines():
         key, _, value = line.partition(b":")
@@ -95,30 +92,49 @@ def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: fl
         nice=nice,
         kernel=pid == 2 or ppid == 2,
         sid=sid,
+        zombie=state in (b"Z", b"X", b"x"),
     )
 
 
+def _status_field(status: bytes, key: bytes) -> int:
+    """The first number after `key` (which starts with a newline) in /proc/PID/status."""
+    i = status.find(key)
+    if i < 0:
+        return 0
+    return int(status[i + len(key) :].split(None, 1)[0])
+
+
 def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    # os.open/os.read: half the cost of open().read() for these small files.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
 
 
-def read_process(pid: int, boot_time: float, proc: str = "/proc") -> Counters | None:
-    """The counters of process `pid`, or None if it vanished before it could be read."""
+def read_process(
+    pid: int, boot_time: float, proc: str = "/proc", io: bool = True
+) -> Counters | None:
+    """The counters of process `pid`; None if it vanished before it could be read or
+    has exited and awaits its parent (a zombie charges nothing and holds no lnode)."""
     base = f"{proc}/{pid}"
     try:
         stat = _read(f"{base}/stat")
         status = _read(f"{base}/status")
     except OSError:
         return None
+    io_text = b""
+    if io:
+        try:
+            io_text = _read(f"{base}/io")
+        except OSError:
+            pass
     try:
-        io = _read(f"{base}/io")
-    except OSError:
-        io = b""
-    try:
-        return parse_process(pid, stat, status, io, boot_time)
+        c = parse_process(pid, stat, status, io_text, boot_time)
     except (ValueError, IndexError):
         return None
+    return None if c.zombie else c
 
 
 def machine_idle() -> float:
@@ -196,8 +212,11 @@ class ProcfsCollector:
         self._wall, self._mono = wall, mono
         self._tracker = DeltaTracker()
 
-    def sample(self) -> Sample:
-        """Every live process with its consumption since the previous call."""
+    def sample(self, io: bool = True) -> Sample:
+        """Every live process with its consumption since the previous call.
+
+        `io` False skips /proc/PID/io (a third of the cost) when I/O costs nothing.
+        """
         boot = psutil.boot_time()
-        readings = [c for pid in psutil.pids() if (c := read_process(pid, boot)) is not None]
+        readings = [c for pid in psutil.pids() if (c := read_process(pid, boot, io=io)) is not None]
         return self._tracker.update(readings, machine_idle(), self._mono(), self._wall())

@@ -93,7 +93,7 @@ class SimCollector:
         self.world = world
         self._last: float | None = None
 
-    def sample(self) -> Sample:
+    def sample(self, io: bool = True) -> Sample:
         """The workloads' processes with the CPU the machine gave them since the last call."""
         w = self.world
         now = w.clock.now

@@ -1,0 +1,197 @@
+"""Benchmark: shrdaemon's overhead with 1,000 processes across 200 uids.
+
+Run as root: ``python tests/bench/bench_daemon.py [--cycles N] [--loop-seconds S]``.
+
+It forks 1,000 sleeping children setuid to 200 test uids (62000..62199, 5 each;
+no system accounts needed), loads a UDB with those 200 users in 10 resource
+groups plus Idle and unknown, and runs the real daemon (procfs collector, the
+enforcer this machine offers, the SQLite store) in this process:
+
+1. `--cycles` cycles driven back to back: the CPU time (process time) of one
+   cycle, median over the cycles after the first two (the first moves every
+   process into its cgroup), with the median of each part (collect, the pure
+   cycle, enforce, publish);
+2. the daemon's own loop at delta 4 s for `--loop-seconds` of wall time: the CPU
+   it used divided by the wall time, i.e. its share of one core (target < 2%).
+
+Every child is killed and the daemon's cgroups removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+from fairshare.collect.procfs import ProcfsCollector
+from fairshare.consts import Consts, save_consts
+from fairshare.daemon import Daemon, Options
+from fairshare.enforce.detect import detect, make_enforcer
+from fairshare.store import LnodeStore
+from udb.models import SHF_GROUP, Entry
+from udb.session import open_udb, write_session
+
+USERS, PER_USER, GROUPS = 200, 5, 10
+FIRST_UID = 62000
+TARGET = 0.02  # share of one core at delta 4 s
+
+
+def make_udb(path: str) -> str:
+    url = f"sqlite:///{path}"
+    engine = open_udb(url)
+    with write_session(engine) as s:
+        s.add(Entry(name="Idle", uid=11, shares=0))
+        s.add(Entry(name="unknown", uid=12, shares=1))
+        for g in range(GROUPS):
+            s.add(Entry(name=f"grp{g}", uid=61900 + g, shflags=SHF_GROUP, shares=10 + g))
+        for i in range(USERS):
+            s.add(
+                Entry(
+                    name=f"bu{i}",
+                    uid=FIRST_UID + i,
+                    resgrp=61900 + i % GROUPS,
+                    shares=1 + i % 7,
+                )
+            )
+        save_consts(s, Consts(delta=4.0))
+    return url
+
+
+def spawn_children() -> list[subprocess.Popen]:
+    kids = []
+    for i in range(USERS):
+        uid = FIRST_UID + i
+        for _ in range(PER_USER):
+            kids.append(
+                subprocess.Popen(
+                    ["/bin/sleep", "3600"], user=uid, group=uid, extra_groups=[], cwd="/"
+                )
+            )
+    return kids
+
+
+class Timed:
+    """Wraps an object so that calls to the named methods add their CPU time to `spent`."""
+
+    def __init__(self, inner, methods, spent, label):
+        self._inner = inner
+        for m in methods:
+            setattr(self, m, self._wrap(getattr(inner, m), spent, f"{label}.{m}"))
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    @staticmethod
+    def _wrap(fn, spent, key):
+        def call(*a, **kw):
+            t = time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[key] += time.process_time() - t
+
+        return call
+
+
+@contextmanager
+def children():
+    kids = spawn_children()
+    try:
+        yield kids
+    finally:
+        for k in kids:
+            k.kill()
+        for k in kids:
+            k.wait()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cycles", type=int, default=20, help="cycles timed back to back")
+    ap.add_argument("--loop-seconds", type=float, default=40.0, help="wall time of the loop")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench_daemon.py must run as root (setuid children, cgroups)", file=sys.stderr)
+        return 2
+    import fairshare.daemon as daemon_module
+
+    with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp, children() as kids:
+        url = make_udb(f"{tmp}/udb.sqlite")
+        engine = open_udb(url)
+        choice = detect("auto")
+        print(f"{len(kids)} processes across {USERS} uids; enforcer {choice.name}: {choice.reason}")
+        spent: dict[str, float] = defaultdict(float)
+        collector = Timed(ProcfsCollector(), ["sample"], spent, "collect")
+        enforcer = Timed(make_enforcer(choice), ["apply"], spent, "enforce")
+        store = Timed(LnodeStore(engine, host="bench"), ["publish"], spent, "store")
+        real_run_cycle = daemon_module.run_cycle
+
+        def timed_cycle(*a, **kw):
+            t = time.process_time()
+            try:
+                return real_run_cycle(*a, **kw)
+            finally:
+                spent["cycle.run_cycle"] += time.process_time() - t
+
+        daemon_module.run_cycle = timed_cycle
+        d = Daemon(engine, collector, enforcer, store, options=Options(enforce_min_uid=1000))
+        per_cycle, parts = [], defaultdict(list)
+        try:
+            d.start()
+            for i in range(args.cycles):
+                spent.clear()
+                t = time.process_time()
+                d.step()
+                used = time.process_time() - t
+                if i >= 2:
+                    per_cycle.append(used)
+                    for k, v in spent.items():
+                        parts[k].append(v)
+                else:
+                    print(f"  cycle {i + 1} (placing processes): {used * 1e3:.1f} ms CPU")
+            lnodes = int(d.lnodes.table.active.sum())
+        finally:
+            d.shutdown()
+            daemon_module.run_cycle = real_run_cycle
+        med = statistics.median(per_cycle)
+        print(
+            f"one cycle, {lnodes} active lnodes: median {med * 1e3:.1f} ms CPU over "
+            f"{len(per_cycle)} cycles (min {min(per_cycle) * 1e3:.1f}, max "
+            f"{max(per_cycle) * 1e3:.1f})"
+        )
+        for k in sorted(parts):
+            print(f"  {k:<18} median {statistics.median(parts[k]) * 1e3:7.2f} ms")
+        print(
+            f"  cycle CPU / delta 4 s = {med / 4.0:.2%} of one core "
+            f"(target < {TARGET:.0%}, ratio {med / 4.0 / TARGET:.2f})"
+        )
+
+        # The real loop, real clock, delta 4 s: CPU used / wall time.
+        d = Daemon(
+            engine,
+            ProcfsCollector(),
+            make_enforcer(choice),
+            LnodeStore(engine, host="bench"),
+            options=Options(enforce_min_uid=1000),
+        )
+        cycles = max(1, int(args.loop_seconds // 4))
+        t_cpu, t_wall = time.process_time(), time.monotonic()
+        d.run(cycles)
+        cpu, wall = time.process_time() - t_cpu, time.monotonic() - t_wall
+        share = cpu / wall
+        print(
+            f"the loop at delta 4 s, {cycles} cycles: {cpu:.3f} s CPU in {wall:.1f} s = "
+            f"{share:.2%} of one core (target < {TARGET:.0%}, ratio {share / TARGET:.2f}; "
+            "includes start-up and shutdown)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""One real-machine test at a time on this host, whichever pytest run it belongs to.
+
+The real-machine tests use fixed test uids (61001, 61002), the fair-share cgroup
+and the CPU itself, so two runs of the suite at once (CI jobs, several people as
+root on one box) would measure each other.  `machine_lock()` is an fcntl lock on
+a file in /tmp that every such test holds while it runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+LOCK_FILE = "/tmp/fairshare-real-machine-tests.lock"
+
+
+@contextmanager
+def machine_lock() -> Iterator[None]:
+    """Hold the host-wide real-machine test lock (waits for any other holder)."""
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
