@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_shrview import NOW, _row, published, published_rows, utc  # noqa: F401
+from test_shrview import (  # noqa: F401
+    NOW,
+    _row,
+    by_account,
+    published,
+    published_rows,
+    utc,
+)
 
 from fairshare.cli.shrinfo import main
 from fairshare.display.shrinfo import (
@@ -99,6 +106,17 @@ def test_unknown_user(published):  # noqa: F811
     result = run(published, "nobody")
     assert result.exit_code == 2
     assert result.stderr.endswith("shrinfo: nobody: no such UDB entry\n")
+
+
+def test_share_by_account_shows_the_default_account(by_account):  # noqa: F811
+    result = run(by_account)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "me is charged to its default account acctB"
+    assert lines[1].startswith("acctB  Shares: 3  Share: 37.5%  E-share: ")
+    assert lines[2].startswith("  in group G: Rshr 50%, Eshr ")
+    doc = json.loads(run(by_account, "--json").stdout)
+    assert doc["notes"] == ["me is charged to its default account acctB"]
+    assert doc["user"]["kind"] == "account" and doc["user"]["name"] == "acctB"
 
 
 def test_without_any_published_table_the_udb_alone_is_used(acme):

@@ -89,10 +89,44 @@ demand = 0
 '''
 
 
-def simulated(directory: Path) -> tuple[str, object]:
-    """A UDB in `directory` and the simulated daemon on SCENARIO over it (not started)."""
+#: Share by Account: the caller's entry `me` is charged to acctB (its default) or acctA.
+ACCOUNT_SCENARIO = f'''
+cpus = 1
+duration = "10m"
+delta = "4s"
+
+directives = """
+acid:acctA:3001:
+acid:acctB:3002:
+acid:other:3003:
+create:G:uid:3000:shflags:040000:shares:1:
+create:acctA:uid:3001:shflags:01000000:shares:1:resgrp:G:
+create:acctB:uid:3002:shflags:01000000:shares:3:resgrp:G:
+create:other:uid:3003:shflags:01000000:shares:1:resgrp:0:
+create:me:uid:{ME}:acids:acctB,acctA:resgrp:G:shares:1:
+"""
+
+[consts]
+flags = ["SHAREBYACCT"]
+
+[[workload]]
+name = "acctA"
+procs = 1
+
+[[workload]]
+name = "acctB"
+procs = 1
+
+[[workload]]
+name = "other"
+procs = 1
+'''
+
+
+def simulated(directory: Path, text: str = SCENARIO) -> tuple[str, object]:
+    """A UDB in `directory` and the simulated daemon on `text` over it (not started)."""
     scenario = directory / "scenario.toml"
-    scenario.write_text(SCENARIO)
+    scenario.write_text(text)
     url = f"sqlite:///{directory / 'udb.sqlite'}"
     daemon, _model, _length = simulated_daemon(open_udb(url), str(scenario), epoch=EPOCH)
     return url, daemon
@@ -103,6 +137,14 @@ def published(tmp_path_factory) -> str:
     """The URL of a UDB where the daemon ran CYCLES cycles of SCENARIO and stopped."""
     url, daemon = simulated(tmp_path_factory.mktemp("shrview"))
     assert daemon.run(CYCLES) == CYCLES
+    return url
+
+
+@pytest.fixture(scope="module")
+def by_account(tmp_path_factory) -> str:
+    """The URL of a UDB where the daemon ran 5 cycles of ACCOUNT_SCENARIO and stopped."""
+    url, daemon = simulated(tmp_path_factory.mktemp("by_account"), ACCOUNT_SCENARIO)
+    daemon.run(5)
     return url
 
 
@@ -195,6 +237,17 @@ def test_names_are_indented_by_level_and_the_callers_lnode_is_starred(published,
     doc = as_json(published, "-dm")
     assert [v["name"] for v in doc["lnodes"] if v["own"]] == ["me"]
     assert {v["name"]: v["level"] for v in doc["lnodes"]}["me"] == 2
+
+
+def test_in_share_by_account_mode_the_callers_accounts_are_starred(by_account):
+    doc = as_json(by_account, "-dm")
+    assert [v["name"] for v in doc["lnodes"]] == ["G", "acctA", "acctB", "other"]
+    assert {v["name"] for v in doc["lnodes"] if v["own"]} == {"acctA", "acctB"}
+    flags = {v["name"]: v["flags"] for v in doc["lnodes"]}
+    assert flags == {"G": "50200", "acctA": "1010200", "acctB": "1010200", "other": "1010200"}
+    # G and other 1 share each at the top; acctA 1 and acctB 3 of G's half.
+    rshr = {v["name"]: v["rshr_pct"] for v in doc["lnodes"]}
+    assert rshr == {"G": 50.0, "acctA": 12.5, "acctB": 37.5, "other": 50.0}
 
 
 def test_monitor_json_shape(published):
