@@ -48,6 +48,8 @@ from fairshare.tree import ShareTree
 
 #: Usage below this (charge units) counts as this in m^2 / usage, so nothing divides by 0.
 USAGE_FLOOR = 1e-9
+#: Trees up to this many nodes sum subtrees with one matrix product.
+SMALL_TREE = 400
 #: Priority shown for lnodes with no machine share (they run only on idle CPU).
 PRIORITY_MAX = 1e30
 
@@ -111,17 +113,40 @@ class TreeIndex:
     ppos: list[np.ndarray]
     firsts: list[np.ndarray]
     owners: list[np.ndarray]
+    parent0: np.ndarray  # parent of every node, the root's being itself (0)
+    parent1: np.ndarray  # parents of nodes 1..n-1
+    owner_nodes: list[np.ndarray]  # owners[k] as node numbers
+    within: np.ndarray | None  # small trees: within[j, i] = 1 if j is i or below it
+
+    def sibling_sum(self, values: np.ndarray) -> np.ndarray:
+        """For every node, the sum of `values` over it and its siblings (root: its own)."""
+        sums = np.bincount(self.parent1, weights=values[1:], minlength=self.n)
+        out = sums[self.parent0]
+        out[0] = values[0]
+        return out
+
+    def down_product(self, ratio: np.ndarray, top: float = 1.0) -> np.ndarray:
+        """For every node, `top` times the product of `ratio` over it and its ancestors
+        below the root (a new array; ratio[0] is ignored)."""
+        out = np.array(ratio, dtype=float)
+        out[0] = top
+        p = self.parent0
+        for s, e in self.bounds[1:]:
+            out[s:e] *= out[p[s:e]]
+        return out
 
     def subtree_sum(self, values: np.ndarray) -> np.ndarray:
         """Each node's value plus those of all its descendants (a new float array).
 
-        `values` may be (n,) or (k, n) for k arrays at once.
+        `values` may be (n,) or (k, n) for k arrays at once.  Small trees use one matrix
+        product with `within` (fewer numpy calls matter more than arithmetic there).
         """
+        if self.within is not None:
+            return np.asarray(values, dtype=float) @ self.within
         t = np.array(values, dtype=float)
         for k in range(len(self.bounds) - 1, 0, -1):
             s, e = self.bounds[k]
-            ps = self.bounds[k - 1][0]
-            t[..., ps + self.owners[k]] += np.add.reduceat(t[..., s:e], self.firsts[k], axis=-1)
+            t[..., self.owner_nodes[k]] += np.add.reduceat(t[..., s:e], self.firsts[k], axis=-1)
         return t
 
 
@@ -148,7 +173,18 @@ def tree_index(tree: ShareTree) -> TreeIndex:
         ppos.append(pp)
         firsts.append(first)
         owners.append(pp[first])
-    idx = TreeIndex(tree.size, tree.leaf_mask, bounds, ppos, firsts, owners)
+    parent0 = tree.parent.copy()
+    parent0[0] = 0
+    owner_nodes = [o + bounds[k - 1][0] if k else o for k, o in enumerate(owners)]
+    within = None
+    if tree.size <= SMALL_TREE:
+        within = np.eye(tree.size)
+        for s, e in bounds[1:]:
+            within[s:e] += within[parent0[s:e]]
+    idx = TreeIndex(
+        tree.size, tree.leaf_mask, bounds, ppos, firsts, owners, parent0, parent0[1:].copy(),
+        owner_nodes, within,
+    )  # fmt: skip
     tree.__dict__["_cycle_index"] = idx
     return idx
 
@@ -175,19 +211,13 @@ def leaf_charges(consumption: Consumption, consts: Consts) -> np.ndarray:
 def machine_shares(idx: TreeIndex, shares: np.ndarray, active: np.ndarray) -> np.ndarray:
     """m_share of every node over the active nodes (fractions of the machine, 0 inactive).
 
-    The same normalisation as ShareTree.m_shares (UNICOS Figure 4), on level slices.
+    The normalisation of ShareTree.m_shares (UNICOS Figure 4): each node's shares over
+    its active siblings', multiplied down from the root.
     """
-    weight = np.where(active, shares, 0.0)
-    m = np.zeros(idx.n)
-    m[0] = 1.0
-    for k in range(1, len(idx.bounds)):
-        s, e = idx.bounds[k]
-        ps, pe = idx.bounds[k - 1]
-        pp = idx.ppos[k]
-        sums = np.bincount(pp, weights=weight[s:e], minlength=pe - ps)[pp]
-        mp = m[ps:pe][pp]
-        np.divide(mp * weight[s:e], sums, out=m[s:e], where=sums > 0)
-    return m
+    weight = shares * active
+    sums = idx.sibling_sum(weight)
+    local = np.divide(weight, sums, out=np.zeros(idx.n), where=sums > 0)
+    return idx.down_product(local)
 
 
 def apply_sharemin(idx: TreeIndex, m: np.ndarray, leaves: np.ndarray, sharemin: float):
@@ -236,22 +266,16 @@ def group_adjustment(
     due the charges below are scaled by actual / (mingshare x due).  A node's factor is
     the product of its own and its ancestors' (Kay-Lauder Figure 5, K6 = mingshare).
     """
-    sub = idx.subtree_sum(charges)
-    adj = np.ones(idx.n)
-    for k in range(1, len(idx.bounds)):
-        s, e = idx.bounds[k]
-        ps, pe = idx.bounds[k - 1]
-        pp = idx.ppos[k]
-        act = active[s:e]
-        sib_c = np.bincount(pp, weights=np.where(act, sub[s:e], 0.0), minlength=pe - ps)[pp]
-        sib_m = np.bincount(pp, weights=np.where(act, m[s:e], 0.0), minlength=pe - ps)[pp]
-        ok = act & kinds_group[s:e] & (sib_c > 0) & (sib_m > 0)
-        actual = np.divide(sub[s:e], sib_c, out=np.zeros(e - s), where=ok)
-        due = np.divide(m[s:e], sib_m, out=np.zeros(e - s), where=ok) * mingshare
-        low = ok & (actual < due)
-        own = np.divide(actual, due, out=np.ones(e - s), where=low)
-        adj[s:e] = adj[ps:pe][pp] * own
-    return adj
+    sub = idx.subtree_sum(charges) * active
+    m_act = m * active
+    sib_c = idx.sibling_sum(sub)
+    sib_m = idx.sibling_sum(m_act)
+    ok = active & kinds_group & (sib_c > 0) & (sib_m > 0)
+    actual = np.divide(sub, sib_c, out=np.zeros(idx.n), where=ok)
+    due = np.divide(m_act, sib_m, out=np.zeros(idx.n), where=ok) * mingshare
+    low = ok & (actual < due)
+    own = np.divide(actual, due, out=np.ones(idx.n), where=low)
+    return idx.down_product(own)
 
 
 def decay_usage(usage: np.ndarray, charges: np.ndarray, k: float) -> np.ndarray:
@@ -265,8 +289,8 @@ class Shares:
 
     e_share: effective share (demanding nodes sum to their parent's; idle active nodes get
     what they would get if they alone started to run); due: the due share the edge and
-    LIMSHARE bounds refer to; raise_: the factor each node's usage must be multiplied by
-    (Figure 4), cumulative from the root (1 = unchanged).
+    LIMSHARE bounds refer to; raise_: the factor by which each capped node's usage must
+    grow (Figure 4; 1 = unchanged), realised on the leaves by `raise_usage`.
     """
 
     e_share: np.ndarray
@@ -284,68 +308,98 @@ def effective_shares(
 ) -> Shares:
     """The hierarchical Kay-Lauder near-future proportion with edge effects and limits.
 
-    `usage` is per node (groups: their subtree's); `demand` marks nodes with a leaf below
-    that wants CPU (and has shares, and is not background); `limit` is the largest
-    multiple of its due share any node may get (K5, or maxushare with LIMSHARE if less).
+    `usage` is per node (groups: their subtree's, leaves at least USAGE_FLOOR); `demand`
+    marks nodes with a leaf below that wants CPU (and has shares, and is not background);
+    `limit` is the largest multiple of its due share any node may get (K5, or maxushare
+    with LIMSHARE if less).
+
+    Each node's local proportion (its m^2/usage over its demanding siblings') and due
+    ratio (its m_share over theirs) are computed for all nodes at once; e_share is then
+    multiplied down level by level, water-filling only the sibling sets in which a node
+    would exceed limit x its due share.
     """
     n = idx.n
-    e_share = np.zeros(n)
-    due = np.zeros(n)
-    raise_ = np.ones(n)
-    raised = False
-    e_share[0] = due[0] = 1.0
     w_all = m * m / np.maximum(usage, USAGE_FLOOR)
-    w_dem = w_all * demand
-    m_dem = m * demand
-    idle_all = active & ~demand & (m > 0)
-    any_idle = idle_all.any()
+    w = w_all * demand
+    md = m * demand
+    W = idx.sibling_sum(w)
+    M = idx.sibling_sum(md)
+    er = np.divide(w, W, out=np.zeros(n), where=W > 0)
+    dr = np.divide(md, M, out=np.zeros(n), where=M > 0)
+    idle = active & ~demand & (m > 0)
+    any_idle = np.count_nonzero(idle) > 0
+    if any_idle:
+        # Active nodes that did not want CPU: what they would get if they alone started.
+        er = np.divide(w_all, W + w_all, out=er, where=idle)
+        dr = np.divide(m, M + m, out=dr, where=idle)
+    due = idx.down_product(dr)
+    cap = limit * (1 + 1e-12) * due
+    e_share = er
+    e_share[0] = 1.0
+    raise_ = np.ones(n)
+    p = idx.parent0
     for k in range(1, len(idx.bounds)):
         s, e = idx.bounds[k]
-        ps, pe = idx.bounds[k - 1]
-        pp = idx.ppos[k]
-        np_ = pe - ps
-        mk = m[s:e]
-        dem = demand[s:e]
-        w = w_dem[s:e]
-        W = np.bincount(pp, weights=w, minlength=np_)
-        M = np.bincount(pp, weights=m_dem[s:e], minlength=np_)
-        e_par = e_share[ps:pe]
-        due_par = due[ps:pe][pp]
-        Wk, Mk, ek_par = W[pp], M[pp], e_par[pp]
-        due_k = np.divide(due_par * mk, Mk, out=np.zeros(e - s), where=dem)
-        cap = limit * due_k
-        ek = np.divide(ek_par * w, Wk, out=np.zeros(e - s), where=dem)
-        over = ek > cap * (1 + 1e-12)
-        if over.any():
-            R = np.divide(e_par, W, out=np.zeros(np_), where=W > 0)
-            capped = np.zeros(e - s, dtype=bool)
-            for _ in range(e - s):
-                capped |= over
-                capsum = np.bincount(pp, weights=np.where(capped, cap, 0.0), minlength=np_)
-                wfree = np.bincount(pp, weights=np.where(capped, 0.0, w), minlength=np_)
-                R = np.divide(e_par - capsum, wfree, out=R, where=wfree > 0)
-                ek = np.where(capped, cap, R[pp] * w)
-                over = ~capped & (ek > cap * (1 + 1e-12))
-                if not over.any():
-                    break
+        prospect = ek = e_share[s:e] * e_share[p[s:e]]
+        capk = cap[s:e]
+        over = (ek > capk) & demand[s:e]
+        if np.count_nonzero(over):
+            ek, ratio, capped = _water_fill_level(idx, k, e_share, w[s:e], capk, over)
             # Figure 4: raise usage so that m^2/usage yields the capped value exactly.
-            f = np.divide(R[pp] * w, K5 * due_k, out=np.ones(e - s), where=capped)
+            f = np.divide(ratio * w[s:e], K5 * due[s:e], out=np.ones(e - s), where=capped)
             raise_[s:e] = np.maximum(f, 1.0)
-            raised = True
         if any_idle:
-            # Active nodes that did not want CPU: what they would get if they alone started.
-            idle = idle_all[s:e]
-            if idle.any():
-                wi = w_all[s:e]
-                ei = np.divide(ek_par * wi, Wk + wi, out=np.zeros(e - s), where=idle)
-                di = np.divide(due_par * mk, Mk + mk, out=np.zeros(e - s), where=idle)
-                ek = np.where(idle, np.minimum(ei, limit * di), ek)
-                due_k = np.where(idle, di, due_k)
+            ek = np.where(idle[s:e], np.minimum(prospect, limit * due[s:e]), ek)
         e_share[s:e] = ek
-        due[s:e] = due_k
-        if raised:
-            raise_[s:e] *= raise_[ps:pe][pp]
     return Shares(e_share=e_share, due=due, raise_=raise_)
+
+
+def _water_fill_level(idx: TreeIndex, k: int, e_share, w, cap, over):
+    """Level k's e_share when the nodes in `over` exceed `cap`: (e_share, ratio, capped).
+
+    Within each sibling set the capped nodes get their cap and the others share what is
+    left of their parent's e_share in proportion to `w`; repeated until nobody is over.
+    `ratio` is, per node, its sibling set's final e_share per unit of w.
+    """
+    s, e = idx.bounds[k]
+    ps, pe = idx.bounds[k - 1]
+    pp = idx.ppos[k]
+    e_par = e_share[ps:pe]
+    capped = np.zeros(e - s, dtype=bool)
+    R = np.zeros(pe - ps)
+    for _ in range(e - s):
+        capped |= over
+        capsum = np.bincount(pp, weights=cap * capped, minlength=pe - ps)
+        wfree = np.bincount(pp, weights=w * ~capped, minlength=pe - ps)
+        R = np.divide(e_par - capsum, wfree, out=R, where=wfree > 0)
+        ek = np.where(capped, cap, R[pp] * w)
+        over = ~capped & (ek > cap)
+        if not over.any():
+            break
+    return ek, R[pp], capped
+
+
+def raise_usage(idx: TreeIndex, usage: np.ndarray, raise_: np.ndarray) -> np.ndarray:
+    """Leaf usage after the Figure 4 raise (charge units; a new array).
+
+    `usage` is per leaf (groups 0), `raise_` the local factor of every capped node.  A
+    capped leaf's usage is multiplied by its factor; a capped group's leaves are scaled
+    together so that the group's usage becomes its old usage times its factor, deepest
+    groups first, so that every capped node ends with exactly its target usage and the
+    proportions among its children are kept.
+    """
+    target = idx.subtree_sum(usage) * raise_
+    out = usage * np.where(idx.leaf, raise_, 1.0)
+    groups = ~idx.leaf & (raise_ > 1.0)
+    for k in range(len(idx.bounds) - 1, 0, -1):
+        s, e = idx.bounds[k]
+        sel = groups[s:e]
+        if not sel.any():
+            continue
+        factor = np.ones(idx.n)
+        factor[s:e] = np.divide(target[s:e], idx.subtree_sum(out)[s:e], out=factor[s:e], where=sel)
+        out *= idx.down_product(factor)
+    return out
 
 
 def priority(usage: np.ndarray, nrun: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -374,56 +428,54 @@ class UnicosPolicy:
     ) -> LnodeTable:
         """The lnode table after one cycle of `elapsed` seconds (see the module docstring)."""
         idx = tree_index(tree)
-        leaf = idx.leaf
         c = consumption
         wants = (c.nrun > 0) | (c.cpu > 0)
-        leaves = leaf & (table.active | (c.refs > 0) | wants)
+        leaves = idx.leaf & (table.active | (c.refs > 0) | wants)
         # Zero-share leaves (Idle) have lnodes but claim no share: groups holding only
         # them do not take machine share from their siblings.
-        below = idx.subtree_sum(np.stack((leaves, leaves & (tree.shares > 0)))) > 0
-        active, holders = below
+        active, holders = idx.subtree_sum(np.array((leaves, leaves & (tree.shares > 0)))) > 0
         active[0] = True
 
         m = machine_shares(idx, tree.shares, holders)
         m = apply_sharemin(idx, m, leaves, consts.sharemin)
 
-        charges = np.where(leaves, leaf_charges(c, consts), 0.0)
+        charges = leaf_charges(c, consts) * leaves
         if consts.flags & ADJGROUPS:
             group = tree.kinds == 1  # Kind.GROUP
             adj = group_adjustment(idx, group, active, m, charges, consts.mingshare)
             adjusted = charges * adj
         else:
-            adj, adjusted = np.ones(idx.n), charges
+            adj, adjusted = None, charges
 
         k = decay(elapsed, consts.halflife)
-        usage = np.where(leaves, decay_usage(table.usage, adjusted, k), 0.0)
+        # Active leaves keep at least USAGE_FLOOR so that m^2 / usage is finite and a
+        # group's usage is exactly the sum of its leaves' (which the Figure 4 raise needs).
+        usage = np.maximum(decay_usage(table.usage, adjusted, k), USAGE_FLOOR) * leaves
         background = leaves & ((usage >= consts.maxusage) | (m <= 0))
         demand_leaf = leaves & wants
-        sub_usage, sched = idx.subtree_sum(np.stack((usage, demand_leaf & ~background)))
+        sub_usage, sched = idx.subtree_sum(np.array((usage, demand_leaf & ~background)))
 
         limit = K5
         if consts.flags & LIMSHARE:
             limit = min(limit, consts.maxushare)
         sh = effective_shares(idx, m, sub_usage, active, sched > 0, limit)
-        raised = leaves & (sh.raise_ > 1.0)
-        if raised.any():
-            usage = np.where(raised, np.maximum(usage, USAGE_FLOOR) * sh.raise_, usage)
-        e_share = np.where(background | ~active, 0.0, sh.e_share)
+        if np.count_nonzero(sh.raise_ > 1.0):
+            usage = raise_usage(idx, usage, sh.raise_)
+        e_share = sh.e_share * (active & ~background)
 
         if elapsed > 0:
-            rate = np.where(leaves, table.rate * k + (1 - k) * charges / elapsed, 0.0)
+            rate = (table.rate * k + (1 - k) / elapsed * charges) * leaves
         else:
-            rate = np.where(leaves, table.rate, 0.0)
-        cpu_total = float(c.cpu[leaves].sum())
-        cpu = np.where(leaves, c.cpu / cpu_total, 0.0) if cpu_total > 0 else np.zeros(idx.n)
-        nrun = np.where(leaves, c.nrun, 0)
-        refs = np.where(leaves, c.refs, 0)
-        sums = idx.subtree_sum(np.stack((usage, rate, demand_leaf, refs, nrun, cpu)))
+            rate = table.rate * leaves
+        cpu_total = float(c.cpu @ leaves)
+        cpu = c.cpu * leaves / cpu_total if cpu_total > 0 else np.zeros(idx.n)
+        sums = idx.subtree_sum(np.array((usage, rate, demand_leaf, c.refs * leaves,
+                                         c.nrun * leaves, cpu)))  # fmt: skip
         sub_usage, rate, demand, refs, nrun, cpu = sums
         return LnodeTable(
             usage=sub_usage,
-            charge=np.where(leaves, table.charge + charges, 0.0),
-            cpu_seconds=np.where(leaves, table.cpu_seconds + c.cpu, 0.0),
+            charge=(table.charge + charges) * leaves,
+            cpu_seconds=(table.cpu_seconds + c.cpu) * leaves,
             rate=rate,
             active=active,
             demand=demand > 0,
@@ -432,8 +484,8 @@ class UnicosPolicy:
             m_share=m,
             e_share=e_share,
             cpu=cpu,
-            adj=np.where(active, adj, 1.0),
-            priority=np.where(active, priority(sub_usage, nrun, m), 0.0),
+            adj=np.ones(idx.n) if adj is None else np.where(active, adj, 1.0),
+            priority=priority(sub_usage, nrun, m) * active,
             background=background,
             parent=table.parent,
         )
