@@ -26,7 +26,7 @@ from fairshare.cli.shrdist import make_app
 from fairshare.collect import ProcessSample, Sample
 from fairshare.collect.sim import SimClock
 from fairshare.consts import SHAREBYACCT, Consts, save_consts
-from fairshare.daemon import Daemon, Options
+from fairshare.daemon import Daemon, Options, simulated_daemon
 from fairshare.dist import Caller, NotAuthorised, parse_assignments, parse_auth, untrusted_reason
 from fairshare.enforce.none import NoEnforcer
 from fairshare.store import LnodeStore
@@ -301,6 +301,46 @@ def test_running_daemon_uses_the_new_shares_from_its_next_cycle(udb_url):
     )
     assert r.exit_code == 0, r.output
     assert step_and_m_shares() == {"alice": 0.75, "bob": 0.25}
+    d.shutdown()
+
+
+SCENARIO = """
+cpus = 2
+duration = "10m"
+delta = "4s"
+directives = '''
+create:G:uid:500:shflags:040000:shares:1:
+create:alice:uid:1001:resgrp:G:shares:2:
+create:bob:uid:1002:resgrp:G:shares:2:
+'''
+
+[[workload]]
+name = "alice"
+procs = 3
+
+[[workload]]
+name = "bob"
+procs = 1
+"""
+
+
+@needs_root
+def test_shrdaemon_simulate_takes_the_new_shares_at_its_next_cycle(tmp_path, udb_url):
+    path = tmp_path / "two.toml"
+    path.write_text(SCENARIO)
+    d, _model, _length = simulated_daemon(open_udb(udb_url), str(path), epoch=1_000_000.0)
+    d.start()
+
+    def m_shares():
+        d.clock.sleep(d.consts.delta, d.wake)
+        d.step()
+        _head, rows = d.store.read_published()
+        return {r.name: r.m_share for r in rows if r.kind == "user"}
+
+    assert m_shares() == {"alice": 0.5, "bob": 0.5}
+    r = run(udb_url, "-g", "G", "-b", "alice=1,bob=3")
+    assert r.exit_code == 0, r.output
+    assert m_shares() == {"alice": 0.25, "bob": 0.75}
     d.shutdown()
 
 
