@@ -20,6 +20,7 @@ charge units per second.
 from __future__ import annotations
 
 import math
+import operator
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -221,45 +222,50 @@ class ViewLnode:
         return f
 
 
+#: The PublishedLnode columns a ViewLnode starts from, in ViewLnode's field order.
+_ROW_FIELDS = (
+    "node",
+    "name",
+    "uid",
+    "kind",
+    "parent",
+    "level",
+    "shares",
+    "refs",
+    "nrun",
+    "usage",
+    "rate",
+    "m_share",
+    "e_share",
+    "cpu",
+    "adj",
+    "priority",
+    "background",
+    "demand",
+)
+
+
 def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> list[ViewLnode]:
     """Every published lnode with its derived columns, in node order (parents first).
 
     `own(uid)` says whether an lnode of that uid (leaves only) is the caller's.
     """
-    out = [
-        ViewLnode(
-            node=r.node,
-            name=r.name,
-            uid=r.uid,
-            kind=r.kind,
-            parent=r.parent,
-            level=r.level,
-            shares=r.shares,
-            refs=r.refs,
-            nrun=r.nrun,
-            usage=r.usage,
-            rate=r.rate,
-            m_share=r.m_share,
-            e_share=r.e_share,
-            cpu=r.cpu,
-            adj=r.adj,
-            priority=r.priority,
-            background=r.background,
-            demand=r.demand,
-        )
-        for r in rows
-    ]
+    # Read the loaded values straight from each row's __dict__: going through the ORM's
+    # instrumented attributes costs more than everything else here on 100,000 rows.
+    fields = operator.itemgetter(*_ROW_FIELDS)
+    out = [ViewLnode(*fields(r.__dict__)) for r in rows]
     pos = {v.node: i for i, v in enumerate(out)}
     leaf_rate = [0.0] * len(out)
     leaf_w = [0.0] * len(out)
     sched = [False] * len(out)
     muse = [0.0] * len(out)
-    for i, (v, r) in enumerate(zip(out, rows, strict=True)):
+    charge = [r.__dict__["charge"] for r in rows]
+    for i, v in enumerate(out):
         if v.is_group:
             continue
         v.leaves = 1
         v.own = own(v.uid)
-        muse[i] = r.charge
+        muse[i] = charge[i]
         if v.kind != "idle":
             leaf_rate[i] = v.rate
         sched[i] = v.demand and not v.background and v.m_share > 0

@@ -1,0 +1,114 @@
+"""shrview on a big published table: 100 groups of 1,000 active users (100,101 lnodes).
+
+Times, as medians of 5 runs, each step of one display: deriving the columns
+(view_lnodes), ordering and selecting (select_lnodes), and the whole -dm and -da
+displays as plain lines and as JSON, from rows already read.  Prints the medians and
+the time per lnode.  Run: python tests/bench/bench_shrview.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import orjson
+
+from fairshare.consts import Consts
+from fairshare.display.shrview import (
+    Snapshot,
+    ViewRequest,
+    display_json,
+    display_lines,
+    select_lnodes,
+    view_lnodes,
+)
+from udb.models import PublishedLnode
+
+GROUPS, USERS = 100, 1000
+
+
+def rows() -> list[PublishedLnode]:
+    """A breadth-first numbered table: root, the groups, then their users."""
+    n_users = GROUPS * USERS
+    out = [_row(0, "root", -1, 0, "root", 1.0, 1.0, n_users * 5.0)]
+    for g in range(GROUPS):
+        out.append(_row(1 + g, f"g{g:03d}", 0, 1, "group", 1 / GROUPS, 1 / GROUPS, USERS * 5.0))
+    first = 1 + GROUPS
+    for g in range(GROUPS):
+        for u in range(USERS):
+            node = first + g * USERS + u
+            m = 1 / n_users
+            out.append(_row(node, f"u{g:03d}{u:04d}", 1 + g, 2, "user", m, m, 1.0 + u % 7))
+    return out
+
+
+def _row(node, name, parent, level, kind, m, e, usage) -> PublishedLnode:
+    return PublishedLnode(
+        host="bench",
+        node=node,
+        name=name,
+        uid=10000 + node,
+        kind=kind,
+        parent=parent,
+        level=level,
+        shares=1.0,
+        refs=1,
+        nrun=1,
+        usage=usage,
+        charge=usage,
+        cpu_seconds=0.0,
+        rate=usage / 10,
+        m_share=m,
+        e_share=e,
+        cpu=m,
+        adj=1.0,
+        priority=usage / (m * m),
+        background=False,
+        demand=True,
+    )
+
+
+def median(fn, runs: int = 5) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    table = rows()
+    snap = Snapshot(
+        host="bench",
+        cycle=1,
+        time=0.0,
+        delta=4.0,
+        age=0.0,
+        running=True,
+        stopped=None,
+        started=0.0,
+        enforcer="none",
+        mode="user",
+        counts=None,
+        consts=Consts(),
+        lnodes=tuple(table),
+    )
+    n = len(table)
+    lnodes = view_lnodes(table, lambda uid: False)
+    steps = {
+        "view_lnodes (derive columns)": lambda: view_lnodes(table, lambda uid: False),
+        "select_lnodes (tree order)": lambda: select_lnodes(lnodes, "all", "tree"),
+        "select_lnodes (-o usage)": lambda: select_lnodes(lnodes, "all", "usage"),
+        "-dm lines": lambda: display_lines(snap, ViewRequest("monitor"), str),
+        "-da lines": lambda: display_lines(snap, ViewRequest("adjgroup"), str),
+        "-dm JSON": lambda: orjson.dumps(display_json(snap, ViewRequest("monitor"))),
+    }
+    print(f"{n} lnodes ({GROUPS} groups x {USERS} users), median of 5 runs")
+    for label, fn in steps.items():
+        t = median(fn)
+        print(f"  {label:30s} {t:7.3f} s  {1e6 * t / n:6.2f} us/lnode")
+
+
+if __name__ == "__main__":
+    main()
