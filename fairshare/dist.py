@@ -377,6 +377,7 @@ def redistribute(
     per member changed (`now`, epoch s).  Returns the resulting distribution and warnings.
     """
     view = authorise(caller, load_tree(session), group, auth)
+    _lock_members(session, view)
     warnings = check_assignments(view, assignments)
     result = plan(view, assignments)
     for m in result.changed:
@@ -388,6 +389,24 @@ def redistribute(
         )
     session.flush()
     return result, warnings
+
+
+def _lock_members(session: Session, view: GroupView) -> None:
+    """Lock the members' rows and take their shares as they are now.
+
+    On SQLite the transaction already holds the write lock (BEGIN IMMEDIATE); on
+    PostgreSQL, SELECT ... FOR UPDATE makes a second run on the group wait here
+    and then read what the first one committed.
+    """
+    tree = view.tree
+    uids = [int(tree.ids[n]) for n in view.members]
+    if not uids:
+        return
+    rows = session.execute(
+        select(Entry.uid, Entry.shares).where(Entry.uid.in_(uids)).with_for_update()
+    ).all()
+    for uid, value in rows:
+        tree.shares[tree.node_of_id(uid)] = value
 
 
 def preview(

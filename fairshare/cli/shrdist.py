@@ -107,7 +107,7 @@ class ShrdistApp(App):
     resulting group and machine shares, recomputed as you type; u writes, q quits."""
 
     CSS = """
-    #members { grid-size: 5; grid-columns: 1fr 10 14 14 14; grid-rows: 3; height: auto; }
+    #members { grid-size: 5; grid-columns: 1fr 10 14 14 16; grid-rows: 3; height: auto; }
     #members Label { padding: 1 1; }
     .head { text-style: bold; }
     #status { height: 3; padding: 1 1; }
