@@ -37,14 +37,14 @@ first, so each level is a contiguous slice); there is no loop over nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from fairshare.consts import ADJGROUPS, K5, LIMSHARE, TICKS_PER_SECOND, Consts, decay
 from fairshare.lnode import LnodeTable
-from fairshare.tree import ShareTree
+from fairshare.tree import Kind, ShareTree
 
 #: Usage below this (charge units) counts as this in m^2 / usage, so nothing divides by 0.
 USAGE_FLOOR = 1e-9
@@ -117,6 +117,11 @@ class TreeIndex:
     parent1: np.ndarray  # parents of nodes 1..n-1
     owner_nodes: list[np.ndarray]  # owners[k] as node numbers
     within: np.ndarray | None  # small trees: within[j, i] = 1 if j is i or below it
+    has_shares: np.ndarray  # shares > 0
+    group: np.ndarray  # Kind.GROUP
+    # The last results that depend only on which lnodes exist and which want CPU (they
+    # change when processes come and go, not every cycle): key -> value.
+    memo: dict = field(default_factory=dict)
 
     def sibling_sum(self, values: np.ndarray) -> np.ndarray:
         """For every node, the sum of `values` over it and its siblings (root: its own)."""
@@ -183,7 +188,7 @@ def tree_index(tree: ShareTree) -> TreeIndex:
             within[s:e] += within[parent0[s:e]]
     idx = TreeIndex(
         tree.size, tree.leaf_mask, bounds, ppos, firsts, owners, parent0, parent0[1:].copy(),
-        owner_nodes, within,
+        owner_nodes, within, tree.shares > 0, tree.kinds == Kind.GROUP,
     )  # fmt: skip
     tree.__dict__["_cycle_index"] = idx
     return idx
@@ -319,21 +324,14 @@ def effective_shares(
     would exceed limit x its due share.
     """
     n = idx.n
+    idle, any_idle, due, cap = _due_shares(idx, m, active, demand, limit)
     w_all = m * m / np.maximum(usage, USAGE_FLOOR)
     w = w_all * demand
-    md = m * demand
     W = idx.sibling_sum(w)
-    M = idx.sibling_sum(md)
     er = np.divide(w, W, out=np.zeros(n), where=W > 0)
-    dr = np.divide(md, M, out=np.zeros(n), where=M > 0)
-    idle = active & ~demand & (m > 0)
-    any_idle = np.count_nonzero(idle) > 0
     if any_idle:
         # Active nodes that did not want CPU: what they would get if they alone started.
         er = np.divide(w_all, W + w_all, out=er, where=idle)
-        dr = np.divide(m, M + m, out=dr, where=idle)
-    due = idx.down_product(dr)
-    cap = limit * (1 + 1e-12) * due
     e_share = er
     e_share[0] = 1.0
     raise_ = np.ones(n)
@@ -352,6 +350,27 @@ def effective_shares(
             ek = np.where(idle[s:e], np.minimum(prospect, limit * due[s:e]), ek)
         e_share[s:e] = ek
     return Shares(e_share=e_share, due=due, raise_=raise_)
+
+
+def _due_shares(idx: TreeIndex, m, active, demand, limit) -> tuple:
+    """(idle nodes, any idle, due share, bound) for `effective_shares`, memoised.
+
+    The due share is m_share renormalised over the demanding siblings at every level
+    (for an idle node: over them and itself); the bound is limit x due.
+    """
+    key = ("due", m.tobytes(), active.tobytes(), demand.tobytes(), limit)
+    hit = idx.memo.get("due")
+    if hit is None or hit[0] != key:
+        md = m * demand
+        M = idx.sibling_sum(md)
+        dr = np.divide(md, M, out=np.zeros(idx.n), where=M > 0)
+        idle = active & ~demand & (m > 0)
+        any_idle = np.count_nonzero(idle) > 0
+        if any_idle:
+            dr = np.divide(m, M + m, out=dr, where=idle)
+        due = idx.down_product(dr)
+        hit = idx.memo["due"] = (key, idle, any_idle, due, limit * (1 + 1e-12) * due)
+    return hit[1], hit[2], hit[3].copy(), hit[4]
 
 
 def _water_fill_level(idx: TreeIndex, k: int, e_share, w, cap, over):
@@ -410,6 +429,22 @@ def priority(usage: np.ndarray, nrun: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.minimum(p, PRIORITY_MAX)
 
 
+def _lnodes_and_shares(idx: TreeIndex, shares, leaves, sharemin) -> tuple:
+    """(active nodes, m_share after sharemin) for the active `leaves`, memoised.
+
+    Zero-share leaves (Idle) have lnodes but claim no share: groups holding only them do
+    not take machine share from their siblings.
+    """
+    key = ("m", leaves.tobytes(), sharemin)
+    hit = idx.memo.get("m")
+    if hit is None or hit[0] != key:
+        active, holders = idx.subtree_sum(np.array((leaves, leaves & idx.has_shares))) > 0
+        active[0] = True
+        m = apply_sharemin(idx, machine_shares(idx, shares, holders), leaves, sharemin)
+        hit = idx.memo["m"] = (key, active, m)
+    return hit[1].copy(), hit[2].copy()
+
+
 # -- the policy ------------------------------------------------------------------------
 
 
@@ -431,18 +466,11 @@ class UnicosPolicy:
         c = consumption
         wants = (c.nrun > 0) | (c.cpu > 0)
         leaves = idx.leaf & (table.active | (c.refs > 0) | wants)
-        # Zero-share leaves (Idle) have lnodes but claim no share: groups holding only
-        # them do not take machine share from their siblings.
-        active, holders = idx.subtree_sum(np.array((leaves, leaves & (tree.shares > 0)))) > 0
-        active[0] = True
-
-        m = machine_shares(idx, tree.shares, holders)
-        m = apply_sharemin(idx, m, leaves, consts.sharemin)
+        active, m = _lnodes_and_shares(idx, tree.shares, leaves, consts.sharemin)
 
         charges = leaf_charges(c, consts) * leaves
         if consts.flags & ADJGROUPS:
-            group = tree.kinds == 1  # Kind.GROUP
-            adj = group_adjustment(idx, group, active, m, charges, consts.mingshare)
+            adj = group_adjustment(idx, idx.group, active, m, charges, consts.mingshare)
             adjusted = charges * adj
         else:
             adj, adjusted = None, charges
