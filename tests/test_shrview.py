@@ -447,7 +447,7 @@ def test_select(published):
     assert names(published, "-sme") == ["me"]
     result = run(published, "-s", "nobody")
     assert result.exit_code == 2
-    assert "-s nobody: no active lnode of that name" in result.stderr
+    assert result.stderr == "shrview: -s nobody: no active lnode of that name\n"
 
 
 def test_subtree_indentation_starts_at_its_top(published, utc):

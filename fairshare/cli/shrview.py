@@ -197,15 +197,14 @@ def main(udb, display, select_, sort, repeat, continuous, host, now, as_json):
             snap = source.take()
         if snap.running and source.wait_for_cycle(snap.cycle, WAIT_DELTAS * snap.delta):
             snap = source.take()
-        if not snap.running and not warned:
+        if as_json:
+            out = orjson.dumps(display_json(snap, req)).decode()
+        else:
+            out = ("\f" if i else "") + "\n".join(display_lines(snap, req, local_time))
+        if not snap.running and not warned:  # after the display is built: bad -s first
             click.echo(stale_message(snap, local_time), err=True)
             warned = True
-        if as_json:
-            click.echo(orjson.dumps(display_json(snap, req)))
-            continue
-        if i:
-            click.echo("\f", nl=False)
-        click.echo("\n".join(display_lines(snap, req, local_time)))
+        click.echo(out)
 
 
 def frame_lines(snap: Snapshot, req: ViewRequest) -> list[str]:
