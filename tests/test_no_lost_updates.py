@@ -13,18 +13,21 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from asuser import needs_root
 from click.testing import CliRunner
-from conftest import ROOT
+from conftest import ACME, ROOT, load
 from sqlalchemy import select, text
+from test_session import pg_url  # noqa: F401 - the throwaway PostgreSQL fixture
 
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.collect import ProcessSample, Sample
 from fairshare.collect.sim import SimClock
 from fairshare.consts import Consts, save_consts
 from fairshare.daemon import Daemon, Options, simulated_daemon
+from fairshare.dist import Caller, redistribute
 from fairshare.enforce.none import NoEnforcer
 from fairshare.store import LnodeStore
 from udb import directives
@@ -252,3 +255,53 @@ def test_two_shrdist_runs_on_one_group_serialise_and_both_apply(udb_url):
         assert final == {"u9": 60, "u10": 20, "u11": 5, "u12": 10}
     assert daemon.cycle > 5  # the daemon published (and so wrote) all along
     dispose_all()
+
+
+def test_two_runs_serialise_on_postgresql_too(pg_url):  # noqa: F811
+    """PostgreSQL takes no lock at BEGIN: shrdist locks the members' rows (FOR UPDATE), so
+    a second run waits for the first and re-reads what it committed."""
+    load(pg_url, ACME)
+    engine = open_udb(pg_url)
+    root = Caller("root", 0, "root")
+    auth = Path(NO_AUTH)
+    first_done, release, second_started = threading.Event(), threading.Event(), threading.Event()
+    errors = []
+
+    def first():
+        try:
+            with write_session(engine) as s:
+                redistribute(s, root, "Proj2", {"u9": 60}, auth=auth, now=1.0)
+                first_done.set()
+                release.wait(20)  # hold the transaction open
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+            first_done.set()
+
+    def second():
+        try:
+            with write_session(engine) as s:
+                second_started.set()
+                redistribute(s, root, "Proj2", {"u9": 70, "u10": 20}, auth=auth, now=2.0)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert first_done.wait(20)
+    t2 = threading.Thread(target=second)
+    t2.start()
+    assert second_started.wait(20)
+    time.sleep(0.5)
+    assert t2.is_alive()  # waiting for the first run's row locks
+    release.set()
+    t1.join(20)
+    t2.join(20)
+    assert errors == []
+    with read_session(engine) as s:
+        log = [
+            (r.member, r.old, r.new)
+            for r in s.scalars(select(ShareChange).order_by(ShareChange.time, ShareChange.member))
+        ]
+        u9 = s.scalar(select(Entry.shares).where(Entry.name == "u9"))
+    assert log == [("u9", 50, 60), ("u10", 30, 20), ("u9", 60, 70)]
+    assert u9 == 70
