@@ -109,6 +109,7 @@ class Lnodes:
     acids: dict[int, list[int]]  # user uid -> acids (Share by Account)
     unknown: int | None  # the unknown leaf's node
     idle: int | None  # the Idle leaf's node
+    leaf_of_id: dict[int, int] = field(default_factory=dict)  # uid (acid) -> its leaf node
     entry: dict[int, EntryState] = field(default_factory=dict)  # active leaf -> its entry
     warned: set[int] = field(default_factory=set)  # leaves sent SIGXCPU this activation
 
@@ -146,7 +147,11 @@ def load_lnodes(session, mode: str) -> Lnodes:
     idle = tree.find_id(IDLE_UID)
     if idle is not None and tree.kind(idle) != Kind.IDLE:
         idle = None
-    return Lnodes(tree, new_table(tree), entries_fingerprint(session), acids, unknown, idle)
+    leaves = np.flatnonzero(tree.leaf_mask).tolist()
+    leaf_of_id = dict(zip(tree.ids[leaves].tolist(), leaves, strict=True))
+    return Lnodes(
+        tree, new_table(tree), entries_fingerprint(session), acids, unknown, idle, leaf_of_id
+    )
 
 
 def carry_over(old: Lnodes, new: Lnodes, now: float) -> list[tuple[int, WriteBack]]:
@@ -288,7 +293,9 @@ class Daemon:
             self._maybe_reload(s, consts)
         self.consts = consts
         self._sync_enforcer(consts)
-        sample = self.collector.sample(io=consts.cost_bio > 0 or consts.cost_sio > 0)
+        sample = self.collector.sample(
+            io=consts.cost_bio > 0 or consts.cost_sio > 0, syscalls=consts.cost_syscall > 0
+        )
         ln = self.lnodes
         refresh = getattr(self.account_of, "refresh", None)
         if refresh is not None:  # newacct's session records (fairshare.newacct)
@@ -421,20 +428,17 @@ class Daemon:
 
     def leaf_of(self, ln: Lnodes, p: ProcessSample) -> int | None:
         """The leaf lnode process `p` is charged to (None: nowhere to charge it)."""
-        tree = ln.tree
-        if tree.mode == "account":
+        if ln.tree.mode == "account":
             acid = self.account_of(p) if self.account_of else None
             if acid is None:
                 acids = ln.acids.get(p.uid)
                 acid = acids[0] if acids else None
-            node = tree.find_id(acid) if acid is not None else None
+            node = ln.leaf_of_id.get(acid) if acid is not None else None
             if node is None and p.uid == IDLE_UID:
                 node = ln.idle
         else:
-            node = tree.find_id(p.uid)
-        if node is None or not tree.leaf_mask[node]:
-            return ln.unknown
-        return node
+            node = ln.leaf_of_id.get(p.uid)
+        return ln.unknown if node is None else node
 
     def _consumption(
         self, ln: Lnodes, sample: Sample

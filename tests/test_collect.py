@@ -124,3 +124,41 @@ def test_real_busy_process_is_charged_about_what_it_used():
     finally:
         child.kill()
         child.wait()
+
+
+def fake_proc(tmp_path, pid: int, uid: int, ticks: int = 100):
+    d = tmp_path / str(pid)
+    d.mkdir(exist_ok=True)
+    (d / "stat").write_bytes(STAT.replace(b" 250 50 ", f" {ticks} 0 ".encode()))
+    (d / "status").write_bytes(STATUS.replace(b"Uid:\t61001", f"Uid:\t{uid}".encode()))
+    return d
+
+
+def test_status_is_read_for_new_processes_then_cached_until_the_owner_changes(tmp_path):
+    fake_proc(tmp_path, 4242, 61001)
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: [4242])
+    assert c.sample(io=False, syscalls=False).processes[0].uid == 61001
+    # The real uid changes but /proc/PID keeps its owner: the cached uid stands until
+    # the periodic refresh (every STATUS_EVERY samples) reads the status again.
+    d = fake_proc(tmp_path, 4242, 61002, ticks=200)
+    s = c.sample(io=False, syscalls=False)
+    assert s.processes[0].uid == 61001
+    assert s.processes[0].cpu == pytest.approx(100 / CLK_TCK)  # stat is read every time
+    for _ in range(ProcfsCollector.STATUS_EVERY - 2):
+        assert c.sample(io=False, syscalls=False).processes[0].uid == 61001
+    assert c.sample(io=False, syscalls=False).processes[0].uid == 61002
+    if os.geteuid() == 0:  # a changed owner of /proc/PID (a setuid) is seen at once
+        fake_proc(tmp_path, 4242, 61003)
+        os.chown(d, 61003, 61003)
+        assert c.sample(io=False, syscalls=False).processes[0].uid == 61003
+
+
+def test_context_switches_only_when_they_cost(tmp_path):
+    fake_proc(tmp_path, 4242, 61001)
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: [4242])
+    c.sample(syscalls=False)
+    (tmp_path / "4242" / "status").write_bytes(STATUS.replace(b"\t7\n", b"\t17\n"))
+    assert c.sample(syscalls=False).processes[0].syscalls == 0.0
+    c.sample(syscalls=True)  # first reading with syscalls on: a baseline, not 17
+    (tmp_path / "4242" / "status").write_bytes(STATUS.replace(b"\t7\n", b"\t20\n"))
+    assert c.sample(syscalls=True).processes[0].syscalls == 3.0

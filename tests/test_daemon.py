@@ -39,7 +39,7 @@ class Script:
         self.last = None
         self.on_sample = None
 
-    def sample(self, io: bool = True) -> Sample:
+    def sample(self, io: bool = True, syscalls: bool = True) -> Sample:
         now = self.clock.now
         elapsed = 0.0 if self.last is None else now - self.last
         procs = self.plan(self.calls) if self.last is not None else []

@@ -53,7 +53,8 @@ class Sample:
 class Collector(Protocol):
     """A source of samples (the real machine or the simulator)."""
 
-    def sample(self, io: bool = True) -> Sample:
+    def sample(self, io: bool = True, syscalls: bool = True) -> Sample:
         """The processes alive now and their consumption since the previous call
-        (`io` False: block and stream I/O may be left at 0, nothing charges them)."""
+        (`io` False: block and stream I/O, `syscalls` False: system calls, may be left at
+        0 because nothing charges them)."""
         ...

@@ -52,26 +52,46 @@ class Counters:
     zombie: bool = False  # exited, not yet reaped: no longer attached to its lnode
 
 
-def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: float) -> Counters:
-    """The counters in the text of /proc/PID/stat, /proc/PID/status and /proc/PID/io.
+@dataclass(frozen=True, slots=True)
+class StatFields:
+    """What /proc/PID/stat gives: state letter, ppid, session id, CPU ticks
+    (user + system), nice, start tick after boot, resident pages."""
 
-    `io` may be empty (the file is unreadable without privileges); `boot_time`
-    is the epoch second the machine booted, to turn the start tick into a
-    create time.
-    """
+    state: bytes
+    ppid: int
+    sid: int
+    ticks: int
+    nice: int
+    start: int
+    rss_pages: int
+
+
+def parse_stat(stat: bytes) -> StatFields:
+    """The fields of /proc/PID/stat's text that the collector uses."""
     # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
     rest = stat[stat.rindex(b")") + 2 :].split()
-    state = rest[0]
-    ppid = int(rest[1])
-    sid = int(rest[3])
-    utime, stime = int(rest[11]), int(rest[12])
-    nice = int(rest[16])
-    start = int(rest[19])
-    rss_pages = int(rest[21])
+    return StatFields(
+        state=rest[0],
+        ppid=int(rest[1]),
+        sid=int(rest[3]),
+        ticks=int(rest[11]) + int(rest[12]),
+        nice=int(rest[16]),
+        start=int(rest[19]),
+        rss_pages=int(rest[21]),
+    )
+
+
+def parse_status(status: bytes) -> tuple[int, int]:
+    """(real uid, voluntary + involuntary context switches) from /proc/PID/status's text."""
     uid = _status_field(status, b"\nUid:")
     ctx = _status_field(status, b"\nvoluntary_ctxt_switches:") + _status_field(
         status, b"\nnonvoluntary_ctxt_switches:"
     )
+    return uid, ctx
+
+
+def parse_io(io: bytes) -> tuple[float, float]:
+    """(4 KiB blocks read + written, read + write calls) from /proc/PID/io's text."""
     blocks = calls = 0.0
     for line in io.splitlines():
         key, _, value = line.partition(b":")
@@ -79,21 +99,39 @@ def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: fl
             blocks += int(value) / BLOCK
         elif key in (b"syscr", b"syscw"):
             calls += int(value)
+    return blocks, calls
+
+
+def make_counters(
+    pid: int, st: StatFields, uid: int, ctx: float, io: tuple[float, float], boot_time: float
+) -> Counters:
+    """The Counters of one process from its parsed files (`ctx` -1: not read)."""
     return Counters(
         pid=pid,
-        create_time=boot_time + start / CLK_TCK,
+        create_time=boot_time + st.start / CLK_TCK,
         uid=uid,
-        cpu=(utime + stime) / CLK_TCK,
-        io_blocks=blocks,
-        io_calls=calls,
+        cpu=st.ticks / CLK_TCK,
+        io_blocks=io[0],
+        io_calls=io[1],
         ctx=float(ctx),
-        rss=rss_pages * PAGE / MIB,
-        runnable=state == b"R",
-        nice=nice,
-        kernel=pid == 2 or ppid == 2,
-        sid=sid,
-        zombie=state in (b"Z", b"X", b"x"),
+        rss=st.rss_pages * PAGE / MIB,
+        runnable=st.state == b"R",
+        nice=st.nice,
+        kernel=pid == 2 or st.ppid == 2,
+        sid=st.sid,
+        zombie=st.state in (b"Z", b"X", b"x"),
     )
+
+
+def parse_process(pid: int, stat: bytes, status: bytes, io: bytes, boot_time: float) -> Counters:
+    """The counters in the text of /proc/PID/stat, /proc/PID/status and /proc/PID/io.
+
+    `io` may be empty (the file is unreadable without privileges); `boot_time`
+    is the epoch second the machine booted, to turn the start tick into a
+    create time.
+    """
+    uid, ctx = parse_status(status)
+    return make_counters(pid, parse_stat(stat), uid, ctx, parse_io(io), boot_time)
 
 
 def _status_field(status: bytes, key: bytes) -> int:
@@ -171,11 +209,11 @@ class DeltaTracker:
                 d_cpu = max(c.cpu - old.cpu, 0.0)
                 d_blocks = max(c.io_blocks - old.io_blocks, 0.0)
                 d_calls = max(c.io_calls - old.io_calls, 0.0)
-                d_ctx = max(c.ctx - old.ctx, 0.0)
+                d_ctx = max(c.ctx - old.ctx, 0.0) if c.ctx >= 0 and old.ctx >= 0 else 0.0
                 mem = c.rss * elapsed
             elif since is not None and c.create_time >= since:
                 # Born since the previous sample: all it used is new.
-                d_cpu, d_blocks, d_calls, d_ctx = c.cpu, c.io_blocks, c.io_calls, c.ctx
+                d_cpu, d_blocks, d_calls, d_ctx = c.cpu, c.io_blocks, c.io_calls, max(c.ctx, 0.0)
                 mem = c.rss * max(now - c.create_time, 0.0)
             else:
                 d_cpu = d_blocks = d_calls = d_ctx = mem = 0.0
@@ -202,21 +240,74 @@ class DeltaTracker:
 
 
 class ProcfsCollector:
-    """The real machine's processes, read through psutil, as deltas per sample."""
+    """The real machine's processes, read from /proc, as deltas per sample.
+
+    Cost per process and sample: /proc/PID/stat and a stat() of /proc/PID always;
+    /proc/PID/status (the real uid, the context switches) only for a process not
+    seen before, when the owner of /proc/PID changed (a setuid), when context
+    switches cost something, and for every process every `STATUS_EVERY` samples;
+    /proc/PID/io only when I/O costs something.
+    """
+
+    #: Re-read every process's status (its real uid) at least this often (samples).
+    STATUS_EVERY = 15
 
     def __init__(
         self,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
+        proc: str = "/proc",
+        pids: Callable[[], list[int]] = psutil.pids,
     ) -> None:
-        self._wall, self._mono = wall, mono
+        self._wall, self._mono, self._proc, self._pids = wall, mono, proc, pids
         self._tracker = DeltaTracker()
+        self._uids: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, start) -> owner, uid
+        self._samples = 0
 
-    def sample(self, io: bool = True) -> Sample:
+    def sample(self, io: bool = True, syscalls: bool = True) -> Sample:
         """Every live process with its consumption since the previous call.
 
-        `io` False skips /proc/PID/io (a third of the cost) when I/O costs nothing.
+        `io` False skips /proc/PID/io and `syscalls` False the context switches
+        (left at 0) when they cost nothing.
         """
         boot = psutil.boot_time()
-        readings = [c for pid in psutil.pids() if (c := read_process(pid, boot, io=io)) is not None]
+        self._samples += 1
+        refresh = syscalls or self._samples % self.STATUS_EVERY == 1
+        uids: dict[tuple[int, int], tuple[int, int]] = {}
+        readings = []
+        for pid in self._pids():
+            c = self._read(pid, boot, io, syscalls, refresh, uids)
+            if c is not None:
+                readings.append(c)
+        self._uids = uids
         return self._tracker.update(readings, machine_idle(), self._mono(), self._wall())
+
+    def _read(self, pid, boot, io, syscalls, refresh, uids) -> Counters | None:
+        base = f"{self._proc}/{pid}"
+        try:
+            st = parse_stat(_read(f"{base}/stat"))
+            owner = os.stat(base).st_uid
+        except (OSError, ValueError, IndexError):
+            return None
+        if st.state in (b"Z", b"X", b"x"):
+            return None
+        key = (pid, st.start)
+        known = self._uids.get(key)
+        ctx = -1
+        if refresh or known is None or known[0] != owner:
+            try:
+                uid, n = parse_status(_read(f"{base}/status"))
+            except (OSError, ValueError, IndexError):
+                return None
+            if syscalls:
+                ctx = n
+        else:
+            uid = known[1]
+        uids[key] = (owner, uid)
+        counts = (0.0, 0.0)
+        if io:
+            try:
+                counts = parse_io(_read(f"{base}/io"))
+            except (OSError, ValueError):
+                pass
+        return make_counters(pid, st, uid, ctx, counts, boot)

@@ -93,7 +93,7 @@ class SimCollector:
         self.world = world
         self._last: float | None = None
 
-    def sample(self, io: bool = True) -> Sample:
+    def sample(self, io: bool = True, syscalls: bool = True) -> Sample:
         """The workloads' processes with the CPU the machine gave them since the last call."""
         w = self.world
         now = w.clock.now
