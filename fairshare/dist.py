@@ -36,7 +36,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from fairshare.consts import load_consts
-from fairshare.tree import TREE_COLUMNS, Kind, ShareTree, build_tree
+from fairshare.tree import TREE_COLUMNS, Kind, ShareTree, build_tree, build_tree_columns
 from udb.errors import NotFound, OptionError, UdbError
 from udb.models import Entry, ShareChange
 
@@ -176,7 +176,10 @@ class GroupView:
 def load_tree(session: Session) -> ShareTree:
     """The UDB's share tree in the mode the constants say (SHAREBYACCT or not)."""
     mode = load_consts(session).mode
-    return build_tree(session.execute(select(*TREE_COLUMNS)).all(), mode)
+    rows = session.connection().execute(select(*TREE_COLUMNS)).all()  # Core rows, no ORM
+    if not rows:
+        return build_tree([], mode)
+    return build_tree_columns(*zip(*rows, strict=True), mode=mode)
 
 
 def group_view(tree: ShareTree, group: str) -> GroupView:
