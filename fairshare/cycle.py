@@ -271,14 +271,19 @@ def group_adjustment(
     due the charges below are scaled by actual / (mingshare x due).  A node's factor is
     the product of its own and its ancestors' (Kay-Lauder Figure 5, K6 = mingshare).
     """
+    key = ("adj", m.tobytes(), active.tobytes(), kinds_group.tobytes(), mingshare)
+    hit = idx.memo.get("adj")
+    if hit is None or hit[0] != key:
+        m_act = m * active
+        sib_m = idx.sibling_sum(m_act)
+        groups = active & kinds_group & (sib_m > 0)
+        due = np.divide(m_act, sib_m, out=np.zeros(idx.n), where=groups) * mingshare
+        hit = idx.memo["adj"] = (key, groups, due)
+    _, groups, due = hit
     sub = idx.subtree_sum(charges) * active
-    m_act = m * active
     sib_c = idx.sibling_sum(sub)
-    sib_m = idx.sibling_sum(m_act)
-    ok = active & kinds_group & (sib_c > 0) & (sib_m > 0)
-    actual = np.divide(sub, sib_c, out=np.zeros(idx.n), where=ok)
-    due = np.divide(m_act, sib_m, out=np.zeros(idx.n), where=ok) * mingshare
-    low = ok & (actual < due)
+    actual = np.divide(sub, sib_c, out=np.zeros(idx.n), where=sib_c > 0)
+    low = groups & (sib_c > 0) & (actual < due)
     own = np.divide(actual, due, out=np.ones(idx.n), where=low)
     return idx.down_product(own)
 
@@ -478,7 +483,7 @@ class UnicosPolicy:
         k = decay(elapsed, consts.halflife)
         # Active leaves keep at least USAGE_FLOOR so that m^2 / usage is finite and a
         # group's usage is exactly the sum of its leaves' (which the Figure 4 raise needs).
-        usage = np.maximum(decay_usage(table.usage, adjusted, k), USAGE_FLOOR) * leaves
+        usage = np.maximum(table.usage * k + adjusted, USAGE_FLOOR) * leaves
         background = leaves & ((usage >= consts.maxusage) | (m <= 0))
         demand_leaf = leaves & wants
         sub_usage, sched = idx.subtree_sum(np.array((usage, demand_leaf & ~background)))

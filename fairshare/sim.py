@@ -104,12 +104,17 @@ class SimMachine:
         """
         count = np.asarray(count, dtype=float)
         cap = count * np.minimum(np.asarray(demand, dtype=float), 1.0)
-        total_w = count * np.asarray(weight, dtype=float)
-        idle = np.asarray(idle, dtype=bool)
-        normal = np.where(idle, 0.0, total_w)
-        got = water_fill(self.cpus, normal, np.where(idle, 0.0, cap))
+        return self.share(count, cap, count * np.asarray(weight, dtype=float), idle)
+
+    def share(
+        self, count: np.ndarray, cap: np.ndarray, weight: np.ndarray, idle: np.ndarray
+    ) -> np.ndarray:
+        """`run` with each group's totals given: its CPU cap and its weight (CPUs)."""
+        if not idle.any():
+            return water_fill(self.cpus, weight, cap)
+        got = water_fill(self.cpus, np.where(idle, 0.0, weight), np.where(idle, 0.0, cap))
         left = self.cpus - got.sum()
-        if idle.any() and left > 1e-12:
+        if left > 1e-12:
             # cpu.idle cgroups still share by weight among themselves: equal per process.
             got += water_fill(left, np.where(idle, count, 0.0), np.where(idle, cap, 0.0))
         return got
@@ -512,13 +517,17 @@ def run_scenario(
     running = np.zeros(len(wl), dtype=bool)
     nrun_l = np.zeros(nl)
     refs_l = np.zeros(nl)
+    count = np.zeros(len(wl))
+    cap = np.zeros(len(wl))
     next_event = 0
     for step in range(nsteps):
         now = step * delta
         if next_event < len(events) and step == events[next_event]:
             next_event += 1
             running = (w_start <= step) & (step < w_stop)
-            refs_l = np.bincount(w_col, weights=np.where(running, w_procs, 0), minlength=nl)
+            count = w_procs * running
+            cap = count * np.minimum(w_demand, 1.0)
+            refs_l = np.bincount(w_col, weights=count, minlength=nl)
             nrun_l = np.bincount(w_col, weights=np.where(running, w_runnable, 0), minlength=nl)
             now_present = refs_l > 0
             for j in np.flatnonzero(now_present & ~present):
@@ -536,15 +545,10 @@ def run_scenario(
                 cons.cpu[lnode_arr] = 0.0
                 table = run_cycle(tree, table, cons, consts, 0.0)
         m_now = table.m_share
-        e_now = table.e_share[lnode_arr]
-        w_lnode, idle = enforcer_weights(
-            enforcer, np.where(present, e_now, 0.0), table.background[lnode_arr], nrun_l
-        )
-        got = (
-            machine.run(np.where(running, w_procs, 0.0), w_lnode[w_col], w_demand, idle[w_col])
-            * delta
-        )
-        cpu_l = np.bincount(w_col, weights=got, minlength=nl)
+        e_now = table.e_share[lnode_arr]  # 0 for lnodes without processes
+        w_lnode, idle = enforcer_weights(enforcer, e_now, table.background[lnode_arr], nrun_l)
+        got = machine.share(count, cap, count * w_lnode[w_col], idle[w_col])
+        cpu_l = np.bincount(w_col, weights=got, minlength=nl) * delta
         cons.cpu[lnode_arr] = cpu_l
         table = run_cycle(tree, table, cons, consts, delta)
         if step >= first:

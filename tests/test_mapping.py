@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairshare.enforce.mapping import (
@@ -58,6 +58,7 @@ def test_nice_values_clip_at_19():
     assert nice_values([1.0, 1e-6], [1, 1], [False, False]).tolist() == [0, 19]
 
 
+@settings(deadline=None)
 @given(
     st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=30),
     st.lists(st.integers(0, 50), min_size=30, max_size=30),
@@ -72,6 +73,7 @@ def test_nice_monotone_in_per_process_share(shares, nrun):
     assert nice.min() == 0 and nice.max() <= 19
 
 
+@settings(deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=50))
 def test_cgroup2_weights_range_and_order(shares):
     e = np.array(shares)
