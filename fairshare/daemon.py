@@ -583,6 +583,7 @@ def simulated_daemon(
     enforcer: str = "auto",
     host: str = "simulator",
     epoch: float | None = None,
+    cycles: int | None = None,
 ) -> tuple[Daemon, str, int]:
     """The daemon's loop on the simulated machine of `scenario` (a shrsim TOML file).
 
@@ -590,7 +591,9 @@ def simulated_daemon(
     scenario's `udb` or `directives`; the scenario's [consts] and delta are stored
     in the UDB (one transaction), so shradmin can still change them mid-run.
     `enforcer` picks the weight model: auto = the scenario's, cgroup1/cgroup2 =
-    cgroup, nice, none.  Returns (daemon, model, cycles the scenario lasts).
+    cgroup, nice, none.  Simulated second 0 is `epoch` (default: early enough that a
+    run of `cycles`, else of the whole scenario, ends now, so displays show a fresh
+    table).  Returns (daemon, model, cycles the scenario lasts).
     """
     import math
     import tomllib
@@ -630,7 +633,10 @@ def simulated_daemon(
         raise OptionError(
             f"{scenario}: workloads name lnodes the UDB does not have: {', '.join(missing)}"
         )
-    clock = SimClock(time.time() if epoch is None else epoch)
+    length = max(1, math.ceil(sc.duration / consts.delta - 1e-9))
+    if epoch is None:  # the run of `cycles` (or the scenario's length) ends about now
+        epoch = time.time() - (cycles or length) * consts.delta
+    clock = SimClock(epoch)
     world = world_for(tree, sc.workloads, sc.cpus, sc.enforcer, clock)
     daemon = Daemon(
         engine,
@@ -641,4 +647,4 @@ def simulated_daemon(
         options=Options(enforce_min_uid=0),
         account_of=(lambda p: p.uid) if consts.share_by_account else None,
     )
-    return daemon, sc.enforcer, max(1, math.ceil(sc.duration / consts.delta - 1e-9))
+    return daemon, sc.enforcer, length

@@ -9,7 +9,7 @@ the split must be within 5 pp of the shares, with nice within 10 pp.  Every
 child is killed and every cgroup removed whatever happens.
 
 Needs root (setuid children, cgroups, renicing); run with ``pytest -s`` to see
-the figures.  About 2 minutes in all; runs of the suite on one host take turns
+the figures.  About 2.5 minutes in all; runs of the suite on one host take turns
 (tests/machine_lock.py).
 """
 
@@ -215,6 +215,12 @@ def test_cgroup_shares_2_to_1_deliver_67_33(tmp_path):
 def test_nice_through_autogroups_equal_shares_deliver_50_50(tmp_path):
     # Each user in a session of their own (setsid), as logins are: the autogroup nice acts.
     prove(tmp_path, "nice", (1, 1), session=True, tol=10.0)
+
+
+@pytest.mark.skipif(not autogroup_enabled(), reason="autogroup off: per-process nice only")
+def test_nice_through_autogroups_shares_2_to_1_deliver_67_33(tmp_path):
+    # Sessions already split the CPU 50/50 without the daemon: this is where nice must act.
+    prove(tmp_path, "nice", (2, 1), session=True, tol=10.0)
 
 
 def test_kill_9_then_restart_recovers_the_checkpoint(tmp_path):

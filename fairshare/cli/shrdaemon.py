@@ -267,7 +267,9 @@ def run_simulation(engine, scenario, cycles, enforcer, host) -> None:
     """Run the daemon's loop on the simulator's machine described by `scenario`."""
     from fairshare.daemon import simulated_daemon
 
-    daemon, model, length = simulated_daemon(engine, scenario, enforcer, host=host or "simulator")
+    daemon, model, length = simulated_daemon(
+        engine, scenario, enforcer, host=host or "simulator", cycles=cycles
+    )
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
     daemon.install_signal_handlers()
     daemon.run(cycles or length)
