@@ -147,6 +147,20 @@ def test_cgroup2_idle_flag_written_when_the_kernel_has_it(tmp_path):
     assert (mount / "fairshare" / "b" / "cpu.idle").read_text() == "1"
 
 
+def test_cgroup_tree_left_by_a_crashed_daemon_is_adopted(tmp_path):
+    mount = fake_v2(tmp_path)
+    proc = fake_proc(tmp_path, [9], "0::/\n")
+    stale = mount / "fairshare" / "gone"
+    stale.mkdir()
+    (mount / "fairshare" / "kept").mkdir()
+    (mount / "fairshare" / "kept" / "cpu.weight").write_text("77")
+    e = Cgroup2Enforcer(mount, proc=proc)
+    e.setup()
+    e.apply([LnodeTarget("kept", (9,), 1.0, 1)])
+    assert (mount / "fairshare" / "kept" / "cpu.weight").read_text() == "10000"
+    assert not stale.exists()  # its lnode is not active: removed
+
+
 def test_cgroup1_shares_on_a_fake_tree(tmp_path):
     mount = tmp_path / "cpu"
     mount.mkdir()

@@ -71,9 +71,13 @@ class CgroupEnforcer:
     # -- the protocol ----------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create MOUNT/fairshare (adopting one a crashed daemon left)."""
+        """Create MOUNT/fairshare, adopting one a crashed daemon left: its lnode cgroups
+        are reused when their lnodes are active and removed when they are not."""
         self.parent.mkdir(exist_ok=True)
         self.prepare_parent()
+        for d in self.parent.iterdir():
+            if d.is_dir():
+                self._weight[d.name] = ()  # unknown weight: rewritten if the lnode is wanted
 
     def apply(self, targets: Sequence[LnodeTarget]) -> None:
         """Create missing lnode cgroups, write changed weights, move new processes in,
