@@ -22,7 +22,7 @@ from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
 from fairshare.lock import DaemonLock
 from fairshare.store import LnodeStore
 from udb.cli.common import handle_errors, udb_option
-from udb.errors import OptionError
+from udb.errors import OptionError, UdbError
 from udb.session import display_name, open_udb, read_session, resolve_url
 
 log = logging.getLogger("shrdaemon")
@@ -159,7 +159,7 @@ def main(
         log.info("UDB %s, lock %s", display_name(url), lock.path)
         daemon = make_daemon(engine, choice, host, enforce_min_uid)
         daemon.install_signal_handlers()
-        daemon.run(cycles)
+        run_logged(daemon, cycles)
     finally:
         lock.release()
     if show:
@@ -272,7 +272,19 @@ def run_simulation(engine, scenario, cycles, enforcer, host) -> None:
     )
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
     daemon.install_signal_handlers()
-    daemon.run(cycles or length)
+    run_logged(daemon, cycles or length)
+
+
+def run_logged(daemon: Daemon, cycles: int | None) -> None:
+    """Run the loop; a failure that is not the user's (a bug, a lost database) is
+    logged with its traceback, since a detached daemon has no terminal, and exits 1."""
+    try:
+        daemon.run(cycles)
+    except UdbError:
+        raise
+    except Exception:
+        log.exception("shrdaemon failed")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
