@@ -3,6 +3,7 @@ clock, on a real SQLite UDB; the command through CliRunner and as a process."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -364,6 +365,11 @@ def test_once_and_cycles_together_is_an_error(udb_url):
     assert "--once and --cycles" in r.stderr
 
 
+def term_with_parent() -> None:
+    """In the child: SIGTERM when the test process dies, so no daemon outlives a run."""
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def run_daemon(udb_url, *args, **kw):
     env = dict(os.environ, UDB_URL=udb_url)
     return subprocess.Popen(
@@ -372,6 +378,7 @@ def run_daemon(udb_url, *args, **kw):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=term_with_parent,
         **kw,
     )
 

@@ -15,6 +15,7 @@ runs of the suite on one host take turns (tests/machine_lock.py).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -74,9 +75,26 @@ def make_udb(tmp_path, shares_a: int, shares_b: int) -> str:
     return url
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def term_with_parent() -> None:
+    """In a child before exec: SIGTERM it when the test process dies (a run killed by a
+    timeout must not leave a daemon or busy loops behind)."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def spawn(uid: int, n: int, session: bool) -> subprocess.Popen:
-    """A /bin/sh running as `uid` with `n` busy-loop subshells (in a new session if asked)."""
-    script = f"i=0; while [ $i -lt {n} ]; do (while :; do :; done) & i=$((i+1)); done; wait"
+    """A /bin/sh running as `uid` with `n` busy-loop subshells (in a new session if asked).
+
+    On SIGTERM (from `stop_children`, or when the test process dies) the shell kills
+    its loops and reaps them before it exits, so no zombie is left for init.
+    """
+    script = (
+        f'pids=""; i=0; while [ $i -lt {n} ]; do (while :; do :; done) & pids="$pids $!"; '
+        "i=$((i+1)); done; trap 'kill $pids 2>/dev/null; wait; exit 0' TERM; wait"
+    )
     return subprocess.Popen(
         ["/bin/sh", "-c", script],
         user=uid,
@@ -84,7 +102,22 @@ def spawn(uid: int, n: int, session: bool) -> subprocess.Popen:
         extra_groups=[],
         start_new_session=session,
         cwd="/",
+        preexec_fn=term_with_parent,
     )
+
+
+def stop_children(children: list[subprocess.Popen]) -> None:
+    """Stop the busy loops: SIGTERM to each shell, which reaps its loops; SIGKILL to
+    whatever of the test uids is still there after 5 s."""
+    for c in children:
+        c.terminate()
+    try:
+        for c in children:
+            c.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        kill_test_uids()
+        for c in children:
+            c.wait()
 
 
 def kill_test_uids() -> None:
@@ -153,6 +186,7 @@ def start_daemon(url: str, enforcer: str, log: Path, *args: str) -> subprocess.P
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),
         start_new_session=True,
+        preexec_fn=term_with_parent,
     )
 
 
@@ -192,9 +226,7 @@ def prove(tmp_path, enforcer: str, shares: tuple[int, int], session: bool, tol: 
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
             daemon.wait()
-        kill_test_uids()
-        for c in children:
-            c.wait()
+        stop_children(children)
         left = Path("/sys/fs/cgroup/cpu/fairshare").exists()
         cleanup_cgroups()
     assert not left, "the daemon left its cgroups behind"
@@ -254,8 +286,7 @@ def test_kill_9_then_restart_recovers_the_checkpoint(tmp_path):
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait()
-        kill_test_uids()
-        child.wait()
+        stop_children([child])
     with read_session(engine) as s:
         before = s.scalars(select(Entry).where(Entry.uid == UID_A)).one()
         assert before.shusage == 0.0 and before.shcharge == 0.0  # it never left
