@@ -15,7 +15,9 @@ enforcer this machine offers, the SQLite store) in this process:
    it used divided by the wall time between its second and its last cycle (the
    steady state, sleeping included), i.e. its share of one core (target < 2%).
 
-Every child is killed and the daemon's cgroups removed at the end.
+Every child is killed and the daemon's cgroups removed at the end.  It waits for
+the host's real-machine test lock (tests/machine_lock.py): both use the
+machine's fair-share cgroup.
 """
 
 from __future__ import annotations
@@ -30,13 +32,17 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
-from fairshare.collect.procfs import ProcfsCollector
-from fairshare.consts import Consts, save_consts
-from fairshare.daemon import Daemon, Options
-from fairshare.enforce.detect import detect, make_enforcer
-from fairshare.store import LnodeStore
-from udb.models import SHF_GROUP, Entry
-from udb.session import open_udb, write_session
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from machine_lock import machine_lock  # noqa: E402  (tests/machine_lock.py)
+
+from fairshare.collect.procfs import ProcfsCollector  # noqa: E402
+from fairshare.consts import Consts, save_consts  # noqa: E402
+from fairshare.daemon import Daemon, Options  # noqa: E402
+from fairshare.enforce.detect import detect, make_enforcer  # noqa: E402
+from fairshare.store import LnodeStore  # noqa: E402
+from udb.models import SHF_GROUP, Entry  # noqa: E402
+from udb.session import open_udb, write_session  # noqa: E402
 
 USERS, PER_USER, GROUPS = 200, 5, 10
 FIRST_UID = 62000
@@ -122,7 +128,12 @@ def main() -> int:
         return 2
     import fairshare.daemon as daemon_module
 
-    with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp, children() as kids:
+    # Real-machine tests and this benchmark use one fair-share cgroup: take turns.
+    with (
+        machine_lock(),
+        tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp,
+        children() as kids,
+    ):
         url = make_udb(f"{tmp}/udb.sqlite")
         engine = open_udb(url)
         choice = detect("auto")
