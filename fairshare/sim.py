@@ -455,6 +455,70 @@ class SimResult:
         }
 
 
+class _Recorder:
+    """Sums over the measured window and the (binned) per-cycle series of a run."""
+
+    def __init__(self, tree: ShareTree, lnodes: list[int], nsteps: int, first: int):
+        self.lnodes = np.array(lnodes, dtype=np.int64)
+        groups = sorted({a for n in lnodes for a in tree.ancestors(n) if a != 0})
+        self.report = np.array(lnodes + groups, dtype=np.int64)  # lnodes, then groups
+        # below[r, j] = 1 if lnode j is reported node r or sits under it
+        self.below = np.array(
+            [[float(r == j or r in tree.ancestors(j)) for j in lnodes] for r in self.report]
+        ).reshape(len(self.report), len(lnodes))
+        self.first, self.nsteps = first, nsteps
+        self.ent_sum = np.zeros(len(self.report))
+        self.cpu_sum = np.zeros(len(self.report))
+        self.cpu_total = 0.0
+        self.bin = max(1, math.ceil(nsteps / MAX_SERIES_POINTS))
+        points, nl = math.ceil(nsteps / self.bin), len(lnodes)
+        self.times = np.zeros(points)
+        self.entitled, self.e_share, self.delivered = (np.zeros((points, nl)) for _ in range(3))
+        self._ent, self._esh, self._cpu = np.zeros(nl), np.zeros(nl), np.zeros(nl)
+
+    def add(self, step: int, delta: float, m_share, e_share, cpu) -> None:
+        """Record cycle `step`: m_share over all nodes, e_share and CPU s per lnode."""
+        if step >= self.first:
+            self.ent_sum += m_share[self.report]
+            self.cpu_sum += self.below @ cpu
+            self.cpu_total += cpu.sum()
+        self._ent += m_share[self.lnodes]
+        self._esh += e_share
+        self._cpu += cpu
+        if (step + 1) % self.bin == 0 or step == self.nsteps - 1:
+            p, k = step // self.bin, step % self.bin + 1
+            self.times[p] = (step + 1) * delta
+            self.entitled[p], self.e_share[p] = self._ent / k, self._esh / k
+            total = self._cpu.sum()
+            self.delivered[p] = self._cpu / total if total > 0 else 0.0
+            self._ent[:], self._esh[:], self._cpu[:] = 0.0, 0.0, 0.0
+
+    def result(self, sc: Scenario, tree: ShareTree, enforcer: str) -> SimResult:
+        """The measured shares over the window and the series."""
+        cycles = self.nsteps - self.first
+        ent = self.ent_sum / cycles
+        dlv = self.cpu_sum / self.cpu_total if self.cpu_total > 0 else self.cpu_sum * 0
+        measured = [
+            Measured(tree.names[n], tree.kind(n).label, float(ent[i]), float(dlv[i]))
+            for i, n in enumerate(self.report)
+        ]
+        nl = len(self.lnodes)
+        return SimResult(
+            scenario=sc.source,
+            enforcer=enforcer,
+            window=(self.first * sc.delta, self.nsteps * sc.delta),
+            lnodes=measured[:nl],
+            groups=measured[nl:],
+            utilisation=float(self.cpu_total / (sc.cpus * sc.delta * cycles)),
+            times=self.times,
+            series_names=[tree.names[n] for n in self.lnodes],
+            entitled=self.entitled,
+            e_share=self.e_share,
+            delivered=self.delivered,
+            cycles=self.nsteps,
+        )
+
+
 def run_scenario(
     sc: Scenario, enforcer: str | None = None, window: float | None = None
 ) -> SimResult:
@@ -476,72 +540,50 @@ def run_scenario(
     else:
         first = max(0, nsteps - max(1, int(round(window / delta))))
 
+    # Workloads as arrays; an lnode's column is its index in `lnodes`.
     wl = sc.workloads
     lnodes = sorted({tree.node(w.name) for w in wl})
     lnode_arr = np.array(lnodes, dtype=np.int64)
-    col = {node: i for i, node in enumerate(lnodes)}
-    w_col = np.array([col[tree.node(w.name)] for w in wl], dtype=np.int64)
+    nl = len(lnodes)
+    w_col = np.array([lnodes.index(tree.node(w.name)) for w in wl], dtype=np.int64)
     w_procs = np.array([w.procs for w in wl], dtype=float)
     w_runnable = np.array([w.procs if w.demand > 0 else 0 for w in wl], dtype=float)
     w_demand = np.array([w.demand for w in wl])
     w_start = np.array([math.ceil(w.start / delta - 1e-9) for w in wl])
     w_stop = np.array([math.ceil(w.stop / delta - 1e-9) for w in wl])
     events = sorted(set(w_start.tolist()) | set(w_stop.tolist()))
-    nl = len(lnodes)
 
-    # Reported nodes: the lnodes and every group above one (not the root).
-    groups = sorted({a for n in lnodes for a in tree.ancestors(n) if a != 0})
-    report = np.array(lnodes + groups, dtype=np.int64)
-    ent_sum = np.zeros(len(report))
-    cpu_sum = np.zeros(len(report))
-    cpu_total = 0.0
-    below = np.zeros((len(report), nl))  # which lnodes sit under each reported node
-    for r, node in enumerate(report):
-        for j, leaf in enumerate(lnodes):
-            if leaf == node or node in tree.ancestors(leaf):
-                below[r, j] = 1.0
-
-    bin_size = max(1, math.ceil(nsteps / MAX_SERIES_POINTS))
-    npoints = math.ceil(nsteps / bin_size)
-    times = np.zeros(npoints)
-    s_ent = np.zeros((npoints, nl))
-    s_esh = np.zeros((npoints, nl))
-    s_del = np.zeros((npoints, nl))
-    b_ent, b_esh, b_cpu = np.zeros(nl), np.zeros(nl), np.zeros(nl)
-
+    rec = _Recorder(tree, lnodes, nsteps, first)
     machine = SimMachine(sc.cpus)
     table = new_table(tree)
     cons = Consumption.zeros(tree.size)  # reused: run_cycle keeps no reference to it
     stored: dict[int, tuple[float, float]] = dict(sc.shusage)
     present = np.zeros(nl, dtype=bool)
-    running = np.zeros(len(wl), dtype=bool)
     nrun_l = np.zeros(nl)
-    refs_l = np.zeros(nl)
-    count = np.zeros(len(wl))
-    cap = np.zeros(len(wl))
+    count = cap = np.zeros(len(wl))
     next_event = 0
     for step in range(nsteps):
-        now = step * delta
         if next_event < len(events) and step == events[next_event]:
+            # Processes start or stop: lnodes come and go.
             next_event += 1
+            now = step * delta
             running = (w_start <= step) & (step < w_stop)
             count = w_procs * running
             cap = count * np.minimum(w_demand, 1.0)
             refs_l = np.bincount(w_col, weights=count, minlength=nl)
-            nrun_l = np.bincount(w_col, weights=np.where(running, w_runnable, 0), minlength=nl)
+            nrun_l = np.bincount(w_col, weights=w_runnable * running, minlength=nl)
             now_present = refs_l > 0
             for j in np.flatnonzero(now_present & ~present):
-                node = lnodes[j]
-                u, ext = stored.pop(node, (0.0, 0.0))
-                activate(table, node, aged_usage(u, ext, now, consts))
+                u, ext = stored.pop(lnodes[j], (0.0, 0.0))
+                activate(table, lnodes[j], aged_usage(u, ext, now, consts))
             for j in np.flatnonzero(present & ~now_present):
                 wb: WriteBack = release(table, lnodes[j], now)
                 stored[lnodes[j]] = (wb.shusage, wb.shextime)
+            cons.nrun[lnode_arr] = nrun_l
+            cons.refs[lnode_arr] = refs_l
             if (now_present != present).any():
                 # Re-plan at once (no time passes) so newcomers have an e_share.
                 present = now_present
-                cons.nrun[lnode_arr] = nrun_l
-                cons.refs[lnode_arr] = refs_l
                 cons.cpu[lnode_arr] = 0.0
                 table = run_cycle(tree, table, cons, consts, 0.0)
         m_now = table.m_share
@@ -551,43 +593,8 @@ def run_scenario(
         cpu_l = np.bincount(w_col, weights=got, minlength=nl) * delta
         cons.cpu[lnode_arr] = cpu_l
         table = run_cycle(tree, table, cons, consts, delta)
-        if step >= first:
-            ent_sum += m_now[report]
-            cpu_sum += below @ cpu_l
-            cpu_total += cpu_l.sum()
-        b_ent += m_now[lnode_arr]
-        b_esh += e_now
-        b_cpu += cpu_l
-        if (step + 1) % bin_size == 0 or step == nsteps - 1:
-            p = step // bin_size
-            k = step % bin_size + 1
-            times[p] = (step + 1) * delta
-            s_ent[p], s_esh[p] = b_ent / k, b_esh / k
-            tot = b_cpu.sum()
-            s_del[p] = b_cpu / tot if tot > 0 else 0.0
-            b_ent[:], b_esh[:], b_cpu[:] = 0.0, 0.0, 0.0
-
-    ncount = nsteps - first
-    ent = ent_sum / ncount
-    dlv = cpu_sum / cpu_total if cpu_total > 0 else np.zeros(len(report))
-    measured = [
-        Measured(tree.names[n], tree.kind(n).label, float(ent[i]), float(dlv[i]))
-        for i, n in enumerate(report)
-    ]
-    return SimResult(
-        scenario=sc.source,
-        enforcer=enforcer,
-        window=(first * delta, nsteps * delta),
-        lnodes=measured[:nl],
-        groups=measured[nl:],
-        utilisation=cpu_total / (sc.cpus * delta * ncount),
-        times=times,
-        series_names=[tree.names[n] for n in lnodes],
-        entitled=s_ent,
-        e_share=s_esh,
-        delivered=s_del,
-        cycles=nsteps,
-    )
+        rec.add(step, delta, m_now, e_now, cpu_l)
+    return rec.result(sc, tree, enforcer)
 
 
 def plot(result: SimResult, path: str | Path) -> None:

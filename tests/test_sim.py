@@ -253,3 +253,37 @@ def test_shrsim_simulates_the_udb_when_the_scenario_names_none(acme, tmp_path):
     # u9 (Proj2) and u1 (Maint) alone: Proj2 250 vs Maint 100 shares at the top
     assert d["groups"]["Proj2"]["entitled"] == pytest.approx(250 / 350)
     assert d["lnodes"]["u9"]["delivered"] == pytest.approx(250 / 350, abs=0.01)
+
+
+def test_more_processes_for_a_present_lnode_are_counted():
+    # alice starts a second workload while her lnode exists: cgroup weights are split
+    # over all her runnable processes, so she still gets half (and plain Linux 4/5).
+    text = """
+cpus = 1
+duration = "40m"
+warmup = "20m"
+directives = \"\"\"
+create:alice:uid:1001:shares:1:
+create:bob:uid:1002:shares:1:
+\"\"\"
+[consts]
+halflife = "2m"
+[[workload]]
+name = "alice"
+procs = 1
+[[workload]]
+name = "alice"
+procs = 3
+start = "10m"
+[[workload]]
+name = "bob"
+procs = 1
+"""
+    sc = parse_scenario(text, "more.toml")
+    r = run_scenario(sc)
+    assert r.lnode("alice").delivered == pytest.approx(0.5, abs=0.01)
+    # at once, not only after the feedback has corrected a wrong per-process weight
+    j = r.series("alice")
+    just_after = (r.times > 600) & (r.times <= 720)
+    assert r.delivered[just_after, j] == pytest.approx(0.5, abs=0.02)
+    assert run_scenario(sc, "none").lnode("alice").delivered == pytest.approx(0.8, abs=0.01)
