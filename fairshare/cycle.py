@@ -15,7 +15,9 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
 3. `group_adjustment` (ADJGROUPS): a group whose share of its active siblings' charges is
    below mingshare x its due share has its leaves' charges scaled by
    actual / (mingshare x due), for the decayed usage only.
-4. `decay_usage`: usage = usage x K + adjusted charges, K = 0.5 ** (elapsed / halflife).
+4. `decay_usage`: usage = usage x K + adjusted charges, K = 0.5 ** (elapsed / halflife);
+   an active leaf keeps at least USAGE_FLOOR, so m^2 / usage is finite and a group's
+   usage (the sum of its leaves') is never 0.
 5. `effective_shares`: the Kay-Lauder near-future proportion m^2 / usage, applied
    *hierarchically*: each group's e_share is split among its children that want CPU in
    proportion to m_child^2 / usage_child (usage of the child's subtree).  A logged-in but
@@ -25,14 +27,23 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
    renormalised over the demanding siblings at every level.
    Edge effects (K5 = 2): no lnode gets more than K5 x its due share; the excess goes to
    its siblings (exact water-filling), and, as in the paper's Figure 4, the usage of an
-   lnode that was capped is raised so that m^2 / usage gives exactly the capped value.
-   LIMSHARE caps e_share at maxushare x the due share (without raising usage).
+   lnode that was capped is raised so that m^2 / usage gives exactly the capped value
+   among its siblings (`raise_usage`; a raised leaf also raises its groups' usage, as
+   in the paper).  LIMSHARE caps e_share at maxushare x the due share (without raising
+   usage).  An active lnode that wants no CPU is given what it would get if it alone
+   started, so an enforcer can set its weight before it runs.
    MAXUSAGE: a leaf whose usage reaches maxusage is a background lnode; so is a leaf
    with zero shares (Idle): e_share 0, they run only on CPU nobody else wants.
 6. `priority`: Kay-Lauder's usage x nrun / m_share^2, shown by the displays.
 
-All arithmetic is over numpy arrays, level by level (nodes are numbered breadth
-first, so each level is a contiguous slice); there is no loop over nodes.
+NOSHARE and NOSCHED concern enforcement (the daemon's); the cycle accounts as usual.
+
+All arithmetic is over numpy arrays with no loop over nodes: sibling sums are one
+bincount over all nodes, products down the tree one step per level (nodes are numbered
+breadth first, so each level is a contiguous slice), subtree sums one matrix product on
+small trees and one reduceat per level on large ones.  What depends only on which
+lnodes exist and which want CPU (m_share, due shares) is memoised per tree, since it
+changes when processes come and go, not every cycle.
 """
 
 from __future__ import annotations
@@ -289,8 +300,8 @@ def group_adjustment(
 
 
 def decay_usage(usage: np.ndarray, charges: np.ndarray, k: float) -> np.ndarray:
-    """usage x K + charges (charge units), never negative."""
-    return np.maximum(usage * k + charges, 0.0)
+    """usage x K + charges (charge units), at least USAGE_FLOOR."""
+    return np.maximum(usage * k + charges, USAGE_FLOOR)
 
 
 @dataclass
@@ -481,9 +492,7 @@ class UnicosPolicy:
             adj, adjusted = None, charges
 
         k = decay(elapsed, consts.halflife)
-        # Active leaves keep at least USAGE_FLOOR so that m^2 / usage is finite and a
-        # group's usage is exactly the sum of its leaves' (which the Figure 4 raise needs).
-        usage = np.maximum(table.usage * k + adjusted, USAGE_FLOOR) * leaves
+        usage = decay_usage(table.usage, adjusted, k) * leaves
         background = leaves & ((usage >= consts.maxusage) | (m <= 0))
         demand_leaf = leaves & wants
         sub_usage, sched = idx.subtree_sum(np.array((usage, demand_leaf & ~background)))
