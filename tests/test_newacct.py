@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 from asuser import UIDS, needs_root, open_up, remove, run_as, shared_dir
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 
 from fairshare.cli.newacct import main as newacct
 from fairshare.collect import ProcessSample, Sample
+from fairshare.collect.procfs import ProcfsCollector
 from fairshare.collect.sim import SimClock
 from fairshare.consts import SHAREBYACCT, TICKS_PER_SECOND, Consts, save_consts
 from fairshare.daemon import Daemon, Options
@@ -203,3 +205,22 @@ def test_as_real_users_only_their_own_accounts(shared_site):
     hook.refresh(sample, {UIDS[0]: [3001, 3002], UIDS[1]: [3003]})
     assert hook(sample.processes[0]) is None
     assert hook(ProcessSample(6, 0.0, UIDS[0], sid=sid)) == 3002
+
+
+def test_real_processes_are_mapped_by_their_session(spool):
+    """On the real machine: a process in a session of its own (setsid), its session's
+    record, the procfs collector's session ids, and the hook."""
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        write_session_account(spool, child.pid, 3002)  # its sid is its pid
+        sample = ProcfsCollector().sample()
+        mine = [p for p in sample.processes if p.pid == child.pid]
+        assert [(p.sid, p.uid) for p in mine] == [(child.pid, ME)]
+        hook = SessionAccounts(spool, create=False)
+        hook.refresh(sample, {ME: [3001, 3002]})
+        assert hook(mine[0]) == 3002
+        ours = [p for p in sample.processes if p.pid == os.getpid()]
+        assert ours[0].sid == os.getsid(0) and hook(ours[0]) is None
+    finally:
+        child.kill()
+        child.wait()
