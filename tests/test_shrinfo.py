@@ -95,7 +95,7 @@ def test_json_shape(published):  # noqa: F811
     assert doc["age"] == pytest.approx(100)
     keys = (
         "name uid kind shares m_share e_share usage active groups limited_by limit_ratio "
-        "fair_usage idle_seconds halflife"
+        "fair_usage idle_seconds halflife background"
     )
     assert list(doc["user"]) == keys.split()
     assert doc["user"]["groups"][0]["name"] == "B"
@@ -169,6 +169,25 @@ def test_the_group_furthest_below_its_share_is_named():
         "    in group sub: Rshr 25%, Eshr 20%",
     ]
     assert lines[3] == "  limited by group G1: it gets 0.60 of its machine share"
+
+
+def test_background_and_zero_share_lnodes_are_explained():
+    rows = [
+        _row(0, "root", -1, 0, "root", 1.0, 1.0),
+        _row(1, "Idle", 0, 1, "idle", 0.0, 0.0, usage=5.0),
+        _row(2, "heavy", 0, 1, "user", 0.5, 0.0, usage=2e12),
+        _row(3, "you", 0, 1, "user", 0.5, 1.0, usage=10.0),
+    ]
+    rows[2].background = True
+    lnodes = view_lnodes(rows, lambda uid: False)
+    idle = profile_lines(active_profile(lnodes, "Idle", halflife=600.0))
+    assert idle[-1] == (
+        "  a background lnode (it has no machine share): it runs only on CPU nobody else wants"
+    )
+    heavy = profile_lines(active_profile(lnodes, "heavy", halflife=600.0))
+    assert heavy[-1] == (
+        "  a background lnode (its usage reached MAXUSAGE): it runs only on CPU nobody else wants"
+    )
 
 
 def test_durations_for_people():

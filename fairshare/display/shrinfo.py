@@ -51,6 +51,7 @@ class Profile:
     ancestor group with the smallest Eshr/Rshr below 1 - LIMIT_TOLERANCE, and that ratio.
     fair_usage: u* (None when it is the only lnode wanting CPU, or not active); idle_seconds: the
     time idle to decay to u* (0 when its usage is at or below it; None when unknown).
+    background: past MAXUSAGE or without shares, it runs only on CPU nobody else wants.
     """
 
     name: str
@@ -67,6 +68,7 @@ class Profile:
     fair_usage: float | None
     idle_seconds: float | None
     halflife: float
+    background: bool = False
 
 
 def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode) -> float | None:
@@ -127,6 +129,7 @@ def active_profile(lnodes: Sequence[ViewLnode], name: str, halflife: float) -> P
         fair_usage=fair,
         idle_seconds=idle_time(me.usage, fair, halflife),
         halflife=halflife,
+        background=me.background,
     )
 
 
@@ -212,7 +215,12 @@ def profile_lines(p: Profile) -> list[str]:
         )
     else:
         lines.append("  no group above it gets less than its machine share")
-    if p.fair_usage is None:
+    if p.kind == "group":
+        return lines
+    if p.background or p.m_share <= 0:
+        why = "it has no machine share" if p.m_share <= 0 else "its usage reached MAXUSAGE"
+        lines.append(f"  a background lnode ({why}): it runs only on CPU nobody else wants")
+    elif p.fair_usage is None:
         lines.append("  no other lnode wants CPU: it may use the machine whatever its usage")
     elif p.idle_seconds:
         lines.append(
