@@ -505,19 +505,20 @@ class UnicosPolicy:
             usage = raise_usage(idx, usage, sh.raise_)
         e_share = sh.e_share * (active & ~background)
 
+        # Charges and consumption need no masking below: they are 0 off the leaves, and a
+        # leaf with any is in `leaves`; the table's charge and cpu_seconds are kept for
+        # leaves only, but its usage and rate hold sums on the groups too.
+        rate = table.rate * (leaves * k)
         if elapsed > 0:
-            rate = (table.rate * k + (1 - k) / elapsed * charges) * leaves
-        else:
-            rate = table.rate * leaves
-        cpu_total = float(c.cpu @ leaves)
-        cpu = c.cpu * leaves / cpu_total if cpu_total > 0 else np.zeros(idx.n)
-        sums = idx.subtree_sum(np.array((usage, rate, demand_leaf, c.refs * leaves,
-                                         c.nrun * leaves, cpu)))  # fmt: skip
+            rate += (1 - k) / elapsed * charges
+        cpu_total = float(c.cpu.sum())
+        cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(idx.n)
+        sums = idx.subtree_sum(np.array((usage, rate, demand_leaf, c.refs, c.nrun, cpu)))
         sub_usage, rate, demand, refs, nrun, cpu = sums
         return LnodeTable(
             usage=sub_usage,
-            charge=(table.charge + charges) * leaves,
-            cpu_seconds=(table.cpu_seconds + c.cpu) * leaves,
+            charge=table.charge + charges,
+            cpu_seconds=table.cpu_seconds + c.cpu,
             rate=rate,
             active=active,
             demand=demand > 0,

@@ -306,6 +306,12 @@ def test_rate_cpu_and_counts():
     assert out.cpu[1:].tolist() == [0.75, 0.25] and out.cpu[0] == 1.0
     assert out.nrun.tolist() == [4, 3, 1] and out.refs.tolist() == [6, 5, 1]
     assert out.cpu_seconds[1:].tolist() == [3.0, 1.0]
+    # a second cycle: leaves decay their own rate; groups are sums, never decayed twice
+    again = run_cycle(tree, out, c, consts, 4.0)
+    assert again.rate[1] == pytest.approx(3750.0 * 0.5 + 3750.0)
+    assert again.rate[0] == pytest.approx(again.rate[1] + again.rate[2])
+    assert again.charge.tolist() == pytest.approx([0.0, 60000.0, 20000.0])
+    assert again.usage[0] == pytest.approx(again.usage[1] + again.usage[2])
 
 
 def test_run_cycle_is_pure():
