@@ -81,3 +81,8 @@ def test_cgroup2_weights_range_and_order(shares):
     assert w.min() >= 1 and w.max() <= 10000
     order = np.argsort(e, kind="stable")
     assert np.all(np.diff(w[order]) >= 0)
+
+
+def test_weights_ignore_nonsense_shares():
+    assert cgroup2_weights([np.nan, 0.5, np.inf, -1.0], [False] * 4).tolist() == [1, 10000, 1, 1]
+    assert cgroup1_shares([np.nan], [False]).tolist() == [2]

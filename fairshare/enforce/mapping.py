@@ -42,11 +42,14 @@ _LOG_NICE = np.log(NICE_TO_WEIGHT[20:] / NICE_TO_WEIGHT[20])
 
 def _proportional(e_share, background, lo: int, hi: int) -> np.ndarray:
     e = np.where(np.asarray(background, dtype=bool), 0.0, np.asarray(e_share, dtype=float))
-    e = np.where(np.isfinite(e) & (e > 0), e, 0.0)
     top = e.max(initial=0.0)
-    if top <= 0:
-        return np.full(e.shape, lo, dtype=np.int64)
-    return np.clip(np.rint(e / top * hi), lo, hi).astype(np.int64)
+    if not (np.isfinite(top) and top > 0):  # NaN, inf or nothing positive: clean first
+        e = np.where(np.isfinite(e) & (e > 0), e, 0.0)
+        top = e.max(initial=0.0)
+        if top <= 0:
+            return np.full(e.shape, lo, dtype=np.int64)
+    w = np.rint(e * (hi / top))
+    return np.clip(w, lo, hi, out=w).astype(np.int64)
 
 
 def cgroup2_weights(e_share, background) -> np.ndarray:
