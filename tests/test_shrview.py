@@ -484,6 +484,35 @@ def test_stopped_daemon_is_said_with_the_age_and_the_table_still_shown(published
     assert "SHRVIEW Type:monitor Select:all Sort_opt:tree" in result.stdout
 
 
+def test_a_daemon_that_died_is_said_so(tmp_path, utc):
+    """A header still marked running but 64 s (16 cycles) old: no waiting, and said."""
+    url, daemon = simulated(tmp_path)
+    daemon.start()
+    daemon.step()  # cycle 1 at EPOCH (step() alone does not sleep), then it "dies"
+    began = time.monotonic()
+    result = CliRunner().invoke(main, ["--udb", url, "--now", str(EPOCH + 64)], prog_name="shrview")
+    assert time.monotonic() - began < 3
+    last = time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(EPOCH))
+    assert result.stderr == (
+        "shrview: no daemon is running for simulator; showing the last published state, "
+        f"64 s old (cycle 1, last cycle at {last} UTC, the daemon did not stop cleanly)\n"
+    )
+    assert "  *me " in result.stdout
+
+
+def test_statistics_without_published_counts():
+    from fairshare.display.shrview import Statistics, statistics_lines
+
+    st = Statistics(1, 2, 0, 5.0, 1e12, 1.0, 1e30, ("tick",), None, {"tick": 100.0}, None)
+    lines = statistics_lines(st)
+    assert lines[-4:] == [
+        "Charge:     -",
+        "Costs:    100",
+        "Counts:     -",
+        "(the daemon that published this table does not publish counts)",
+    ]
+
+
 def test_repeat_mode_separates_outputs_with_form_feeds(published, utc):
     result = run(published, "-dm", "-r", "3")
     assert result.exit_code == 0
