@@ -48,7 +48,7 @@ def _proportional(e_share, background, lo: int, hi: int) -> np.ndarray:
         top = e.max(initial=0.0)
         if top <= 0:
             return np.full(e.shape, lo, dtype=np.int64)
-    w = np.rint(e * (hi / top))
+    w = np.rint(e / top * hi)
     return np.clip(w, lo, hi, out=w).astype(np.int64)
 
 
