@@ -49,8 +49,8 @@ from fairshare.lnode import LnodeTable, WriteBack, activate, aged_usage, new_tab
 from fairshare.store import CycleHeader, EntryState, LnodeStore, add_counts
 from fairshare.sync import serve_requests
 from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
-from udb.models import IDLE_UID, Entry, ShareChange
-from udb.session import read_session
+from udb.models import IDLE_UID, Entry
+from udb.session import entries_serial, read_session
 
 log = logging.getLogger("shrdaemon")
 
@@ -115,24 +115,23 @@ class Lnodes:
 
 
 def entries_fingerprint(session) -> tuple:
-    """A cheap summary of the entries that changes when the share tree may have.
+    """A cheap summary of the entries that changes whenever udbgen or shrdist changed
+    them (their change serial); count and highest id catch rows added by other means.
+    Edits made behind the commands' back are found by the periodic reload (or SIGHUP)."""
+    count, top = session.execute(select(func.count(), func.max(Entry.id))).one()
+    return (count, top, entries_serial(session))
 
-    The sums cannot see shares moved between members with the total kept (shrdist's
-    usual change), so the last shrdist change-log id is part of it too.
-    """
-    e = Entry
-    row = session.execute(
-        select(
-            func.count(),
-            func.max(e.id),
-            func.sum(e.shares),
-            func.sum(e.resgrp),
-            func.sum(e.shflags),
-            func.sum(e.uid),
-            select(func.max(ShareChange.id)).scalar_subquery(),
-        )
-    ).one()
-    return tuple(row)
+
+def same_tree(a: ShareTree, b: ShareTree) -> bool:
+    """True when `a` and `b` have the same nodes, parents, shares and kinds."""
+    return (
+        a.mode == b.mode
+        and a.names == b.names
+        and np.array_equal(a.ids, b.ids)
+        and np.array_equal(a.parent, b.parent)
+        and np.array_equal(a.shares, b.shares)
+        and np.array_equal(a.kinds, b.kinds)
+    )
 
 
 def load_lnodes(session, mode: str) -> Lnodes:
@@ -391,7 +390,7 @@ class Daemon:
             return
         self.reload_requested = False
         new = load_lnodes(session, consts.mode)
-        if new.fingerprint == ln.fingerprint and consts.mode == ln.tree.mode:
+        if same_tree(new.tree, ln.tree):
             # Same tree: keep the table, refresh what we know of the active entries.
             ln.acids = new.acids
             self._refresh_entries(ln)

@@ -39,6 +39,7 @@ from fairshare.consts import load_consts
 from fairshare.tree import TREE_COLUMNS, Kind, ShareTree, build_tree, build_tree_columns
 from udb.errors import NotFound, OptionError, UdbError
 from udb.models import Entry, ShareChange
+from udb.session import mark_entries_changed
 
 #: Where shrdist looks for its authorisation file unless --auth or SHRDIST_AUTH says.
 DEFAULT_AUTH = "/etc/shrdist.auth"
@@ -390,6 +391,8 @@ def redistribute(
                 time=now, who=caller.who, grp=view.group, member=m.name, old=m.old, new=m.shares
             )
         )
+    if result.changed:
+        mark_entries_changed(session)
     session.flush()
     return result, warnings
 

@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 
 from udb.errors import DirectiveError, NotFound
 from udb.models import ROOT_UID, SHF_ACCOUNT, SHF_GROUP, Account, Entry
-from udb.session import write_session
+from udb.session import mark_entries_changed, write_session
 
 #: The verbs a directive can start with.
 VERBS = ("create", "update", "delete", "acid", "delacid")
@@ -738,6 +738,7 @@ def run(
     try:
         with write_session(engine) as session:
             ch = apply(session, directives, replace=replace)
+            mark_entries_changed(session)
             if test:
                 raise _TestMode(ch)
     except _TestMode as t:

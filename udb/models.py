@@ -230,3 +230,14 @@ class SyncRequest(Base):
     requested: Mapped[float] = mapped_column(Float, nullable=False)
     done: Mapped[float | None] = mapped_column(Float, nullable=True)
     lnodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Serial(Base):
+    """A change counter.  The row named "entries" is bumped by every transaction that
+    changes entries or the account registry (udbgen, shrdist), so a running daemon
+    sees any such change with one cheap read (udb.session.entries_serial)."""
+
+    __tablename__ = "serials"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer, nullable=False, default=0)

@@ -21,9 +21,11 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Engine, create_engine, event, inspect, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
+
+from udb.models import Serial
 
 #: Seconds a SQLite connection waits for another writer before giving up.
 BUSY_TIMEOUT = 30.0
@@ -154,3 +156,14 @@ def write_session(engine: Engine) -> Iterator[Session]:
     with Session(engine.execution_options(udb_write=True)) as session:
         with session.begin():
             yield session
+
+
+def mark_entries_changed(session: Session) -> None:
+    """Bump the entries' change serial, in the caller's write transaction.  Every
+    command that changes entries or accounts calls it, so a running daemon notices."""
+    session.execute(update(Serial).where(Serial.name == "entries").values(value=Serial.value + 1))
+
+
+def entries_serial(session: Session) -> int:
+    """The entries' change serial (grows with every transaction that changed them)."""
+    return session.execute(select(Serial.value).where(Serial.name == "entries")).scalar() or 0
