@@ -529,9 +529,15 @@ def statistics_lines(st: Statistics) -> list[str]:
         [False, False, False, True, True],
     )
     mix = [
-        ["Charge:", *(f"{100 * st.charge[r]:.0f}%" if st.charge else "-" for r in st.resources)],
+        [
+            "Charge:",
+            *("-" if st.charge is None else f"{100 * st.charge[r]:.0f}%" for r in st.resources),
+        ],
         ["Costs:", *(f"{st.costs[r]:g}" for r in st.resources)],
-        ["Counts:", *(f"{st.counts.get(r, 0):.0f}" if st.counts else "-" for r in st.resources)],
+        [
+            "Counts:",
+            *("-" if st.counts is None else f"{st.counts.get(r, 0):.0f}" for r in st.resources),
+        ],
     ]
     lines = head + columns([["", *st.resources]], mix, [False] + [True] * len(st.resources))
     if st.counts is None:
@@ -711,7 +717,7 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
             "priority_high": st.priority_high,
             "priority_max": st.priority_max,
             "charge_pct": (
-                {r: round(100 * x, 6) for r, x in st.charge.items()} if st.charge else None
+                None if st.charge is None else {r: round(100 * x, 6) for r, x in st.charge.items()}
             ),
             "costs": st.costs,
             "counts": st.counts,
