@@ -25,3 +25,26 @@ def machine_lock() -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def other_daemons() -> list[str]:
+    """Every shrdaemon process running on this host (not the caller's children of the
+    moment, which do not exist yet when this is asked), as "pid command line"."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if any(part.endswith("shrdaemon") or part == "fairshare.cli.shrdaemon" for part in cmd):
+            found.append(f"{p.info['pid']} {' '.join(cmd)}")
+    return found
+
+
+def skip_if_a_daemon_runs() -> None:
+    """Skip the calling test if a shrdaemon already enforces on this host: it would
+    renice or move the test's processes and falsify what the test measures."""
+    import pytest
+
+    running = other_daemons()
+    if running:
+        pytest.skip(f"a shrdaemon is already running on this host ({running[0]}); stop it first")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from machine_lock import machine_lock
+from machine_lock import machine_lock, skip_if_a_daemon_runs
 
 from fairshare.enforce.base import LnodeTarget, safe_name
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
@@ -199,6 +199,7 @@ def test_cgroup1_real_moves_weights_and_cleans_up():
 
 
 def cgroup1_real():
+    skip_if_a_daemon_runs()
     if (CPU_V1 / "fairshare").exists():
         pytest.skip("a shrdaemon is using /sys/fs/cgroup/cpu/fairshare")
     a, b = sleeper(), sleeper()
@@ -231,6 +232,12 @@ def cgroup1_real():
 @needs_root
 @pytest.mark.root
 def test_nice_per_process_never_lowers_a_users_choice_and_restores():
+    with machine_lock():
+        skip_if_a_daemon_runs()
+        nice_per_process()
+
+
+def nice_per_process():
     a, b, c = sleeper(61001), sleeper(61002), sleeper(61002)
     try:
         os.setpriority(os.PRIO_PROCESS, c.pid, 15)  # the user chose 15 for this one
@@ -260,6 +267,12 @@ def test_nice_per_process_never_lowers_a_users_choice_and_restores():
 @pytest.mark.root
 @pytest.mark.skipif(not autogroup_enabled(), reason="kernel autogroup is off")
 def test_nice_through_autogroups_one_session_per_lnode_and_mixed_sessions():
+    with machine_lock():
+        skip_if_a_daemon_runs()
+        nice_autogroups()
+
+
+def nice_autogroups():
     a = sleeper(61001, session=True)
     b1 = sleeper(61002, session=True)
     mixed1, mixed2 = sleeper(61001, session=False), sleeper(61002, session=False)
