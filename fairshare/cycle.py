@@ -423,9 +423,11 @@ def raise_usage(idx: TreeIndex, usage: np.ndarray, raise_: np.ndarray) -> np.nda
     groups first, so that every capped node ends with exactly its target usage and the
     proportions among its children are kept.
     """
-    target = idx.subtree_sum(usage) * raise_
     out = usage * np.where(idx.leaf, raise_, 1.0)
     groups = ~idx.leaf & (raise_ > 1.0)
+    if not np.count_nonzero(groups):
+        return out
+    target = idx.subtree_sum(usage) * raise_
     for k in range(len(idx.bounds) - 1, 0, -1):
         s, e = idx.bounds[k]
         sel = groups[s:e]
