@@ -28,15 +28,18 @@ def machine_lock() -> Iterator[None]:
 
 
 def other_daemons() -> list[str]:
-    """Every shrdaemon process running on this host (not the caller's children of the
-    moment, which do not exist yet when this is asked), as "pid command line"."""
+    """Every shrdaemon process on this host that may enforce (not those started with
+    --enforcer none or --simulate), as "pid command line"."""
     import psutil
 
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = p.info["cmdline"] or []
-        if any(part.endswith("shrdaemon") or part == "fairshare.cli.shrdaemon" for part in cmd):
-            found.append(f"{p.info['pid']} {' '.join(cmd)}")
+        if not any(part.endswith("shrdaemon") or part == "fairshare.cli.shrdaemon" for part in cmd):
+            continue
+        if "--simulate" in cmd or " ".join(cmd).find("--enforcer none") >= 0:
+            continue
+        found.append(f"{p.info['pid']} {' '.join(cmd)}")
     return found
 
 
