@@ -104,12 +104,14 @@ class SimMachine:
         """
         count = np.asarray(count, dtype=float)
         cap = count * np.minimum(np.asarray(demand, dtype=float), 1.0)
-        return self.share(count, cap, count * np.asarray(weight, dtype=float), idle)
+        weight = count * np.asarray(weight, dtype=float)
+        return self.share(count, cap, weight, np.asarray(idle, dtype=bool))
 
     def share(
         self, count: np.ndarray, cap: np.ndarray, weight: np.ndarray, idle: np.ndarray
     ) -> np.ndarray:
-        """`run` with each group's totals given: its CPU cap and its weight (CPUs)."""
+        """`run` with each group's totals given: `cap` (CPUs its processes can use in all)
+        and `weight` (the sum of its processes' weights); `idle` a boolean array."""
         if not idle.any():
             return water_fill(self.cpus, weight, cap)
         got = water_fill(self.cpus, np.where(idle, 0.0, weight), np.where(idle, 0.0, cap))
