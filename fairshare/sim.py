@@ -40,7 +40,7 @@ from udb.errors import DirectiveError, UdbError
 from udb.models import Entry
 from udb.session import make_engine, open_udb, read_session, upgrade
 
-ENFORCERS = ("cgroup", "nice", "none")
+ENFORCERS = ("cgroup", "nice", "none")  # the keys of WEIGHT_MODELS
 #: Series longer than this many cycles are averaged into bins for plotting.
 MAX_SERIES_POINTS = 10000
 
@@ -122,25 +122,44 @@ class SimMachine:
         return got
 
 
+def cgroup_model(e_share, background, nrun) -> tuple[np.ndarray, np.ndarray]:
+    """cgroup v2, one cgroup per lnode: its cpu.weight split over its runnable processes;
+    background lnodes are cpu.idle cgroups.  Returns (per-process weight, idle class)."""
+    w = cgroup2_weights(e_share, background).astype(float)
+    return w / np.maximum(nrun, 1), np.asarray(background, dtype=bool)
+
+
+def nice_model(e_share, background, nrun) -> tuple[np.ndarray, np.ndarray]:
+    """Nice values: each process weighs NICE_TO_WEIGHT[nice + 20] (background: nice 19,
+    still in the normal class).  Returns (per-process weight, idle class)."""
+    nice = nice_values(e_share, nrun, background)
+    return NICE_TO_WEIGHT[nice + 20].astype(float), np.zeros(len(nice), dtype=bool)
+
+
+def none_model(e_share, background, nrun) -> tuple[np.ndarray, np.ndarray]:
+    """Linux without fair share: every process weighs 1.  Returns (weight, idle class)."""
+    n = len(e_share)
+    return np.ones(n), np.zeros(n, dtype=bool)
+
+
+#: The weight model of each enforcer the simulator knows.
+WEIGHT_MODELS = {"cgroup": cgroup_model, "nice": nice_model, "none": none_model}
+
+
 def enforcer_weights(
     enforcer: str,
     e_share: np.ndarray,
     background: np.ndarray,
     nrun: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(per-process weight, idle class) per lnode for `enforcer`.
+    """(per-process weight, idle class) per lnode for `enforcer` (see WEIGHT_MODELS).
 
     `e_share`, `background` and `nrun` are over the lnodes that have processes.
     """
-    if enforcer == "cgroup":
-        w = cgroup2_weights(e_share, background).astype(float)
-        return w / np.maximum(nrun, 1), background.copy()
-    if enforcer == "nice":
-        nice = nice_values(e_share, nrun, background)
-        return NICE_TO_WEIGHT[nice + 20].astype(float), np.zeros(len(e_share), dtype=bool)
-    if enforcer == "none":
-        return np.ones(len(e_share)), np.zeros(len(e_share), dtype=bool)
-    raise ValueError(f"enforcer must be one of {ENFORCERS}, not {enforcer!r}")
+    model = WEIGHT_MODELS.get(enforcer)
+    if model is None:
+        raise ValueError(f"enforcer must be one of {ENFORCERS}, not {enforcer!r}")
+    return model(e_share, background, nrun)
 
 
 # -- scenarios -------------------------------------------------------------------------
