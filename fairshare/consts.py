@@ -72,10 +72,10 @@ class Consts:
     delta: float = 4.0  # s, -R: the scheduling cycle
     cost_tick: float = 100.0  # charge units per CPU tick (1/100 CPU s), -t
     cost_bio: float = 0.0  # per block I/O operation, -b
-    cost_sio: float = 0.0  # per stream I/O operation, -s
-    cost_syscall: float = 0.0  # per system call, -y
+    cost_sio: float = 0.0  # per stream I/O operation, shradmin --sio
+    cost_syscall: float = 0.0  # per system call, -s (the guide's letters)
     cost_mem: float = 0.0  # per MiB-second of resident memory (a "memory click"), -m
-    cost_tty: float = 0.0  # per tty I/O operation
+    cost_tty: float = 0.0  # per tty I/O operation, -y
     percent: float = 100.0  # multiplier applied to every cost, in percent
     maxushare: float = 2.0  # -X, LIMSHARE: e_share at most maxushare x due share
     mingshare: float = 0.75  # -Y, ADJGROUPS: tolerated fraction of a group's due share
