@@ -85,7 +85,7 @@ class Consts:
     nice_decay: tuple[float, float] = (2.0, 60.0)  # -D, process priority half-lives, s
     writeback: float = 60.0  # s, -n: how often released lnodes are written to the UDB
     checkpoint: float = 300.0  # s: how often every active lnode is checkpointed
-    quota_threshold: float = 3.0  # s of CPU: quota warnings this close to the limit
+    quota_threshold: float = 3.0  # CPU s past the quota (SIGXCPU) before SIGKILL
 
     @property
     def K(self) -> float:
