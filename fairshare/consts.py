@@ -158,10 +158,11 @@ def parse_flags(value: object) -> int:
 
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION_PART = re.compile(r"(([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-z]*))")
 
 
 def parse_duration(value: object, what: str = "duration") -> float:
-    """Seconds from a number or a string like "4", "3600s", "90m", "2h", "7d", "1w".
+    """Seconds from a number or a string like "4", "3600s", "90m", "2h", "1h30m", "7d".
 
     Raises OptionError naming `what` when the value is not a non-negative duration.
     """
@@ -170,10 +171,19 @@ def parse_duration(value: object, what: str = "duration") -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-z]*)\s*", str(value))
-        if not m or m.group(2) not in _UNITS:
+        # one number with an optional unit, or several each with a unit ("1h30m")
+        text = str(value).strip()
+        parts = _DURATION_PART.findall(text)
+        units = [unit for _, _, unit in parts]
+        valid = (
+            parts
+            and "".join(p[0] for p in parts) == text.replace(" ", "")
+            and all(unit in _UNITS for unit in units)
+            and (len(parts) == 1 or all(units))
+        )
+        if not valid:
             raise OptionError(f"{what}: expected a duration such as 3600s, 2h or 7d, got {value!r}")
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+        seconds = sum(float(number) * _UNITS[unit] for _, number, unit in parts)
     if not math.isfinite(seconds) or seconds < 0:
         raise OptionError(f"{what}: expected a non-negative duration, got {value!r}")
     return seconds

@@ -89,13 +89,13 @@ def test_flag_names():
 @pytest.mark.parametrize(
     "text, seconds",
     [(4, 4.0), ("4", 4.0), ("3600s", 3600.0), ("90m", 5400.0), ("2h", 7200.0), ("7d", 604800.0),
-     ("1w", 604800.0), ("0.5h", 1800.0)],
+     ("1w", 604800.0), ("0.5h", 1800.0), ("1h30m", 5400.0), ("1d 12h", 129600.0)],
 )  # fmt: skip
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["2 hours", "h", "-3s", -1, "", True])
+@pytest.mark.parametrize("bad", ["2 hours", "h", "-3s", -1, "", True, "1h30", "1x"])
 def test_parse_duration_rejects(bad):
     with pytest.raises(OptionError, match="halflife"):
         parse_duration(bad, "halflife")
