@@ -13,7 +13,6 @@ Prints medians and their ratio to the goals:
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_tree import site_rows  # noqa: E402
+from bench_tree import median_time, site_rows  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from fairshare.consts import Consts, save_consts  # noqa: E402
@@ -35,15 +34,6 @@ COMMAND_GOAL = 3.0  # s
 TRANSACTION_GOAL = 1.0  # s
 ROOT = Caller("root", 0, "root")
 NO_AUTH = Path("/nonexistent/shrdist.auth")
-
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def line(label: str, seconds: float, goal: float) -> None:

@@ -8,8 +8,8 @@ the time per lnode.  Run: python tests/bench/bench_shrview.py
 
 from __future__ import annotations
 
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import orjson
 
@@ -23,6 +23,9 @@ from fairshare.display.shrview import (
     view_lnodes,
 )
 from udb.models import PublishedLnode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_tree import median_time  # noqa: E402
 
 GROUPS, USERS = 100, 1000
 
@@ -68,15 +71,6 @@ def _row(node, name, parent, level, kind, m, e, usage) -> PublishedLnode:
     )
 
 
-def median(fn, runs: int = 5) -> float:
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def main() -> None:
     table = rows()
     snap = Snapshot(
@@ -106,7 +100,7 @@ def main() -> None:
     }
     print(f"{n} lnodes ({GROUPS} groups x {USERS} users), median of 5 runs")
     for label, fn in steps.items():
-        t = median(fn)
+        t = median_time(fn, 5)
         print(f"  {label:30s} {t:7.3f} s  {1e6 * t / n:6.2f} us/lnode")
 
 
