@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -115,11 +116,14 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Consts))
 DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint")
 
 
-def decay(elapsed: float, halflife: float) -> float:
-    """The factor usage decays by over `elapsed` seconds: 0.5 ** (elapsed / halflife)."""
-    if halflife <= 0:
-        return 0.0
-    return 0.5 ** (max(elapsed, 0.0) / halflife)
+def decay(elapsed, halflife: float):
+    """The factor usage decays by over `elapsed` seconds: 0.5 ** (elapsed / halflife).
+
+    `elapsed` may be a number or a numpy array (element-wise); a negative age counts as 0.
+    """
+    age = np.maximum(elapsed, 0.0)
+    factor = age * 0.0 if halflife <= 0 else 0.5 ** (age / halflife)
+    return float(factor) if np.ndim(factor) == 0 else factor  # a number stays a float
 
 
 def flag_names(flags: int) -> list[str]:

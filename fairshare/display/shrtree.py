@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from rich.console import Console
 
+from fairshare.consts import decay
 from fairshare.display import columns, octal, percent
 from fairshare.tree import Kind, build_tree_columns
 from udb.check import (
@@ -100,8 +101,8 @@ def aged_usage(shusage: np.ndarray, shextime: np.ndarray, now: float, halflife: 
 
     Units: charge units; times in seconds.  A shextime in the future counts as now.
     """
-    elapsed = np.maximum(now - np.asarray(shextime, dtype=float), 0.0)
-    return np.asarray(shusage, dtype=float) * np.exp2(-elapsed / halflife)
+    age = now - np.asarray(shextime, dtype=float)
+    return np.asarray(shusage, dtype=float) * decay(age, halflife)
 
 
 def analyse_tree(
