@@ -127,6 +127,12 @@ class LnodeStore:
             s.expunge_all()
         return head, list(rows)
 
+    def published_cycle(self) -> int | None:
+        """This host's published cycle number (None if nothing was published): a cheap
+        read for displays waiting for the next cycle."""
+        with read_session(self.engine) as s:
+            return s.scalar(select(LnodeCycle.cycle).where(LnodeCycle.host == self.host))
+
     def entry_states(self, uids: Iterable[int]) -> dict[int, EntryState]:
         """The usage, exit time and quota fields of the entries with these uids."""
         uids = sorted(set(uids))
@@ -238,6 +244,12 @@ def _write_back(session, released: Sequence[tuple[int, WriteBack]]) -> None:
             for uid, wb in released
         ],
     )
+
+
+def published_hosts(engine: Engine) -> list[str]:
+    """The hosts that have a published lnode table in the UDB, by name."""
+    with read_session(engine) as s:
+        return list(s.scalars(select(LnodeCycle.host).order_by(LnodeCycle.host)))
 
 
 def published_rows(host: str, tree: ShareTree, table: LnodeTable, nodes: np.ndarray) -> list[dict]:

@@ -18,11 +18,11 @@ from fairshare.display.shrinfo import active_profile, entry_profile, profile_jso
 from fairshare.display.shrview import (
     load_published,
     local_time,
-    published_hosts,
     stale_message,
     view_lnodes,
 )
 from fairshare.lnode import aged_usage
+from fairshare.store import published_hosts
 from fairshare.tree import TREE_COLUMNS, build_tree
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound

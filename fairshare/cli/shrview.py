@@ -38,10 +38,11 @@ from fairshare.display.shrview import (
     screenful,
     stale_message,
 )
+from fairshare.store import LnodeStore
 from fairshare.tree import TREE_COLUMNS, build_tree
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError
-from udb.models import Entry, LnodeCycle
+from udb.models import Entry
 from udb.session import open_udb, read_session
 
 #: How long line and repeat modes wait for the next cycle, in deltas.
@@ -82,8 +83,7 @@ class Source:
 
     def cycle(self) -> int | None:
         """The published cycle number (a cheap read, for waiting)."""
-        with read_session(self.engine) as s:
-            return s.scalar(sql_select(LnodeCycle.cycle).where(LnodeCycle.host == self.host))
+        return LnodeStore(self.engine, self.host).published_cycle()
 
     def wait_for_cycle(self, after: int, timeout: float, stop: Callable[[], bool] = bool) -> bool:
         """Wait until the published cycle is no longer `after`, at most `timeout` seconds

@@ -26,16 +26,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
 from fairshare.consts import K5, LIMSHARE, Consts
 from fairshare.cycle import PRIORITY_MAX, USAGE_FLOOR
 from fairshare.display import columns, octal
 from fairshare.enforce.mapping import NICE_TO_WEIGHT
-from fairshare.store import COUNTED, LnodeStore
+from fairshare.store import COUNTED, LnodeStore, published_hosts
 from udb.errors import NotFound, OptionError
-from udb.models import LnodeCycle, PublishedLnode
-from udb.session import read_session
+from udb.models import PublishedLnode
 
 #: The Flags column's bits (octal), documented in shrview(1).
 FLAG_GROUP = 0o40000
@@ -94,12 +93,6 @@ class Snapshot:
     counts: dict[str, float] | None
     consts: Consts
     lnodes: tuple[PublishedLnode, ...]
-
-
-def published_hosts(engine: Engine) -> list[str]:
-    """The hosts that have a published lnode table in the UDB, by name."""
-    with read_session(engine) as s:
-        return list(s.scalars(select(LnodeCycle.host).order_by(LnodeCycle.host)))
 
 
 def pick_host(hosts: Sequence[str], wanted: str | None, here: str) -> str:
