@@ -4,11 +4,13 @@ hierarchy and real nice values when root."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from machine_lock import machine_lock, skip_if_a_daemon_runs
 
@@ -272,33 +274,81 @@ def test_nice_through_autogroups_one_session_per_lnode_and_mixed_sessions():
         nice_autogroups()
 
 
+def mixed_session(*uids: int) -> tuple[subprocess.Popen, list[int]]:
+    """A new session led by a root shell, holding one sleeper of each of `uids`: the
+    shell and the sleepers' pids, in the order of `uids`."""
+    cmd = " ".join(f"setpriv --reuid={u} --regid={u} --clear-groups /bin/sleep 60 &" for u in uids)
+    leader = subprocess.Popen(["/bin/sh", "-c", f"{cmd} wait"], start_new_session=True, cwd="/")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        kids = psutil.Process(leader.pid).children()
+        by_uid = {k.uids().real: k.pid for k in kids if k.name() == "sleep"}
+        if len(by_uid) == len(uids):
+            return leader, [by_uid[u] for u in uids]
+        time.sleep(0.02)
+    raise AssertionError(f"the sleepers of {uids} did not start")
+
+
 def nice_autogroups():
     a = sleeper(61001, session=True)
     b1 = sleeper(61002, session=True)
-    mixed1, mixed2 = sleeper(61001, session=False), sleeper(61002, session=False)
+    leader, (mixed1, mixed2) = mixed_session(61001, 61002)
     try:
-        time.sleep(0.1)
         e = NiceEnforcer(autogroup=True)
         e.setup()
         e.apply(
             [
-                LnodeTarget("alice", (a.pid, mixed1.pid), 0.8, 2, runnable=frozenset({a.pid})),
-                LnodeTarget("bob", (b1.pid, mixed2.pid), 0.2, 2, runnable=frozenset({b1.pid})),
+                LnodeTarget("alice", (a.pid, mixed1), 0.8, 2, runnable=frozenset({a.pid})),
+                LnodeTarget("bob", (b1.pid, mixed2), 0.2, 2, runnable=frozenset({b1.pid})),
             ]
         )
         # Session groups: alice's holds 1 of her 2 runnable, so 0.4 of the machine;
         # bob's 0.1: a ratio of 4 = 1.25 ** 6.2, nice 6.
         assert read_autogroup(a.pid)[1] == 0
         assert read_autogroup(b1.pid)[1] == 6
-        # The test's own session holds both users: per-process nice there (0.4 vs 0.1).
-        assert os.getpriority(os.PRIO_PROCESS, mixed1.pid) == 0
-        assert os.getpriority(os.PRIO_PROCESS, mixed2.pid) == 6
-        assert read_autogroup(mixed1.pid)[1] == read_autogroup(os.getpid())[1]
+        # The shared session holds both users: per-process nice there (0.4 vs 0.1), and
+        # the session's own nice is left alone.
+        assert os.getpriority(os.PRIO_PROCESS, mixed1) == 0
+        assert os.getpriority(os.PRIO_PROCESS, mixed2) == 6
+        assert read_autogroup(mixed2) == read_autogroup(leader.pid)
+        assert read_autogroup(mixed2)[1] == 0
         e.teardown()
         assert read_autogroup(b1.pid)[1] == 0
-        assert os.getpriority(os.PRIO_PROCESS, mixed2.pid) == 0
+        assert os.getpriority(os.PRIO_PROCESS, mixed2) == 0
     finally:
-        for p in (a, b1, mixed1, mixed2):
+        for p in (a, b1):
+            p.kill()
+            p.wait()
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+
+
+def test_nice_renices_processes_in_no_autogroup_one_by_one(tmp_path):
+    """Processes of init's session (a container that never called setsid) show an empty
+    /proc/PID/autogroup: they compete one by one with the sessions, so they get their
+    lnode's per-process nice.  A fake /proc gives the autogroups; the nice is real."""
+    a, b, c = sleeper(), sleeper(), sleeper()
+    proc = tmp_path / "proc"
+    for p, text in ((a, ""), (b, ""), (c, "/autogroup-9 nice 0\n")):
+        (proc / str(p.pid)).mkdir(parents=True)
+        (proc / str(p.pid) / "autogroup").write_text(text)
+    try:
+        assert read_autogroup(a.pid, str(proc)) == ("", 0)
+        e = NiceEnforcer(autogroup=True, proc=str(proc))
+        # One scale for everything at the top: alice's loose process holds 0.4, bob's
+        # loose process and his session 0.1 each (half his share apiece): nice 0, 6, 6.
+        e.apply(
+            [
+                LnodeTarget("alice", (a.pid,), 0.4, 1, runnable=frozenset({a.pid})),
+                LnodeTarget("bob", (b.pid, c.pid), 0.2, 2, runnable=frozenset({b.pid, c.pid})),
+            ]
+        )
+        assert os.getpriority(os.PRIO_PROCESS, a.pid) == 0
+        assert os.getpriority(os.PRIO_PROCESS, b.pid) == 6
+        assert os.getpriority(os.PRIO_PROCESS, c.pid) == 0  # in a session: its group's nice
+        assert (proc / str(c.pid) / "autogroup").read_text() == "6"
+    finally:
+        for p in (a, b, c):
             p.kill()
             p.wait()
 

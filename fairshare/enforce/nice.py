@@ -13,7 +13,10 @@ enforcer can do then is set the nice of a whole autogroup
 - an autogroup shared by several lnodes (one login session running processes
   of two users, e.g. through su) cannot be split: its processes get
   per-process nice values, which rank them within the session only, and the
-  log says how many such sessions there are.
+  log says how many such sessions there are;
+- a process in no autogroup (init's session: pid 1's, or a container's that
+  never made a session of its own) competes one by one with the autogroups,
+  so it gets its lnode's per-process nice.
 
 With autogroup off, every process gets the per-process nice of its lnode
 (e_share / nrun through the kernel's 1.25-per-step weights).  A nice value a
@@ -48,12 +51,25 @@ def autogroup_enabled(switch: Path = AUTOGROUP_SWITCH) -> bool:
         return False
 
 
+#: read_autogroup's name for the root task group: processes of init's session (pid 1's,
+#: or a container's that never called setsid) are in no autogroup, and the kernel shows
+#: an empty /proc/PID/autogroup for them.
+ROOT_GROUP = ""
+
+
 def read_autogroup(pid: int, proc: str = "/proc") -> tuple[str, int] | None:
-    """(autogroup name, its nice) of `pid`, e.g. ("/autogroup-5", 0); None if gone."""
+    """(autogroup name, its nice) of `pid`, e.g. ("/autogroup-5", 0), or (ROOT_GROUP, 0)
+    for a process in no autogroup; None if the process is gone."""
     try:
-        name, _word, nice = Path(f"{proc}/{pid}/autogroup").read_text().split()
+        text = Path(f"{proc}/{pid}/autogroup").read_text()
+    except OSError:
+        return None
+    if not text.strip():
+        return ROOT_GROUP, 0
+    try:
+        name, _word, nice = text.split()
         return name, int(nice)
-    except (OSError, ValueError):
+    except ValueError:
         return None
 
 
@@ -117,21 +133,30 @@ class NiceEnforcer:
                 members.setdefault(g[0], set()).add(i)
                 if pid in t.runnable:
                     running[(g[0], i)] = running.get((g[0], i), 0) + 1
-        pure = sorted(g for g, idx in members.items() if len(idx) == 1)
-        mixed = {g for g, idx in members.items() if len(idx) > 1}
-        if pure:
-            owner = np.array([next(iter(members[g])) for g in pure])
-            run = np.array([running.get((g, i), 0) for g, i in zip(pure, owner, strict=True)])
-            share = e_share[owner] * np.maximum(run, 1) / np.maximum(nrun[owner], 1)
-            nices = nice_values(share, np.ones(len(pure), dtype=np.int64), background[owner])
-            first_pid = {}
-            for i in set(owner.tolist()):
-                for pid in targets[i].pids:
-                    g = self._group_of.get(pid)
-                    if g is not None:
-                        first_pid.setdefault(g[0], pid)
-            for g, n in zip(pure, nices, strict=True):
-                self._renice_group(g, first_pid[g], int(n))
+        pure = sorted(g for g, idx in members.items() if len(idx) == 1 and g != ROOT_GROUP)
+        mixed = {g for g, idx in members.items() if len(idx) > 1 and g != ROOT_GROUP}
+        # The root group's processes compete one by one with the sessions, so sessions
+        # and those loose processes share one scale: a session gets its lnode's share
+        # for the runnable processes it holds, a loose process its lnode's per-process share.
+        loose = [
+            (pid, i)
+            for i, t in enumerate(targets)
+            for pid in t.pids
+            if self._group_of.get(pid, (None,))[0] == ROOT_GROUP
+        ]
+        owner = np.array([next(iter(members[g])) for g in pure] + [i for _, i in loose], int)
+        run = np.array(
+            [running.get((g, i), 0) for g, i in zip(pure, owner, strict=False)] + [1] * len(loose)
+        )
+        share = e_share[owner] * np.maximum(run, 1) / np.maximum(nrun[owner], 1)
+        nices = nice_values(share, np.ones(len(owner), dtype=np.int64), background[owner])
+        first_pid: dict[str, int] = {}
+        for pid, (g, _nice) in self._group_of.items():
+            first_pid.setdefault(g, pid)
+        for g, n in zip(pure, nices[: len(pure)], strict=True):
+            self._renice_group(g, first_pid[g], int(n))
+        for (pid, _i), n in zip(loose, nices[len(pure) :], strict=True):
+            self._renice(pid, int(n))
         for i, t in enumerate(targets):
             for pid in t.pids:
                 g = self._group_of.get(pid)
