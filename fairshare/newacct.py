@@ -98,11 +98,24 @@ def _session_file(spool: Path, sid: int) -> Path:
     return spool / str(sid)
 
 
+def _visible(sid: int) -> None:
+    """UdbError unless `sid` names a session: getsid gives 0 when the session's leader is
+    outside this PID namespace (a container started without a session of its own), and
+    the daemon cannot tell such sessions apart, so an account cannot follow them."""
+    if sid <= 0:
+        raise UdbError(
+            "this session cannot be given an account: its leader is outside this PID "
+            "namespace (getsid gives 0); start a session of your own, e.g. `setsid -w bash`, "
+            "and run newacct there"
+        )
+
+
 def write_session_account(spool: Path, sid: int, acid: int) -> Path:
     """Record `acid` for session `sid` (atomically: a new file renamed into place), owned
     by the caller.  UdbError when the spool is missing or another user owns the name."""
     if not spool.is_dir():
         raise UdbError(f"{spool}: no such directory (is shrdaemon running?)")
+    _visible(sid)
     target = _session_file(spool, sid)
     try:
         st = target.lstat()
@@ -123,6 +136,7 @@ def write_session_account(spool: Path, sid: int, acid: int) -> Path:
 
 def clear_session_account(spool: Path, sid: int) -> bool:
     """Drop session `sid`'s record (back to the default account); True if there was one."""
+    _visible(sid)
     try:
         _session_file(spool, sid).unlink()
     except FileNotFoundError:
@@ -155,7 +169,7 @@ def current_account(
 ) -> tuple[int | None, bool]:
     """The account session `sid` of `uid` is charged to, and whether newacct chose it
     (False: the default, the first of `acids`; None when the user has no acids)."""
-    rec = read_session_account(spool, sid)
+    rec = read_session_account(spool, sid) if sid > 0 else None
     if rec is not None and rec.uid == uid and rec.acid in acids:
         return rec.acid, True
     return (acids[0] if acids else None), False

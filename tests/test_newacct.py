@@ -8,7 +8,7 @@ import os
 import subprocess
 
 import pytest
-from asuser import UIDS, needs_root, open_up, remove, run_as, shared_dir
+from asuser import UIDS, forked, needs_root, open_up, remove, run_as, shared_dir
 from click.testing import CliRunner
 
 from fairshare.cli.newacct import main as newacct
@@ -63,6 +63,10 @@ def run(url, spool, *args):
 
 
 def test_newacct_switches_shows_and_goes_back(udb, spool):
+    forked(lambda: switch_show_and_go_back(udb, spool), new_session=True)
+
+
+def switch_show_and_go_back(udb, spool):
     sid = os.getsid(0)
     r = run(udb, spool, "--json")
     assert r.exit_code == 0, r.output
@@ -89,6 +93,20 @@ def test_an_account_outside_your_acids_is_refused_and_nothing_written(udb, spool
     r = run(udb, spool, "nope")
     assert r.exit_code == 2 and "nope: no such account" in r.output
     assert list(spool.iterdir()) == []
+
+
+def test_a_session_outside_this_pid_namespace_cannot_take_an_account(udb, spool, monkeypatch):
+    """In a container that never made a session of its own, getsid gives 0 for every
+    process: the daemon cannot tell those sessions apart, so newacct says so."""
+    write_session_account(spool, 7, 3002)  # somebody else's session: left alone
+    monkeypatch.setattr(os, "getsid", lambda pid: 0)
+    for args in (["a2"], ["-d"]):
+        r = run(udb, spool, *args)
+        assert r.exit_code == 2, r.output
+        assert "its leader is outside this PID namespace" in r.output
+    assert [f.name for f in spool.iterdir()] == ["7"]
+    r = run(udb, spool)  # asking is fine: the default account
+    assert r.exit_code == 0 and "account a1 (acid 3001), your default" in r.output
 
 
 def test_no_spool_directory_says_so(udb, tmp_path):
@@ -186,19 +204,25 @@ def shared_site():
 def test_as_real_users_only_their_own_accounts(shared_site):
     url, spool = shared_site
     assert oct(spool.stat().st_mode & 0o7777) == "0o1777"
-    sid = os.getsid(0)  # the children run in this session
     args = ["--udb", url, "--spool", str(spool)]
-    code, out = run_as(UIDS[0], newacct, [*args, "a3"])
+
+    def in_one_session():  # alice and bob both work in this new session
+        sid = os.getsid(0)
+        refused = run_as(UIDS[0], newacct, [*args, "a3"])
+        written = (spool / str(sid)).exists()
+        chosen = run_as(UIDS[0], newacct, [*args, "a2"])
+        taken_over = run_as(UIDS[1], newacct, [*args, "a3"])
+        return sid, refused, written, chosen, taken_over
+
+    sid, (code, out), written, chosen, (code_b, out_b) = forked(in_one_session, new_session=True)
+    assert sid > 0
     assert code == 2 and "a3: not one of alice's accounts (acids: a1, a2)" in out
-    assert not (spool / str(sid)).exists()
-    code, out = run_as(UIDS[0], newacct, [*args, "a2"])
-    assert code == 0, out
+    assert not written
+    assert chosen[0] == 0, chosen[1]
+    # bob cannot take over alice's record of the session (sticky directory) ...
+    assert code_b == 2 and f"belongs to uid {UIDS[0]}, not you" in out_b
     rec = read_session_account(spool, sid)
     assert (rec.uid, rec.acid) == (UIDS[0], 3002)
-    # bob cannot take over alice's record of the session (sticky directory) ...
-    code, out = run_as(UIDS[1], newacct, [*args, "a3"])
-    assert code == 2 and f"belongs to uid {UIDS[0]}, not you" in out
-    assert read_session_account(spool, sid).uid == UIDS[0]
     # ... nor does alice's record move bob's processes.
     hook = SessionAccounts(spool, create=False)
     sample = Sample(0.0, 4.0, [ProcessSample(5, 0.0, UIDS[1], sid=sid)])
