@@ -144,9 +144,10 @@ class NiceEnforcer:
             for pid in t.pids
             if self._group_of.get(pid, (None,))[0] == ROOT_GROUP
         ]
-        owner = np.array([next(iter(members[g])) for g in pure] + [i for _, i in loose], int)
+        pure_owner = [next(iter(members[g])) for g in pure]
+        owner = np.array(pure_owner + [i for _, i in loose], dtype=np.int64)
         run = np.array(
-            [running.get((g, i), 0) for g, i in zip(pure, owner, strict=False)] + [1] * len(loose)
+            [running.get(key, 0) for key in zip(pure, pure_owner, strict=True)] + [1] * len(loose)
         )
         share = e_share[owner] * np.maximum(run, 1) / np.maximum(nrun[owner], 1)
         nices = nice_values(share, np.ones(len(owner), dtype=np.int64), background[owner])
