@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 from asuser import UIDS, forked, needs_root, open_up, remove, run_as, shared_dir
+from busy import BusyProcesses
 from click.testing import CliRunner
 
 from fairshare.cli.newacct import main as newacct
@@ -117,24 +118,6 @@ def test_no_spool_directory_says_so(udb, tmp_path):
 # -- the daemon charges the session's processes to the new account ----------------------------
 
 
-class Sessions:
-    """A collector: process 7 in session 700 and process 8 in session 701, both of uid
-    ME, each using one CPU the whole time."""
-
-    def __init__(self, clock):
-        self.clock, self.last = clock, None
-
-    def sample(self, **_options):
-        now = self.clock.time()
-        elapsed = 0.0 if self.last is None else now - self.last
-        self.last = now
-        procs = [
-            ProcessSample(7, 0.0, ME, cpu=elapsed, runnable=True, sid=700),
-            ProcessSample(8, 0.0, ME, cpu=elapsed, runnable=True, sid=701),
-        ]
-        return Sample(now, elapsed, procs if elapsed else [], 0.0)
-
-
 def charges_this_cycle(d, clock, before):
     clock.sleep(d.consts.delta, d.wake)
     d.step()
@@ -149,7 +132,13 @@ def test_the_daemon_charges_the_new_account_from_its_next_cycle(udb, spool):
     hook = SessionAccounts(spool, create=False)
     d = Daemon(
         engine,
-        Sessions(clock),
+        BusyProcesses(
+            clock,
+            [
+                ProcessSample(7, 0.0, ME, runnable=True, sid=700),
+                ProcessSample(8, 0.0, ME, runnable=True, sid=701),
+            ],
+        ),
         NoEnforcer(),
         LnodeStore(engine, "test"),
         clock=clock,

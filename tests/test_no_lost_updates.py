@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 from asuser import needs_root
+from busy import BusyProcesses
 from click.testing import CliRunner
 from conftest import ACME, ROOT, load
 from sqlalchemy import select, text
 from test_session import pg_url  # noqa: F401 - the throwaway PostgreSQL fixture
 
 from fairshare.cli.shrdist import main as shrdist
-from fairshare.collect import ProcessSample, Sample
+from fairshare.collect import ProcessSample
 from fairshare.collect.sim import SimClock
 from fairshare.consts import Consts, save_consts
 from fairshare.daemon import Daemon, Options, simulated_daemon
@@ -49,29 +50,9 @@ create:carol:uid:1003:resgrp:H:shares:10:acids:x:
 """
 
 
-class Switchable:
-    """A collector: alice runs one CPU-bound process while `alice_on`; bob and carol
-    always do.  `given` adds up the CPU seconds handed to alice (thread-safe)."""
-
-    def __init__(self, clock):
-        self.clock, self.last = clock, None
-        self.alice_on = True
-        self.given = 0.0
-        self.lock = threading.Lock()
-
-    def sample(self, **_options):
-        with self.lock:
-            now = self.clock.time()
-            elapsed = 0.0 if self.last is None else now - self.last
-            self.last = now
-            procs = [
-                ProcessSample(8, 0.0, 1002, cpu=elapsed),
-                ProcessSample(9, 0.0, 1003, cpu=elapsed),
-            ]
-            if self.alice_on:
-                procs.append(ProcessSample(7, 0.0, 1001, cpu=elapsed))
-                self.given += elapsed
-            return Sample(now, elapsed, procs if elapsed else [], 0.0)
+#: bob and carol run one CPU-bound process each all the time; alice comes and goes.
+ALICE = ProcessSample(7, 0.0, 1001)
+OTHERS = [ProcessSample(8, 0.0, 1002), ProcessSample(9, 0.0, 1003)]
 
 
 @pytest.fixture
@@ -81,7 +62,7 @@ def running(udb_url):
     with write_session(engine) as s:
         save_consts(s, Consts(writeback=4.0))  # release gone lnodes at every cycle
     clock = SimClock(1_000_000.0)
-    col = Switchable(clock)
+    col = BusyProcesses(clock, [*OTHERS, ALICE])
     d = Daemon(
         engine, col, NoEnforcer(), LnodeStore(engine, "test"), clock=clock, options=Options()
     )
@@ -117,12 +98,12 @@ def test_write_back_keeps_the_admins_shares_resgrp_and_acids(running):
     assert r.exit_code == 0, r.output
     admin(url, "update:alice:resgrp:H:acids:y,z:")
     step(d, clock, 2)  # the tree reloads; alice keeps her lnode (16 + 4 = 20 CPU s)
-    col.alice_on = False
+    col.procs = OTHERS
     step(d, clock)  # no process: released and written back at this cycle
     assert not d.lnodes.table.active[d.lnodes.tree.node("alice")]
     e = alice(engine)
     assert (e.shares, e.resgrp, e.acids) == (30, 600, [3002, 3003])
-    assert col.given == pytest.approx(20.0)
+    assert col.given[ALICE.pid] == pytest.approx(20.0)
     assert e.shcharge == pytest.approx(20.0 * CHARGE_PER_CPU_S)
     assert e.cpuquotaused == pytest.approx(20.0)
     assert e.shusage > 0 and e.shextime == pytest.approx(clock.time())
@@ -144,8 +125,8 @@ def test_admin_changes_racing_a_daemon_thread_are_all_kept(running):
         i = 0
         try:
             while not stop.is_set():
-                with col.lock:
-                    col.alice_on = i % 3 != 2  # two cycles on, one off: released every third
+                # two cycles on, one off: released every third
+                col.procs = [*OTHERS, ALICE] if i % 3 != 2 else OTHERS
                 step(d, clock)
                 i += 1
         except Exception as err:  # noqa: BLE001 - reported below
@@ -167,8 +148,10 @@ def test_admin_changes_racing_a_daemon_thread_are_all_kept(running):
     e = alice(engine)
     assert (e.shares, e.resgrp, e.acids) == (139, 500, [3003])  # the 40th change (i = 39)
     assert d.cycle > 10  # the daemon really ran meanwhile
-    assert e.shcharge == pytest.approx(col.given * CHARGE_PER_CPU_S)  # no charge lost either
-    assert e.cpuquotaused == pytest.approx(col.given)
+    assert e.shcharge == pytest.approx(
+        col.given[ALICE.pid] * CHARGE_PER_CPU_S
+    )  # no charge lost either
+    assert e.cpuquotaused == pytest.approx(col.given[ALICE.pid])
 
 
 # -- two shrdist runs on one group, at once, with a daemon running -------------------------------

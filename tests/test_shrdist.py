@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from asuser import UIDS, needs_root, open_up, remove, run_as, shared_dir
+from busy import BusyProcesses
 from click.testing import CliRunner
 from conftest import ACME, load
 from sqlalchemy import func, select
@@ -23,7 +24,7 @@ from textual.widgets import Input, Label
 
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrdist import make_app
-from fairshare.collect import ProcessSample, Sample
+from fairshare.collect import ProcessSample
 from fairshare.collect.sim import SimClock
 from fairshare.consts import SHAREBYACCT, Consts, save_consts
 from fairshare.daemon import Daemon, Options, simulated_daemon
@@ -249,20 +250,6 @@ def test_editor_q_at_once_writes_nothing(acme):
 # -- a running daemon picks the change up at its next cycle ----------------------------------
 
 
-class TwoBusyUsers:
-    """A collector: alice (1001) and bob (1002) each run one CPU-bound process."""
-
-    def __init__(self, clock):
-        self.clock, self.last = clock, None
-
-    def sample(self, **_options):
-        now = self.clock.time()
-        elapsed = 0.0 if self.last is None else now - self.last
-        self.last = now
-        procs = [ProcessSample(7, 0.0, 1001, cpu=elapsed), ProcessSample(8, 0.0, 1002, cpu=elapsed)]
-        return Sample(now, elapsed, procs if elapsed else [], 0.0)
-
-
 @needs_root
 def test_running_daemon_uses_the_new_shares_from_its_next_cycle(udb_url):
     engine = open_udb(udb_url)
@@ -277,7 +264,7 @@ def test_running_daemon_uses_the_new_shares_from_its_next_cycle(udb_url):
     clock = SimClock(1_000_000.0)
     d = Daemon(
         engine,
-        TwoBusyUsers(clock),
+        BusyProcesses(clock, [ProcessSample(7, 0.0, 1001), ProcessSample(8, 0.0, 1002)]),
         NoEnforcer(),
         LnodeStore(engine, "test"),
         clock=clock,
