@@ -120,7 +120,7 @@ class NiceEnforcer:
         alive = {pid for t in targets for pid in t.pids}
         for pid in [p for p in self._group_of if p not in alive]:
             del self._group_of[pid]
-        members: dict[str, set[int]] = {}  # autogroup -> target indices in it
+        members: dict[str, list[tuple[int, int]]] = {}  # autogroup -> (pid, target index)
         running: dict[tuple[str, int], int] = {}  # (autogroup, target) -> runnable count
         for i, t in enumerate(targets):
             for pid in t.pids:
@@ -130,39 +130,30 @@ class NiceEnforcer:
                     if g is None:
                         continue
                     self._group_of[pid] = g
-                members.setdefault(g[0], set()).add(i)
+                members.setdefault(g[0], []).append((pid, i))
                 if pid in t.runnable:
                     running[(g[0], i)] = running.get((g[0], i), 0) + 1
-        pure = sorted(g for g, idx in members.items() if len(idx) == 1 and g != ROOT_GROUP)
-        mixed = {g for g, idx in members.items() if len(idx) > 1 and g != ROOT_GROUP}
+        loose = members.pop(ROOT_GROUP, [])
+        owners = {g: {i for _pid, i in held} for g, held in members.items()}
+        pure = sorted(g for g, idx in owners.items() if len(idx) == 1)
+        mixed = [g for g, idx in owners.items() if len(idx) > 1]
         # The root group's processes compete one by one with the sessions, so sessions
         # and those loose processes share one scale: a session gets its lnode's share
         # for the runnable processes it holds, a loose process its lnode's per-process share.
-        loose = [
-            (pid, i)
-            for i, t in enumerate(targets)
-            for pid in t.pids
-            if self._group_of.get(pid, (None,))[0] == ROOT_GROUP
-        ]
-        pure_owner = [next(iter(members[g])) for g in pure]
-        owner = np.array(pure_owner + [i for _, i in loose], dtype=np.int64)
+        pure_owner = [members[g][0][1] for g in pure]
+        owner = np.array(pure_owner + [i for _pid, i in loose], dtype=np.int64)
         run = np.array(
             [running.get(key, 0) for key in zip(pure, pure_owner, strict=True)] + [1] * len(loose)
         )
         share = e_share[owner] * np.maximum(run, 1) / np.maximum(nrun[owner], 1)
         nices = nice_values(share, np.ones(len(owner), dtype=np.int64), background[owner])
-        first_pid: dict[str, int] = {}
-        for pid, (g, _nice) in self._group_of.items():
-            first_pid.setdefault(g, pid)
         for g, n in zip(pure, nices[: len(pure)], strict=True):
-            self._renice_group(g, first_pid[g], int(n))
+            self._renice_group(g, members[g][0][0], int(n))
         for (pid, _i), n in zip(loose, nices[len(pure) :], strict=True):
             self._renice(pid, int(n))
-        for i, t in enumerate(targets):
-            for pid in t.pids:
-                g = self._group_of.get(pid)
-                if g is not None and g[0] in mixed:
-                    self._renice(pid, int(per_process[i]))
+        for g in mixed:
+            for pid, i in members[g]:
+                self._renice(pid, int(per_process[i]))
         if len(mixed) != self._mixed_reported:
             self._mixed_reported = len(mixed)
             if mixed:
