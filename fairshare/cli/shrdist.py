@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -290,7 +291,7 @@ def main(udb, group, batch, test, auth, show_history, last, as_json):
         return
     if as_json:
         raise OptionError("--json goes with -b or -p (the editor is interactive)")
-    if not click.get_text_stream("stdin").isatty():
+    if sys.stdin is None or not sys.stdin.isatty():
         raise OptionError("the editor needs a terminal: use -b NAME=SHARES or -p")
     app = make_app(engine, caller, group, auth_file)
     app.run()
