@@ -37,7 +37,7 @@ from udb.models import Const
 NOSHARE = 0o1
 #: Group adjustment: compensate groups that get less than mingshare x their due share.
 ADJGROUPS = 0o2
-#: Effective share at most maxushare x the due share.
+#: Effective share between due / maxushare and maxushare x the due share.
 LIMSHARE = 0o4
 #: Share by Account: lnodes are accounts (shareholders), not users.
 SHAREBYACCT = 0o10
@@ -78,7 +78,7 @@ class Consts:
     cost_mem: float = 0.0  # per MiB-second of resident memory (a "memory click"), -m
     cost_tty: float = 0.0  # per tty I/O operation, -y
     percent: float = 100.0  # multiplier applied to every cost, in percent
-    maxushare: float = 2.0  # -X, LIMSHARE: e_share at most maxushare x due share
+    maxushare: float = 2.0  # -X, LIMSHARE: e_share within due / and x maxushare
     mingshare: float = 0.75  # -Y, ADJGROUPS: tolerated fraction of a group's due share
     sharemin: float = 0.0  # -Z, fraction of the machine every active lnode gets at least
     maxusage: float = 1e12  # -U, charge units: usage at which a user is put in background

@@ -29,8 +29,10 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
    its siblings (exact water-filling), and, as in the paper's Figure 4, the usage of an
    lnode that was capped is raised so that m^2 / usage gives exactly the capped value
    among its siblings (`raise_usage`; a raised leaf also raises its groups' usage, as
-   in the paper).  LIMSHARE caps e_share at maxushare x the due share (without raising
-   usage).  An active lnode that wants no CPU is given what it would get if it alone
+   in the paper).  LIMSHARE keeps e_share within the band due / maxushare .. due x
+   min(maxushare, K5) (`limshare_band`; usage is neither raised nor lowered for it), so a
+   user with very high past usage is not locked out (the guide's 4.6.1.4, Kay-Lauder's
+   marooning).  An active lnode that wants no CPU is given what it would get if it alone
    started, so an enforcer can set its weight before it runs.
    MAXUSAGE: a leaf whose usage reaches maxusage is a background lnode; so is a leaf
    with zero shares (Idle): e_share 0, they run only on CPU nobody else wants.
@@ -319,6 +321,15 @@ class Shares:
     raise_: np.ndarray
 
 
+def limshare_band(consts: Consts) -> tuple[float, float]:
+    """(floor, limit): every demanding lnode's e_share is kept between floor x and limit x
+    its due share.  With LIMSHARE: 1 / maxushare and min(maxushare, K5); without: 0 and K5
+    (edge effects only)."""
+    if consts.flags & LIMSHARE:
+        return 1.0 / consts.maxushare, min(K5, consts.maxushare)
+    return 0.0, K5
+
+
 def effective_shares(
     idx: TreeIndex,
     m: np.ndarray,
@@ -326,21 +337,22 @@ def effective_shares(
     active: np.ndarray,
     demand: np.ndarray,
     limit: float,
+    floor: float = 0.0,
 ) -> Shares:
     """The hierarchical Kay-Lauder near-future proportion with edge effects and limits.
 
     `usage` is per node (groups: their subtree's, leaves at least USAGE_FLOOR); `demand`
     marks nodes with a leaf below that wants CPU (and has shares, and is not background);
     `limit` is the largest multiple of its due share any node may get (K5, or maxushare
-    with LIMSHARE if less).
+    with LIMSHARE if less), `floor` the smallest (1 / maxushare with LIMSHARE, else 0).
 
     Each node's local proportion (its m^2/usage over its demanding siblings') and due
     ratio (its m_share over theirs) are computed for all nodes at once; e_share is then
-    multiplied down level by level, water-filling only the sibling sets in which a node
-    would exceed limit x its due share.
+    multiplied down level by level, water-filling only the levels in which a node would
+    leave the band floor x .. limit x its due share.
     """
     n = idx.n
-    idle, any_idle, due, cap = _due_shares(idx, m, active, demand, limit)
+    idle, any_idle, due, cap, low = _due_shares(idx, m, active, demand, limit, floor)
     w_all = m * m / np.maximum(usage, USAGE_FLOOR)
     w = w_all * demand
     W = idx.sibling_sum(w)
@@ -355,26 +367,29 @@ def effective_shares(
     for k in range(1, len(idx.bounds)):
         s, e = idx.bounds[k]
         prospect = ek = e_share[s:e] * e_share[p[s:e]]
-        capk = cap[s:e]
-        over = (ek > capk) & demand[s:e]
-        if np.count_nonzero(over):
-            ek, ratio, capped = _water_fill_level(idx, k, e_share, w[s:e], capk, over)
+        capk, lowk, dem = cap[s:e], low[s:e], demand[s:e]
+        out = ((ek > capk) | (ek < lowk)) & dem
+        if np.count_nonzero(out):
+            ek, ratio, capped = _water_fill_level(idx, k, e_share, w[s:e], lowk, capk, dem)
             # Figure 4: raise usage so that m^2/usage yields the capped value exactly.
             f = np.divide(ratio * w[s:e], K5 * due[s:e], out=np.ones(e - s), where=capped)
             raise_[s:e] = np.maximum(f, 1.0)
         if any_idle:
-            ek = np.where(idle[s:e], np.minimum(prospect, limit * due[s:e]), ek)
+            bounded = np.clip(prospect, floor * due[s:e], limit * due[s:e])
+            ek = np.where(idle[s:e], bounded, ek)
         e_share[s:e] = ek
     return Shares(e_share=e_share, due=due, raise_=raise_)
 
 
-def _due_shares(idx: TreeIndex, m, active, demand, limit) -> tuple:
-    """(idle nodes, any idle, due share, bound) for `effective_shares`, memoised.
+def _due_shares(idx: TreeIndex, m, active, demand, limit, floor) -> tuple:
+    """(idle nodes, any idle, due share, upper bound, lower bound) for `effective_shares`,
+    memoised.
 
     The due share is m_share renormalised over the demanding siblings at every level
-    (for an idle node: over them and itself); the bound is limit x due.
+    (for an idle node: over them and itself); the bounds are limit x due and floor x due
+    (widened by a rounding margin).
     """
-    key = ("due", m.tobytes(), active.tobytes(), demand.tobytes(), limit)
+    key = ("due", m.tobytes(), active.tobytes(), demand.tobytes(), limit, floor)
     hit = idx.memo.get("due")
     if hit is None or hit[0] != key:
         md = m * demand
@@ -385,33 +400,64 @@ def _due_shares(idx: TreeIndex, m, active, demand, limit) -> tuple:
         if any_idle:
             dr = np.divide(m, M + m, out=dr, where=idle)
         due = idx.down_product(dr)
-        hit = idx.memo["due"] = (key, idle, any_idle, due, limit * (1 + 1e-12) * due)
-    return hit[1], hit[2], hit[3].copy(), hit[4]
+        cap, low = limit * (1 + 1e-12) * due, floor * (1 - 1e-12) * due
+        hit = idx.memo["due"] = (key, idle, any_idle, due, cap, low)
+    return hit[1], hit[2], hit[3].copy(), hit[4], hit[5]
 
 
-def _water_fill_level(idx: TreeIndex, k: int, e_share, w, cap, over):
-    """Level k's e_share when the nodes in `over` exceed `cap`: (e_share, ratio, capped).
+#: Bisection steps of `_water_fill_level` (on log t; the last step is solved exactly).
+_FILL_STEPS = 64
 
-    Within each sibling set the capped nodes get their cap and the others share what is
-    left of their parent's e_share in proportion to `w`; repeated until nobody is over.
-    `ratio` is, per node, its sibling set's final e_share per unit of w.
+
+def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
+    """Level k's e_share when some demanding nodes leave their band: (e_share, ratio, capped).
+
+    Within each sibling set every demanding node i gets clip(t x w_i, low_i, cap_i), with
+    the set's t (e_share per unit of w) chosen so that the set sums to its parent's
+    e_share; the others get 0.  The sum is monotone in t, so t is bracketed by bisection
+    on log t, and then solved exactly from the nodes that are free, floored and capped
+    there.  `ratio` is each node's t; `capped` marks the nodes held at their cap.
     """
     s, e = idx.bounds[k]
     ps, pe = idx.bounds[k - 1]
-    pp = idx.ppos[k]
-    e_par = e_share[ps:pe]
-    capped = np.zeros(e - s, dtype=bool)
-    R = np.zeros(pe - ps)
-    for _ in range(e - s):
-        capped |= over
-        capsum = np.bincount(pp, weights=cap * capped, minlength=pe - ps)
-        wfree = np.bincount(pp, weights=w * ~capped, minlength=pe - ps)
-        R = np.divide(e_par - capsum, wfree, out=R, where=wfree > 0)
-        ek = np.where(capped, cap, R[pp] * w)
-        over = ~capped & (ek > cap)
-        if not over.any():
-            break
-    return ek, R[pp], capped
+    pp, nsets = idx.ppos[k], pe - ps
+    parent = e_share[ps:pe]
+    wd = np.where(demand, w, 0.0)
+    lo, hi = np.where(demand, low, 0.0), np.where(demand, cap, 0.0)
+
+    def fill(t_set):
+        t = t_set[pp]
+        return np.clip(t * wd, lo, hi), t
+
+    W = np.bincount(pp, weights=wd, minlength=nsets)
+    t0 = np.divide(parent, W, out=np.zeros(nsets), where=W > 0)  # plain proportion
+    pos = wd > 0
+    marks = np.concatenate((np.divide(hi, wd, out=np.zeros(e - s), where=pos), t0[pp]))
+    marks = np.concatenate((marks, np.divide(lo, wd, out=np.zeros(e - s), where=pos)))
+    sets = np.concatenate((pp, pp, pp))
+    big = np.zeros(nsets)
+    np.maximum.at(big, sets, marks)
+    small = np.full(nsets, np.inf)
+    np.minimum.at(small, sets, np.where(marks > 0, marks, np.inf))
+    ok = W > 0
+    a = np.log(np.where(ok, small, 1.0)) - 1.0
+    b = np.log(np.where(ok, big, 1.0)) + 1.0
+    for _ in range(_FILL_STEPS):
+        mid = (a + b) / 2
+        got = np.bincount(pp, weights=fill(np.exp(mid))[0], minlength=nsets)
+        below = got < parent
+        a = np.where(below, mid, a)
+        b = np.where(below, b, mid)
+    t = np.exp(b)[pp]
+    capped = pos & (t * wd >= hi)
+    floored = pos & ~capped & (t * wd <= lo)
+    free = pos & ~capped & ~floored
+    fixed = np.bincount(pp, weights=np.where(capped, hi, 0.0) + np.where(floored, lo, 0.0),
+                        minlength=nsets)  # fmt: skip
+    wfree = np.bincount(pp, weights=np.where(free, wd, 0.0), minlength=nsets)
+    exact = np.divide(parent - fixed, wfree, out=np.exp(b), where=(wfree > 0) & ok)
+    ek, ratio = fill(exact)
+    return ek, ratio, capped & (ek >= hi)
 
 
 def raise_usage(idx: TreeIndex, usage: np.ndarray, raise_: np.ndarray) -> np.ndarray:
@@ -499,10 +545,8 @@ class UnicosPolicy:
         demand_leaf = leaves & wants
         sub_usage, sched = idx.subtree_sum(np.array((usage, demand_leaf & ~background)))
 
-        limit = K5
-        if consts.flags & LIMSHARE:
-            limit = min(limit, consts.maxushare)
-        sh = effective_shares(idx, m, sub_usage, active, sched > 0, limit)
+        floor, limit = limshare_band(consts)
+        sh = effective_shares(idx, m, sub_usage, active, sched > 0, limit, floor)
         if np.count_nonzero(sh.raise_ > 1.0):
             usage = raise_usage(idx, usage, sh.raise_)
         e_share = sh.e_share * (active & ~background)

@@ -19,6 +19,7 @@ from fairshare.cycle import (
     effective_shares,
     group_adjustment,
     leaf_charges,
+    limshare_band,
     machine_shares,
     priority,
     raise_usage,
@@ -267,6 +268,31 @@ def test_limshare_caps_at_maxushare_times_due():
     assert no_limit.e_share[4] == pytest.approx(0.5)  # only the K5 bound
 
 
+def test_limshare_floor_keeps_a_heavy_user_at_due_over_maxushare():
+    # Four equal users; u3's past usage is 100,000 times the others'.  Due 1/4 each;
+    # maxushare 2 keeps u3 at 1/8 (not ~3e-6) and the rest share 7/8 by m^2/usage.
+    tree = flat(1, 1, 1, 1)
+    t = with_lnodes(tree, {"u0": 1e6, "u1": 1e6, "u2": 1e6, "u3": 1e11})
+    c = busy(tree, {f"u{i}": 0.0 for i in range(4)})
+    out = run_cycle(tree, t, c, Consts(flags=LIMSHARE, maxushare=2.0), 0.0)
+    assert out.e_share[4] == pytest.approx(1 / 8)
+    assert out.e_share[1:4].tolist() == pytest.approx([7 / 24] * 3)
+    assert out.usage[4] == pytest.approx(1e11)  # the floor lowers nobody's usage
+    assert run_cycle(tree, t, c, Consts(), 0.0).e_share[4] < 1e-5  # marooned without it
+
+
+def test_limshare_band_holds_at_every_level():
+    # Table I with everyone busy: A and B are due 1/2, B1 and B2 0.45 and 0.05.  A1's
+    # usage is huge: A is held at its floor 1/4; B's 3/4 would give B2 (m^2/usage
+    # 0.05^2 against B1's 0.45^2) 0.0091, below its floor 0.025, so B2 gets 0.025.
+    tree = table_one()
+    t = with_lnodes(tree, {"A1": 1e11, "B1": 1e6, "B2": 1e6})
+    c = busy(tree, {"A1": 0.0, "B1": 0.0, "B2": 0.0})
+    out = run_cycle(tree, t, c, Consts(flags=LIMSHARE, maxushare=2.0), 0.0)
+    e = {name: out.e_share[tree.node(name)] for name in ("A", "B", "A1", "B1", "B2")}
+    assert e == pytest.approx({"A": 0.25, "B": 0.75, "A1": 0.25, "B1": 0.725, "B2": 0.025})
+
+
 def test_maxusage_makes_background():
     tree = flat(1, 1, 1)
     t = with_lnodes(tree, {"u0": 2e12, "u1": 1e6, "u2": 3e6})
@@ -409,9 +435,13 @@ def test_cycle_invariants(scene, elapsed):
     # siblings at every level (effective_shares returns it)
     idx = tree_index(tree)
     sched = idx.subtree_sum(competing) > 0
-    limit = min(K5, consts.maxushare) if consts.flags & LIMSHARE else K5
-    sh = effective_shares(idx, out.m_share, out.usage, out.active, sched, limit)
+    floor, limit = limshare_band(consts)
+    assert limit == (min(K5, consts.maxushare) if consts.flags & LIMSHARE else K5)
+    assert floor == (1 / consts.maxushare if consts.flags & LIMSHARE else 0.0)
+    sh = effective_shares(idx, out.m_share, out.usage, out.active, sched, limit, floor)
     assert (out.e_share[competing] <= limit * sh.due[competing] * (1 + 1e-9)).all()
+    # and, with LIMSHARE, never less than due / maxushare (the guide's 4.6.1.4)
+    assert (out.e_share[competing] >= floor * sh.due[competing] * (1 - 1e-9)).all()
     if tree.depth == 1:
         # Figure 4 on one level: m^2 / (raised usage) gives exactly the bounded shares.
         # (Deeper, a raised newcomer also raises its group's usage, as in the paper.)

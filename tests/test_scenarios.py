@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fairshare.consts import K5
-from fairshare.sim import SimResult, load_scenario, run_scenario
+from fairshare.sim import SimResult, load_scenario, parse_scenario, run_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
 PP = 0.01  # one percentage point
@@ -138,6 +138,45 @@ def test_9_nice_alone_reaches_scenario_1_within_3_points():
     assert d["alice"] == pytest.approx(0.5, abs=3 * PP)
     assert d["bob"] == pytest.approx(0.5, abs=3 * PP)
     assert delivered(result("09", "none"))["alice"] == pytest.approx(0.2, abs=PP)
+
+
+HEAVY = """
+cpus = 1
+duration = "1h"
+delta = "4s"
+warmup = "0s"
+directives = \"\"\"
+create:alice:uid:1001:shares:1:
+create:bob:uid:1002:shares:1:
+create:heavy:uid:1003:shares:1:shusage:1e9:
+\"\"\"
+[consts]
+flags = "LIMSHARE"
+maxushare = 2
+[[workload]]
+name = "alice"
+[[workload]]
+name = "bob"
+[[workload]]
+name = "heavy"
+"""
+
+
+def test_limshare_keeps_a_heavy_user_within_its_band():
+    """Issue 11 item 5: three users on one CPU, heavy with a stored usage of 1e9 (an hour
+    of the default half-life barely halves it), LIMSHARE with maxushare 2.  Each is due a
+    third; the band is due / 2 .. due x 2, so heavy gets 1/6 of the CPU, not 0.57%."""
+    r = run_scenario(parse_scenario(HEAVY, "heavy.toml"))
+    j = r.series("heavy")
+    assert r.entitled[:, j] == pytest.approx(1 / 3)
+    assert (r.e_share[:, j] >= 1 / 6 - 1e-12).all()
+    assert (r.delivered[:, j] >= 1 / 6 - 1e-4).all()  # cgroup weights round by 1/10000
+    d = delivered(r)
+    assert d["heavy"] == pytest.approx(1 / 6, abs=PP)
+    assert d["alice"] == pytest.approx(5 / 12, abs=PP) and d["bob"] == d["alice"]
+    # Without LIMSHARE only the edge effects bound it: heavy is marooned.
+    off = run_scenario(parse_scenario(HEAVY.replace('"LIMSHARE"', '""'), "heavy.toml"))
+    assert delivered(off)["heavy"] < 0.01
 
 
 def test_every_scenario_file_is_tested():

@@ -300,27 +300,27 @@ def test_adjgroup_columns(published, utc):
     assert list(doc["lnodes"][0])[5:] == keys.split()
 
 
-def test_limshare_limits_are_maxushare_times_the_due_share(published, utc):
+def test_limshare_shows_the_band_around_the_due_share(published, utc):
     result = run(published, "-dl")
     text = result.stdout
-    assert "LIMSHARE on, maxushare = 1.5" in text
+    assert "LIMSHARE on, maxushare = 1.5: Eshr kept between Due/1.5 and Due x 1.5" in text
     table = body(text)[1:]
-    assert table[0] == "Name Rshr% Eshr% Limit% Lim".split()
-    limit = {cells[0].lstrip("*"): cells[3] for cells in table[1:]}
-    # due shares: A 3/4, me = a2 3/8, B 1/4, b1 1/4 (quiet demands nothing).
-    assert limit == {
-        "A": "112.50",
-        "a2": "56.25",
-        "me": "56.25",
-        "B": "37.50",
-        "b1": "37.50",
-        "quiet": "-",
-    }
-    assert all(len(cells) == 4 for cells in table[1:])  # nobody at the limit
+    assert table[0] == "Name Rshr% Due% Eshr% Floor% Limit% Lim".split()
+    cells = {c[0].lstrip("*"): c[1:] for c in table[1:]}
+    # due shares: A 3/4, me = a2 3/8, B 1/4, b1 1/4 (quiet demands nothing); the band
+    # is due / 1.5 .. due x 1.5.
+    due = {"A": 0.75, "a2": 0.375, "me": 0.375, "B": 0.25, "b1": 0.25}
+    for name, d in due.items():
+        assert cells[name][1] == f"{100 * d:.2f}"
+        assert cells[name][3:5] == [f"{100 * d / 1.5:.2f}", f"{100 * d * 1.5:.2f}"]
+    assert cells["quiet"][1] == "-" and cells["quiet"][3:] == ["-", "-"]
+    assert all(len(c) == 5 for c in cells.values())  # nobody at a bound
     doc = as_json(published, "-dl")
     assert doc["limshare"] is True and doc["maxushare"] == 1.5
     quiet = next(v for v in doc["lnodes"] if v["name"] == "quiet")
-    assert quiet["limit_pct"] is None and quiet["lim"] is False
+    assert quiet["limit_pct"] is None and quiet["floor_pct"] is None and quiet["lim"] is None
+    b1 = next(v for v in doc["lnodes"] if v["name"] == "b1")
+    assert b1["due_pct"] == 25.0 and b1["floor_pct"] == pytest.approx(100 / 6, abs=1e-6)
 
 
 def _row(node, name, parent, level, kind, m, e, usage=1.0, demand=True, nrun=1, rate=0.0):
@@ -349,22 +349,29 @@ def _row(node, name, parent, level, kind, m, e, usage=1.0, demand=True, nrun=1, 
     )
 
 
-def test_a_new_user_at_the_limit_is_marked():
-    """A newcomer (usage ~0) gets maxushare x its due share and no more: Lim is yes."""
+def test_users_held_at_the_limit_or_the_floor_are_marked():
+    """A newcomer (usage ~0) gets maxushare x its due share and no more: Lim is max; a
+    heavy user gets due / maxushare and no less: Lim is min."""
     from fairshare.display.shrview import display_columns
 
+    third = 1 / 3
     rows = [
         _row(0, "root", -1, 0, "root", 1.0, 1.0),
-        _row(1, "old", 0, 1, "user", 0.5, 0.25, usage=1e6),
-        _row(2, "new", 0, 1, "user", 0.5, 0.75, usage=1e-9),
+        _row(1, "old", 0, 1, "user", third, 0.25, usage=1e6),
+        _row(2, "heavy", 0, 1, "user", third, 0.25, usage=1e9),
+        _row(3, "new", 0, 1, "user", third, 0.5, usage=1e-9),
     ]
     consts = Consts(flags=0o4, maxushare=1.5)
     cols = {c.key: c for c in display_columns("limshare", consts)}
-    old, new = view_lnodes(rows, lambda uid: False)[1:]
-    assert new.due == 0.5 and cols["limit_pct"].text(new) == "75.00"
-    assert cols["lim"].text(new) == "yes" and cols["lim"].text(old) == ""
+    old, heavy, new = view_lnodes(rows, lambda uid: False)[1:]
+    # due 1/3 each: the band is 2/9 .. 1/2
+    assert new.due == pytest.approx(third) and cols["limit_pct"].text(new) == "50.00"
+    assert cols["floor_pct"].text(new) == "22.22"
+    assert cols["lim"].text(new) == "max" and cols["lim"].text(old) == ""
+    heavy.e_share = 2 / 9
+    assert cols["lim"].text(heavy) == "min" and cols["lim"].value(heavy) == "min"
     off = {c.key: c for c in display_columns("limshare", Consts(maxushare=1.5))}
-    assert off["lim"].text(new) == ""  # LIMSHARE off: never marked
+    assert off["lim"].text(new) == "" and off["lim"].text(heavy) == ""  # LIMSHARE off
 
 
 def test_statistics(published, utc):

@@ -29,7 +29,7 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from fairshare.consts import K5, LIMSHARE, Consts
-from fairshare.cycle import PRIORITY_MAX, USAGE_FLOOR
+from fairshare.cycle import PRIORITY_MAX, USAGE_FLOOR, limshare_band
 from fairshare.display import columns, octal
 from fairshare.enforce.mapping import NICE_TO_WEIGHT
 from fairshare.store import COUNTED, LnodeStore, published_hosts
@@ -386,13 +386,30 @@ def _col_pct(heading: str, key: str, get: Callable[[ViewLnode], float | None]) -
     return Column(heading, key, text, value)
 
 
-def _limit(v: ViewLnode, consts: Consts) -> float | None:
-    return None if v.due is None else consts.maxushare * v.due
+def _band(v: ViewLnode, consts: Consts) -> tuple[float, float] | None:
+    """(floor, limit) of `v`'s e_share as LIMSHARE keeps it (fractions of the machine;
+    None for an lnode that demands nothing): `limshare_band` x its due share."""
+    if v.due is None:
+        return None
+    floor, limit = limshare_band(consts.replace(flags=consts.flags | LIMSHARE))
+    return floor * v.due, limit * v.due
 
 
-def _at_limit(v: ViewLnode, consts: Consts) -> bool:
-    lim = _limit(v, consts)
-    return consts.has(LIMSHARE) and lim is not None and v.e_share >= lim * (1 - 1e-9)
+def _bound(v: ViewLnode, consts: Consts, which: int) -> float | None:
+    band = _band(v, consts)
+    return None if band is None else band[which]
+
+
+def _at_bound(v: ViewLnode, consts: Consts) -> str:
+    """ "max" or "min" when LIMSHARE holds `v` at its limit or floor, else ""."""
+    band = _band(v, consts)
+    if not consts.has(LIMSHARE) or band is None:
+        return ""
+    if v.e_share >= band[1] * (1 - 1e-9):
+        return "max"
+    if v.e_share <= band[0] * (1 + 1e-9):
+        return "min"
+    return ""
 
 
 def _name_col() -> Column:
@@ -431,13 +448,15 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
         return [
             _name_col(),
             _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
+            _col_pct("Due%", "due_pct", lambda v: v.due),
             _col_pct("Eshr%", "eshr_pct", lambda v: v.e_share),
-            _col_pct("Limit%", "limit_pct", lambda v: _limit(v, consts)),
+            _col_pct("Floor%", "floor_pct", lambda v: _bound(v, consts, 0)),
+            _col_pct("Limit%", "limit_pct", lambda v: _bound(v, consts, 1)),
             Column(
                 "Lim",
                 "lim",
-                lambda v: "yes" if _at_limit(v, consts) else "",
-                lambda v: _at_limit(v, consts),
+                lambda v: _at_bound(v, consts),
+                lambda v: _at_bound(v, consts) or None,
                 right=False,
             ),
         ]
@@ -665,8 +684,12 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
         return lines + graph_lines(shown, top, leaves)
     if req.display == "limshare":
         c = snap.consts
-        state = "on" if c.has(LIMSHARE) else "off (limits shown as they would be)"
-        lines += [f"LIMSHARE {state}, maxushare = {c.maxushare:g} (edge effects: K5 = {K5:g})"]
+        floor, limit = limshare_band(c.replace(flags=c.flags | LIMSHARE))
+        state = "on" if c.has(LIMSHARE) else "off (the band shown as it would be)"
+        lines += [
+            f"LIMSHARE {state}, maxushare = {c.maxushare:g}: Eshr kept between Due/"
+            f"{1 / floor:g} and Due x {limit:g} (edge effects: K5 = {K5:g})"
+        ]
     cols = display_columns(req.display, snap.consts)
     table = [[_indented(v, top), *(c.text(v) for c in cols[1:])] for v in shown]
     return lines + columns([[c.heading for c in cols]], table, [c.right for c in cols])
