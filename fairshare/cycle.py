@@ -405,8 +405,8 @@ def _due_shares(idx: TreeIndex, m, active, demand, limit, floor) -> tuple:
     return hit[1], hit[2], hit[3].copy(), hit[4], hit[5]
 
 
-#: Bisection steps of `_water_fill_level` (on log t; the last step is solved exactly).
-_FILL_STEPS = 64
+#: Bisection steps of `_water_fill_level` on log t before it solves exactly.
+_FILL_STEPS = 24
 
 
 def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
@@ -414,50 +414,53 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
 
     Within each sibling set every demanding node i gets clip(t x w_i, low_i, cap_i), with
     the set's t (e_share per unit of w) chosen so that the set sums to its parent's
-    e_share; the others get 0.  The sum is monotone in t, so t is bracketed by bisection
-    on log t, and then solved exactly from the nodes that are free, floored and capped
-    there.  `ratio` is each node's t; `capped` marks the nodes held at their cap.
+    e_share; the others get 0.  The sum is monotone in t: t is bracketed by bisection on
+    log t, then solved exactly from the nodes that are free, floored and capped at it
+    (repeated while that changes which they are).  `ratio` is each node's t; `capped`
+    marks the nodes held at their cap.
     """
     s, e = idx.bounds[k]
     ps, pe = idx.bounds[k - 1]
     pp, nsets = idx.ppos[k], pe - ps
+    firsts, owners = idx.firsts[k], idx.owners[k]
     parent = e_share[ps:pe]
-    wd = np.where(demand, w, 0.0)
-    lo, hi = np.where(demand, low, 0.0), np.where(demand, cap, 0.0)
+    pos = demand & (w > 0)
+    wd = np.where(pos, w, 0.0)
+    lo, hi = np.where(pos, low, 0.0), np.where(pos, cap, 0.0)
 
-    def fill(t_set):
-        t = t_set[pp]
-        return np.clip(t * wd, lo, hi), t
+    def per_set(values):
+        return np.bincount(pp, weights=values, minlength=nsets)
 
-    W = np.bincount(pp, weights=wd, minlength=nsets)
-    t0 = np.divide(parent, W, out=np.zeros(nsets), where=W > 0)  # plain proportion
-    pos = wd > 0
-    marks = np.concatenate((np.divide(hi, wd, out=np.zeros(e - s), where=pos), t0[pp]))
-    marks = np.concatenate((marks, np.divide(lo, wd, out=np.zeros(e - s), where=pos)))
-    sets = np.concatenate((pp, pp, pp))
-    big = np.zeros(nsets)
-    np.maximum.at(big, sets, marks)
-    small = np.full(nsets, np.inf)
-    np.minimum.at(small, sets, np.where(marks > 0, marks, np.inf))
+    # Bracket log t per sibling set by the nodes' breakpoints and the plain proportion.
+    W = per_set(wd)
     ok = W > 0
-    a = np.log(np.where(ok, small, 1.0)) - 1.0
-    b = np.log(np.where(ok, big, 1.0)) + 1.0
+    t0 = np.divide(parent, W, out=np.ones(nsets), where=ok)[pp]
+    hi_t = np.divide(hi, wd, out=t0.copy(), where=pos)
+    lo_t = np.divide(lo, wd, out=t0.copy(), where=pos & (lo > 0))
+    a, b = np.zeros(nsets), np.zeros(nsets)
+    a[owners] = np.log(np.minimum.reduceat(np.minimum(lo_t, hi_t), firsts)) - 1.0
+    b[owners] = np.log(np.maximum.reduceat(np.maximum(hi_t, t0), firsts)) + 1.0
     for _ in range(_FILL_STEPS):
         mid = (a + b) / 2
-        got = np.bincount(pp, weights=fill(np.exp(mid))[0], minlength=nsets)
-        below = got < parent
+        below = per_set(np.clip(np.exp(mid)[pp] * wd, lo, hi)) < parent
         a = np.where(below, mid, a)
         b = np.where(below, b, mid)
     t = np.exp(b)[pp]
-    capped = pos & (t * wd >= hi)
-    floored = pos & ~capped & (t * wd <= lo)
-    free = pos & ~capped & ~floored
-    fixed = np.bincount(pp, weights=np.where(capped, hi, 0.0) + np.where(floored, lo, 0.0),
-                        minlength=nsets)  # fmt: skip
-    wfree = np.bincount(pp, weights=np.where(free, wd, 0.0), minlength=nsets)
-    exact = np.divide(parent - fixed, wfree, out=np.exp(b), where=(wfree > 0) & ok)
-    ek, ratio = fill(exact)
-    return ek, ratio, capped & (ek >= hi)
+    state = None
+    for _ in range(20):  # one or two rounds in practice
+        capped = pos & (t * wd >= hi)
+        floored = pos & ~capped & (t * wd <= lo)
+        new = (capped.tobytes(), floored.tobytes())
+        if new == state:
+            break
+        state = new
+        free = pos & ~capped & ~floored
+        fixed = per_set(np.where(capped, hi, 0.0) + np.where(floored, lo, 0.0))
+        wfree = per_set(np.where(free, wd, 0.0))
+        sol = np.divide(parent - fixed, wfree, out=np.zeros(nsets), where=ok & (wfree > 0))
+        t = np.where((wfree > 0)[pp], sol[pp], t)
+    ek = np.clip(t * wd, lo, hi)
+    return ek, t, capped & (ek >= hi)
 
 
 def raise_usage(idx: TreeIndex, usage: np.ndarray, raise_: np.ndarray) -> np.ndarray:
