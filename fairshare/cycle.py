@@ -7,8 +7,10 @@ daemon, the simulator and the tests all call it; there is no other copy of the
 algorithm.  The policy sits behind `Policy`; `UnicosPolicy` (the default) is the
 UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
 
-1. `leaf_charges`: cost x resources x percent/100 per leaf (charge units).  Processes
-   at the weakest nice are not charged: the collector leaves them out of `Consumption`.
+1. `leaf_charges`: cost x resources x percent/100 per leaf (charge units).  CPU ticks
+   are charged by nice (`Consumption.cpu_charged`, the guide's Nice Ticks: 150% at nice
+   -20 down to 55% at 18); processes at the weakest nice are not charged: the daemon
+   leaves them out of `Consumption`.
 2. `machine_shares` then `apply_sharemin` (DESIGN.md's steps 4-5; they need nothing from
    steps 2-3, so they run first): machine shares over the active lnodes (a group whose
    active leaves all have zero shares claims none), every active leaf at least `sharemin`.
@@ -72,7 +74,9 @@ class Consumption:
     """What each leaf consumed during one cycle (arrays over tree nodes; non-leaves 0).
 
     cpu: CPU seconds; bio, sio, syscalls, tty: operation counts; mem: MiB-seconds of
-    resident memory; nrun: runnable processes at sample time; refs: processes attached.
+    resident memory; nrun: runnable processes at sample time; refs: processes attached;
+    cpu_charged: CPU seconds as charged, each process's weighted by its nice's tick rate
+    (fairshare.nicetables.tick_rates), or None to charge `cpu` as it is (nice 0's rate).
     """
 
     cpu: np.ndarray
@@ -83,6 +87,7 @@ class Consumption:
     tty: np.ndarray
     nrun: np.ndarray
     refs: np.ndarray
+    cpu_charged: np.ndarray | None = None
 
     @classmethod
     def zeros(cls, n: int) -> Consumption:
@@ -213,7 +218,8 @@ def tree_index(tree: ShareTree) -> TreeIndex:
 def leaf_charges(consumption: Consumption, consts: Consts) -> np.ndarray:
     """Charges per node for the cycle (charge units; zero where nothing was consumed)."""
     c = consumption
-    total = consts.cost_tick * TICKS_PER_SECOND * c.cpu
+    cpu = c.cpu if c.cpu_charged is None else c.cpu_charged
+    total = consts.cost_tick * TICKS_PER_SECOND * cpu
     for cost, amount in (
         (consts.cost_bio, c.bio),
         (consts.cost_sio, c.sio),

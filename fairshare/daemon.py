@@ -46,6 +46,7 @@ from fairshare.consts import NOSCHED, NOSHARE, Consts, load_consts
 from fairshare.cycle import Consumption, run_cycle
 from fairshare.enforce.base import Enforcer, LnodeTarget
 from fairshare.lnode import LnodeTable, WriteBack, activate, aged_usage, new_table, release
+from fairshare.nicetables import tick_rates
 from fairshare.store import CycleHeader, EntryState, LnodeStore, add_counts
 from fairshare.sync import serve_requests
 from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
@@ -55,7 +56,9 @@ from udb.session import entries_serial, read_session
 log = logging.getLogger("shrdaemon")
 
 #: The weakest nice: processes there are not charged (the guide's rule), unless the
-#: nice enforcer put them there itself.
+#: nice enforcer put them there itself.  Other nice values are charged per CPU tick at
+#: the guide's graded rate (fairshare.nicetables.TICKS), except under the nice enforcer,
+#: whose nice values are its own doing and are all charged at nice 0's rate.
 WEAKEST_NICE = 19
 #: Rebuild the tree at least this often (cycles) even when the fingerprint is unchanged,
 #: so quota changes and edits the fingerprint cannot see are picked up.
@@ -447,7 +450,7 @@ class Daemon:
         c = Consumption.zeros(n)
         procs: dict[int, list[ProcessSample]] = {}
         charge_weakest = self.enforcer.name == "nice" and self.scheduling
-        nodes, cpu, bio, sio, sysc, mem, run = [], [], [], [], [], [], []
+        nodes, cpu, bio, sio, sysc, mem, run, nice = [], [], [], [], [], [], [], []
         for p in sample.processes:
             node = self.leaf_of(ln, p)
             if node is None:
@@ -461,9 +464,12 @@ class Daemon:
             sysc.append(p.syscalls if charged else 0.0)
             mem.append(p.mem if charged else 0.0)
             run.append(p.runnable)
+            nice.append(0 if charge_weakest else p.nice)
         if nodes:
             idx = np.array(nodes, dtype=np.int64)
             c.cpu = np.bincount(idx, weights=cpu, minlength=n)
+            graded = np.asarray(cpu) * tick_rates(nice)
+            c.cpu_charged = np.bincount(idx, weights=graded, minlength=n)
             c.bio = np.bincount(idx, weights=bio, minlength=n)
             c.sio = np.bincount(idx, weights=sio, minlength=n)
             c.syscalls = np.bincount(idx, weights=sysc, minlength=n)
@@ -474,6 +480,8 @@ class Daemon:
             )
         if ln.idle is not None and sample.idle > 0:
             c.cpu[ln.idle] += sample.idle
+            if c.cpu_charged is not None:
+                c.cpu_charged[ln.idle] += sample.idle
         return c, procs
 
     def _activate(self, ln: Lnodes, c: Consumption, now: float) -> None:

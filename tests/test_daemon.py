@@ -153,6 +153,35 @@ def test_weakest_nice_is_not_charged(engine):
     assert rows["bob"].charge == PER_CPU_S
 
 
+def test_cpu_is_charged_by_nice_as_the_guides_nice_ticks(engine):
+    """The guide's -dn Nice Ticks: a tick at nice -20 costs 150%, at -1 102%, at 10 75%,
+    at 18 55% of the tick cost (100% at 0); the CPU seconds counted stay real."""
+    with write_session(engine) as s:
+        s.add_all([Entry(name=f"u{n}", uid=2000 + n, resgrp=500, shares=1) for n in range(4)])
+    nices = (-20, -1, 10, 18)
+    d, clock, *_ = make(engine, lambda i: [proc(7 + k, 2000 + k, 1.0, nice=n)
+                                           for k, n in enumerate(nices)])  # fmt: skip
+    d.start()
+    cycle(d, clock)
+    _, rows = published(d)
+    charged = [rows[f"u{k}"].charge / PER_CPU_S for k in range(4)]
+    assert charged == pytest.approx([1.50, 1.02, 0.75, 0.55])
+    assert [rows[f"u{k}"].cpu_seconds for k in range(4)] == [1.0] * 4
+
+
+def test_under_the_nice_enforcer_every_nice_is_charged_at_nice_0s_rate(engine):
+    """The nice enforcer sets the nice values itself: grading them would charge a user
+    less the further the enforcer pushed it down."""
+    d, clock, _col, enf, _sent = make(
+        engine, lambda i: [proc(7, 1001, 1.0, nice=10), proc(8, 1002, 1.0, nice=19)]
+    )
+    enf.name = "nice"
+    d.start()
+    cycle(d, clock)
+    _, rows = published(d)
+    assert rows["alice"].charge == PER_CPU_S and rows["bob"].charge == PER_CPU_S
+
+
 def test_share_by_account_default_acid_and_the_newacct_hook(udb_url):
     engine = open_udb(udb_url)
     with write_session(engine) as s:

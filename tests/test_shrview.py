@@ -394,29 +394,45 @@ def test_statistics(published, utc):
     assert st["usage_max"] == 1e12 and st["usage_high"] == pytest.approx(high)
 
 
-def test_nice_table_follows_the_guides_rule():
-    rows = nice_table(Consts(nice_decay=(2.0, 60.0)))
+def test_nice_table_is_the_guides():
+    """The guide's -dn table (4.6.1.3, -D 2,60), digit for digit: NiceD 0.4044 (half-life
+    0.766) at nice -20, 0.6590 at -3, 0.7039 (1.974) at 0, 0.9586 (16.377) at 17, 0.9885
+    (60.000) at 19; Ticks 150, 147, 145 ... 102, 100, 97 ... 57, 55, and 0 (not 1) at 19."""
+    rows = nice_table(Consts(nice_decay=(2.0, 60.0), halflife=3600.0))
     assert [r.nice for r in (rows[0], rows[20], rows[39])] == [-20, 0, 19]
-    assert rows[20].decay == pytest.approx(0.5**0.5)  # half-life 2 s at nice 0
-    assert rows[39].decay == pytest.approx(0.5 ** (1 / 60))
-    assert rows[39].halflife == pytest.approx(60.0)
-    slope = (0.5 ** (1 / 60) - 0.5**0.5) / 19
-    assert rows[0].decay == pytest.approx(0.5**0.5 - 20 * slope)  # 0.4109
-    assert rows[0].halflife == pytest.approx(0.779, abs=5e-4)
+    guide = {0: (0.4044, 0.766), 1: (0.4194, 0.798), 10: (0.5542, 1.174), 17: (0.6590, 1.662),
+             20: (0.7039, 1.974), 23: (0.7489, 2.397), 37: (0.9586, 16.377),
+             38: (0.9735, 25.844), 39: (0.9885, 60.000)}  # fmt: skip
+    for n, (decay, half) in guide.items():
+        assert (round(rows[n].decay, 4), round(rows[n].halflife, 3)) == (decay, half), n
+    ticks = {0: 150, 1: 147, 2: 145, 3: 142, 10: 125, 18: 105, 19: 102, 20: 100, 21: 97,
+             22: 95, 23: 92, 37: 57, 38: 55, 39: 0}  # fmt: skip
+    assert {n: rows[n].ticks for n in ticks} == ticks
+    # Rates: 1 - the Rate column's decay per second (the usage half-life's), graded by Ticks
+    gain = 1 - 0.5 ** (1 / 3600)
+    assert rows[20].rate == pytest.approx(gain) and rows[0].rate == pytest.approx(1.5 * gain)
+    assert rows[39].rate == 0
     assert (rows[20].weight, rows[39].weight, rows[0].weight) == (1024, 15, 88761)
-    assert [r.charged for r in rows].count(100.0) == 39 and rows[39].charged == 0
+    # Under (1,30) the guide warns of negative decays: they have no half-life.
+    low = nice_table(Consts(nice_decay=(0.9, 30.0)))
+    assert low[0].decay < 0 and low[0].halflife is None
 
 
 def test_nice_display_and_json(published, utc):
     text = run(published, "-dn").stdout
-    table = body(text)
-    assert table[1] == ["N", "Nice", "Decay", "1/2life", "Weight", "%"]
-    assert table[2] == ["0", "-20", "0.4109", "0.779", "88761", "100"]
-    assert table[22] == ["20", "0", "0.7071", "2.000", "1024", "100"]
-    assert table[41] == ["39", "19", "0.9885", "60.000", "15", "0"]
+    assert "-D 2,60: Linux ignores the NiceD decay" in text
+    table = body(text)[1:]
+    assert table[0] == ["NiceD", "Nice", "Nice", "Nice"]
+    assert table[1] == ["N", "Nice", "Decay", "1/2life", "Rates", "Ticks", "Weight"]
+    gain = 1 - 0.5 ** (1 / 120)  # the scenario's half-life is 2 minutes
+    assert table[2] == ["0", "-20", "0.4044", "0.766", f"{1.5 * gain:.6f}", "150", "88761"]
+    assert table[22] == ["20", "0", "0.7039", "1.974", f"{gain:.6f}", "100", "1024"]
+    assert table[41] == ["39", "19", "0.9885", "60.000", "0.000000", "0", "15"]
     doc = as_json(published, "-dn")
     assert len(doc["nice"]) == 40 and doc["lnodes"] == []
-    assert list(doc["nice"][0]) == ["n", "nice", "niced", "halflife", "weight", "charged_pct"]
+    keys = ["n", "nice", "niced", "halflife", "rate", "ticks", "weight"]
+    assert list(doc["nice"][0]) == keys
+    assert doc["nice"][0]["ticks"] == 150
 
 
 def test_bar_marks_consumption_and_the_allocated_share():

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from fairshare import nicetables
 from fairshare.admin import describe_days, describe_hours
 from fairshare.consts import ADJGROUPS, LIMSHARE, Consts, flag_names
 from fairshare.display import columns
@@ -26,10 +27,19 @@ def _g(value: float) -> str:
     return f"{value:g}"
 
 
+def _decay(decay: float) -> str:
+    """A decay factor per second with its half-life, as the guide's shrinfo -v prints it."""
+    half = nicetables.halflife(float(decay))
+    return f"{decay:.4f} " + (
+        "(no half-life)" if half is None else f"(half-life of {half:.1f} seconds)"
+    )
+
+
 def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> list[str]:
     """The settings display as lines of plain text."""
     names = flag_names(consts.flags)
-    lo, hi = consts.nice_decay
+    decays = nicetables.priority_decay(consts.nice_decay)
+    run = nicetables.run_rate_decay(consts.halflife)
     lines = [
         f"Scheduling flags = {', '.join(names) if names else '(none)'} ({consts.flags:03o})",
         f"Charging percentage = {_g(consts.percent)}%",
@@ -51,9 +61,14 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
         + f", sharemin = {_g(consts.sharemin)}",
         f"Max. value for normal usage (MAXUSAGE) = {consts.maxusage:e}",
         f"Maximum hierarchy levels = {consts.maxlevels}",
-        'Process priority decay rate biased by "nice": '
-        f"avg priority (nice 0) {0.5 ** (1 / lo):.4f} (half-life of {lo:.1f} seconds), "
-        f"low priority (nice 19) {0.5 ** (1 / hi):.4f} (half-life of {hi:.1f} seconds)",
+        'Process priority decay rate biased by "nice" (-D): '
+        f"high priority (nice -20) {_decay(decays[0])}, "
+        f"avg priority (nice 0) {_decay(decays[20])}, "
+        f"low priority (nice 19) {_decay(decays[39])}; "
+        "Linux ignores these rates (its CFS scheduler has no priority decay and weighs "
+        "nice by fixed kernel weights)",
+        f"Run rate decay rate = {run:.8f} per second "
+        f"(half-life of {consts.halflife:.1f} seconds, the usage half-life)",
         f"CPU quota threshold = {_g(consts.quota_threshold)} s",
     ]
     if rows:

@@ -19,7 +19,6 @@ charge units per second.
 
 from __future__ import annotations
 
-import math
 import operator
 import socket
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
+from fairshare import nicetables
 from fairshare.consts import K5, LIMSHARE, Consts
 from fairshare.cycle import PRIORITY_MAX, USAGE_FLOOR, limshare_band
 from fairshare.display import columns, octal
@@ -559,48 +559,70 @@ def statistics_lines(st: Statistics) -> list[str]:
 
 @dataclass(frozen=True)
 class NiceRow:
-    """One row of the -dn table: index n (0..39), nice (-20..19), the process priority
-    decay per second, its half-life (s; None where the decay is not in (0, 1)), the
-    kernel's CFS weight, and the percentage of CPU charged."""
+    """One row of the -dn table (the guide's columns, then Linux's weight): index n
+    (0..39), nice (-20..19), the process priority decay per second (NiceD) and its
+    half-life (s; None where the decay is not in (0, 1)), the run rate (Nice Rates: the
+    part of a second's charge that enters the lnode's Rate that second), the percentage
+    of the tick cost charged per CPU tick (Nice Ticks), and the kernel's CFS weight."""
 
     n: int
     nice: int
     decay: float
     halflife: float | None
+    rate: float
+    ticks: int
     weight: int
-    charged: float
 
 
 def nice_table(consts: Consts) -> list[NiceRow]:
-    """The -dn table: the decay is linear in n from 0.5**(1/low) at nice 0 to
-    0.5**(1/high) at nice 19, with the same slope below nice 0 (the guide's table)."""
-    low, high = consts.nice_decay
-    d0, d19 = 0.5 ** (1 / low), 0.5 ** (1 / high)
-    slope = (d19 - d0) / 19
-    rows = []
-    for n in range(40):
-        d = d0 + (n - 20) * slope
-        half = math.log(0.5) / math.log(d) if 0 < d < 1 else None
-        rows.append(NiceRow(n, n - 20, d, half, int(NICE_TO_WEIGHT[n]), 0.0 if n == 39 else 100.0))
-    return rows
+    """The -dn table (fairshare.nicetables): NiceD from -D as the guide builds it, the
+    graded tick charge, the run rates with the usage half-life, the kernel's weights."""
+    decays = nicetables.priority_decay(consts.nice_decay)
+    rates = nicetables.run_rates(consts.halflife)
+    return [
+        NiceRow(
+            n,
+            n - 20,
+            float(decays[n]),
+            nicetables.halflife(float(decays[n])),
+            float(rates[n]),
+            int(nicetables.TICKS[n]),
+            int(NICE_TO_WEIGHT[n]),
+        )
+        for n in range(40)
+    ]
+
+
+def nice_note(consts: Consts) -> str:
+    """The -dn line saying what of the table Linux applies."""
+    lo, hi = consts.nice_decay
+    return (
+        f"-D {lo:g},{hi:g}: Linux ignores the NiceD decay (CFS has no priority decay; it "
+        "weighs nice by the kernel's fixed Weight).  Ticks grade the charges, except under "
+        "the nice enforcer, which sets the nice values itself."
+    )
 
 
 def nice_lines(rows: Sequence[NiceRow]) -> list[str]:
     """The -dn display's lines."""
     return columns(
-        [["", "", "NiceD", "", "", "Charged"], ["N", "Nice", "Decay", "1/2life", "Weight", "%"]],
+        [
+            ["", "", "NiceD", "Nice", "Nice", "Nice", ""],
+            ["N", "Nice", "Decay", "1/2life", "Rates", "Ticks", "Weight"],
+        ],
         [
             [
                 str(r.n),
                 str(r.nice),
                 f"{r.decay:.4f}",
                 "-" if r.halflife is None else f"{r.halflife:.3f}",
+                f"{r.rate:.6f}",
+                str(r.ticks),
                 str(r.weight),
-                f"{r.charged:.0f}",
             ]
             for r in rows
         ],
-        [True] * 6,
+        [True] * 7,
     )
 
 
@@ -675,7 +697,7 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
     """The lines of display `req.display` of `snap`; `when(epoch)` formats times."""
     lines = header_lines(snap, req, when) + [""]
     if req.display == "nice tables":
-        return lines + nice_lines(nice_table(snap.consts))
+        return lines + [nice_note(snap.consts)] + nice_lines(nice_table(snap.consts))
     lnodes, shown, top = _prepare(snap, req)
     if req.display == "statistics":
         return lines + statistics_lines(statistics(snap, lnodes, req.total_ids))
@@ -715,8 +737,9 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
                 "nice": r.nice,
                 "niced": r.decay,
                 "halflife": r.halflife,
+                "rate": r.rate,
+                "ticks": r.ticks,
                 "weight": r.weight,
-                "charged_pct": r.charged,
             }
             for r in nice_table(snap.consts)
         ]
