@@ -83,9 +83,57 @@ def test_verbose_adds_the_settings_and_active_counts(published, utc):  # noqa: F
     assert text.startswith("Scheduling flags = LIMSHARE (004)\n")
     assert "Usage decay rate = " in text and "(half-life of 120.0 seconds)" in text
     assert "\nActive users = 4/5, active groups = 2.\n\nme  Shares: 1" in text
+    # The guide's lines on nice -20 and run-rate decay (4.6.1.3), from -D 2,60 and -K 2m.
+    assert (
+        'Process priority decay rate biased by "nice" (-D): high priority (nice -20) 0.4044 '
+        "(half-life of 0.8 seconds), avg priority (nice 0) 0.7039 (half-life of 2.0 seconds), "
+        "low priority (nice 19) 0.9885 (half-life of 60.0 seconds); Linux ignores these rates"
+    ) in text
+    run_rate = f"{0.5 ** (1 / 120):.8f}"
+    assert f"\nRun rate decay rate = {run_rate} per second (half-life of 120.0 seconds" in text
     doc = json.loads(run(published, "-v", "--json", "me").stdout)
     assert doc["active"] == {"ids": 4, "total_ids": 5, "groups": 2}
     assert doc["settings"]["consts"]["maxushare"] == 1.5
+
+
+def test_all_lists_every_active_user_as_figure_7(published, utc):  # noqa: F811
+    result = run(published, "-a")
+    assert result.exit_code == 0, result.output
+    rows = published_rows(published)
+    leaves = sorted(("me", "a2", "b1", "quiet"), key=lambda n: -rows[n].usage)
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == leaves  # highest usage first
+    for line, name in zip(lines, leaves, strict=True):
+        r = rows[name]
+        assert line.split() == [
+            name,
+            "Shares:",
+            "1",
+            "Share:",
+            f"{100 * r.m_share:.3g}%",
+            "E-share:",
+            f"{100 * r.e_share:.3g}%",
+            "Usage:",
+            f"{r.usage:.0f}" if r.usage >= 100 else f"{r.usage:.3g}",
+        ]
+    # the fields line up in columns, as in the figure
+    assert len({line.index("Shares:") for line in lines}) == 1
+    assert len({line.index("Usage:") for line in lines}) == 1
+    doc = json.loads(run(published, "-a", "--json").stdout)
+    assert [u["name"] for u in doc["users"]] == leaves
+    assert list(doc["users"][0]) == [
+        "name", "uid", "kind", "shares", "m_share", "e_share", "usage", "background"
+    ]  # fmt: skip
+    verbose = run(published, "-a", "-v").stdout
+    assert "\nActive users = 4/5, active groups = 2.\n\n" + lines[0] in verbose
+
+
+def test_all_takes_no_user_and_needs_a_published_table(published, udb_url):  # noqa: F811
+    result = run(published, "-a", "me")
+    assert result.exit_code == 2 and "-a lists every user: give no USER" in result.stderr
+    result = run(udb_url, "-a")
+    assert result.exit_code == 2
+    assert "no lnode table has been published" in result.stderr
 
 
 def test_json_shape(published):  # noqa: F811

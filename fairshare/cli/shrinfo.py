@@ -14,7 +14,15 @@ from sqlalchemy import select
 from fairshare.admin import load_effective_consts, schedules
 from fairshare.consts import load_consts
 from fairshare.display.settings import settings_json, settings_lines
-from fairshare.display.shrinfo import active_profile, entry_profile, profile_json, profile_lines
+from fairshare.display.shrinfo import (
+    active_profile,
+    entry_profile,
+    every_leaf,
+    figure7_json,
+    figure7_lines,
+    profile_json,
+    profile_lines,
+)
 from fairshare.display.shrview import (
     load_published,
     local_time,
@@ -25,7 +33,7 @@ from fairshare.lnode import aged_usage
 from fairshare.store import published_hosts
 from fairshare.tree import TREE_COLUMNS, build_tree
 from udb.cli.common import handle_errors, udb_option
-from udb.errors import NotFound
+from udb.errors import NotFound, OptionError
 from udb.models import SHF_ACCOUNT, SHF_GROUP, Entry
 from udb.session import open_udb, read_session
 
@@ -34,16 +42,27 @@ from udb.session import open_udb, read_session
 @udb_option
 @click.argument("user", required=False)
 @click.option("-v", "--verbose", is_flag=True, help="Also show the scheduler's settings.")
+@click.option(
+    "-a",
+    "--all",
+    "every",
+    is_flag=True,
+    help="List every active user (account) as Kay-Lauder's Figure 7 does, highest usage "
+    "first, instead of one profile.",
+)
 @click.option("--host", metavar="NAME", help="Use the lnode table this host's daemon published.")
 @click.option("--now", type=float, metavar="EPOCH", help="Take this as the current time (epoch s).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
 @handle_errors
-def main(udb, user, verbose, host, now, as_json):
+def main(udb, user, verbose, every, host, now, as_json):
     """Show USER's fair-share profile (default: yours): shares, machine share (Share),
     effective share (E-share) and decayed usage, the groups above it with theirs, the
     group that limits it, and how long it would have to stay idle for its usage to
     decay to its fair level.  A user without processes is shown with its static
-    share and stored usage.  Exit status 0, or 2 for bad input."""
+    share and stored usage.  With -a, one such first line for every active user.
+    Exit status 0, or 2 for bad input."""
+    if every and user is not None:
+        raise OptionError(f"-a lists every user: give no USER (got {user!r})")
     now = time.time() if now is None else now
     engine = open_udb(udb)
     with read_session(engine) as s:
@@ -55,6 +74,9 @@ def main(udb, user, verbose, host, now, as_json):
         snap = load_published(engine, host, now, consts)
         if not snap.running:
             click.echo(stale_message(snap, local_time, "shrinfo"), err=True)
+    if every:
+        _show_every(engine, snap, verbose, as_json, (base, rows, in_force))
+        return
     mode = snap.mode if snap is not None else consts.mode
     notes = []
     with read_session(engine) as s:
@@ -106,6 +128,39 @@ def main(udb, user, verbose, host, now, as_json):
         click.echo(f"Active {who} = {active[0]}/{active[1]}, active groups = {active[2]}.")
         click.echo()
     for line in notes + profile_lines(profile):
+        click.echo(line)
+
+
+def _show_every(engine, snap, verbose: bool, as_json: bool, settings: tuple) -> None:
+    """shrinfo -a: Figure 7 over the published table's active leaves (-v: settings first)."""
+    if snap is None:
+        raise NotFound("no lnode table has been published in this UDB: is shrdaemon running?")
+    lnodes = view_lnodes(snap.lnodes, lambda uid: uid == os.getuid())
+    leaves = every_leaf(lnodes)
+    with read_session(engine) as s:
+        total = int(build_tree(s.execute(select(*TREE_COLUMNS)).all(), snap.mode).leaf_mask.sum())
+    active = (len(leaves), total, sum(v.kind == "group" for v in lnodes))
+    if as_json:
+        doc = {
+            "host": snap.host,
+            "cycle": snap.cycle,
+            "time": snap.time,
+            "running": snap.running,
+            "age": snap.age,
+            "users": figure7_json(leaves),
+        }
+        if verbose:
+            doc["settings"] = settings_json(*settings)
+            doc["active"] = {"ids": active[0], "total_ids": active[1], "groups": active[2]}
+        click.echo(orjson.dumps(doc))
+        return
+    if verbose:
+        for line in settings_lines(*settings):
+            click.echo(line)
+        who = "accounts" if snap.mode == "account" else "users"
+        click.echo(f"Active {who} = {active[0]}/{active[1]}, active groups = {active[2]}.")
+        click.echo()
+    for line in figure7_lines(leaves):
         click.echo(line)
 
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from fairshare.cycle import USAGE_FLOOR
+from fairshare.display import columns
 from fairshare.display.shrview import ViewLnode
 from udb.errors import NotFound
 
@@ -187,13 +188,51 @@ def _usage(u: float) -> str:
     return f"{u:.0f}" if u >= 100 else f"{u:.3g}"
 
 
+def _figure7_cells(name: str, shares: float, m_share: float, e_share, usage: float) -> list[str]:
+    eshr = _share(e_share) if e_share is not None else "-"
+    return [
+        name,
+        f"Shares: {shares:g}",
+        f"Share: {_share(m_share)}",
+        f"E-share: {eshr}",
+        f"Usage: {_usage(usage)}",
+    ]
+
+
+def every_leaf(lnodes: Sequence[ViewLnode]) -> list[ViewLnode]:
+    """Every active leaf lnode (users or accounts, Idle included) in Figure 7's order:
+    highest usage first (names break ties)."""
+    leaves = [v for v in lnodes if not v.is_group and v.parent >= 0]
+    return sorted(leaves, key=lambda v: (-v.usage, v.name))
+
+
+def figure7_lines(leaves: Sequence[ViewLnode]) -> list[str]:
+    """Kay-Lauder's Figure 7: one line per lnode (name, shares, machine share, effective
+    share, usage), in aligned columns."""
+    rows = [_figure7_cells(v.name, v.shares, v.m_share, v.e_share, v.usage) for v in leaves]
+    return columns([], rows, [False] * 5)
+
+
+def figure7_json(leaves: Sequence[ViewLnode]) -> list[dict]:
+    """Figure 7 as JSON-ready dicts (shape in shrinfo(1))."""
+    return [
+        {
+            "name": v.name,
+            "uid": v.uid,
+            "kind": v.kind,
+            "shares": v.shares,
+            "m_share": v.m_share,
+            "e_share": v.e_share,
+            "usage": v.usage,
+            "background": v.background,
+        }
+        for v in leaves
+    ]
+
+
 def profile_lines(p: Profile) -> list[str]:
     """The profile as lines: Figure 7's line, then the explanation."""
-    eshr = _share(p.e_share) if p.e_share is not None else "-"
-    lines = [
-        f"{p.name}  Shares: {p.shares:g}  Share: {_share(p.m_share)}  E-share: {eshr}  "
-        f"Usage: {_usage(p.usage)}"
-    ]
+    lines = ["  ".join(_figure7_cells(p.name, p.shares, p.m_share, p.e_share, p.usage))]
     if not p.active:
         lines.append(
             "  no active lnode (no processes): Share is its static machine share with every "
