@@ -187,7 +187,8 @@ def test_monitor_columns_match_the_published_rows_and_the_hand_figures(published
     result = run(published, "-dm")
     assert result.exit_code == 0, result.output
     table = body(result.stdout)
-    assert table[0] == "Name Rate% Eshr% Rshr% Usage Rate Muse Ref Chld Flags".split()
+    # The guide's header: Usage in thousands of charge units.
+    assert table[0] == "Name Rate% Eshr% Rshr% Usage(k) Rate Muse Ref Chld Flags".split()
     by_name = {cells[0].lstrip("*"): cells for cells in table[1:]}
     assert list(by_name) == ["A", "a2", "me", "B", "b1", "quiet"]
     rows = published_rows(published)
@@ -195,7 +196,7 @@ def test_monitor_columns_match_the_published_rows_and_the_hand_figures(published
         r = rows[name]
         assert cells[2] == f"{100 * r.e_share:.2f}"
         assert cells[3] == f"{100 * r.m_share:.2f}"
-        assert cells[4] == f"{r.usage:.0f}"
+        assert cells[4] == f"{r.usage / 1000:.0f}"
         assert cells[5] == f"{r.rate:.2f}"
         assert cells[7] == str(r.refs)
     # Machine shares from the scenario's shares (see the module docstring).
@@ -224,9 +225,9 @@ def test_monitor_columns_match_the_published_rows_and_the_hand_figures(published
     assert muse["A"] + muse["B"] == pytest.approx(8_000_000, abs=2)
     assert by_name["A"][8] == "2" and by_name["B"][8] == "2" and by_name["me"][8] == "0"
     assert [by_name[n][7] for n in ("A", "me", "a2", "B", "b1", "quiet")] == list("321211")
-    # Flags: group 040000, active 010000, demanding 0200.
-    assert by_name["A"][9] == "50200"
-    assert by_name["me"][9] == "10200"
+    # Flags as the guide shows them: users 10000, groups 50000, demanding or not.
+    assert by_name["A"][9] == "50000"
+    assert by_name["me"][9] == "10000"
     assert by_name["quiet"][9] == "10000"
 
 
@@ -244,7 +245,7 @@ def test_in_share_by_account_mode_the_callers_accounts_are_starred(by_account):
     assert [v["name"] for v in doc["lnodes"]] == ["G", "acctA", "acctB", "other"]
     assert {v["name"] for v in doc["lnodes"] if v["own"]} == {"acctA", "acctB"}
     flags = {v["name"]: v["flags"] for v in doc["lnodes"]}
-    assert flags == {"G": "50200", "acctA": "1010200", "acctB": "1010200", "other": "1010200"}
+    assert flags == {"G": "50000", "acctA": "1010000", "acctB": "1010000", "other": "1010000"}
     # G and other 1 share each at the top; acctA 1 and acctB 3 of G's half.
     rshr = {v["name"]: v["rshr_pct"] for v in doc["lnodes"]}
     assert rshr == {"G": 50.0, "acctA": 12.5, "acctB": 37.5, "other": 50.0}
@@ -261,9 +262,13 @@ def test_monitor_json_shape(published):
     assert (doc["select"], doc["sort"]) == ("all", "tree")
     me = next(v for v in doc["lnodes"] if v["name"] == "me")
     keys = "name level uid kind own rate_pct eshr_pct rshr_pct usage rate muse ref chld flags"
-    assert list(me) == keys.split()
+    assert list(me) == keys.split() + ["demand", "background"]
     assert me["uid"] == ME and me["kind"] == "user" and me["rshr_pct"] == 37.5
-    assert me["flags"] == "10200" and me["ref"] == 2
+    assert me["flags"] == "10000" and me["ref"] == 2
+    assert me["demand"] is True and me["background"] is False
+    assert me["usage"] == published_rows(published)["me"].usage  # charge units, not k
+    quiet = next(v for v in doc["lnodes"] if v["name"] == "quiet")
+    assert quiet["demand"] is False
 
 
 # -- adjgroup, limshare, statistics, nice, graph --------------------------------------------

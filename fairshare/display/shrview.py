@@ -36,12 +36,11 @@ from fairshare.store import COUNTED, LnodeStore, published_hosts
 from udb.errors import NotFound, OptionError
 from udb.models import PublishedLnode
 
-#: The Flags column's bits (octal), documented in shrview(1).
+#: The Flags column's bits (octal), the guide's: users 10000, groups 50000, accounts
+#: 1010000 (documented in shrview(1)).  Demand and background are JSON fields of their own.
 FLAG_GROUP = 0o40000
 FLAG_ACCOUNT = 0o1000000
 FLAG_ACTIVE = 0o10000
-FLAG_BACKGROUND = 0o100
-FLAG_DEMAND = 0o200
 
 #: A table is current when its header says running and it is at most this many deltas old.
 FRESH_DELTAS = 3.0
@@ -208,10 +207,6 @@ class ViewLnode:
             f |= FLAG_GROUP
         if self.kind == "account":
             f |= FLAG_ACCOUNT
-        if self.background:
-            f |= FLAG_BACKGROUND
-        if self.demand:
-            f |= FLAG_DEMAND
         return f
 
 
@@ -424,7 +419,7 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
             _col_pct("Rate%", "rate_pct", lambda v: v.rate_share),
             _col_pct("Eshr%", "eshr_pct", lambda v: v.e_share),
             _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
-            Column("Usage", "usage", lambda v: f"{v.usage:.0f}", lambda v: v.usage),
+            Column("Usage(k)", "usage", lambda v: f"{v.usage / 1000:.0f}", lambda v: v.usage),
             Column("Rate", "rate", lambda v: f"{v.rate:.2f}", lambda v: v.rate),
             Column("Muse", "muse", lambda v: f"{v.muse:.0f}", lambda v: v.muse),
             Column("Ref", "ref", lambda v: str(v.refs), lambda v: v.refs),
@@ -781,6 +776,7 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
         doc["limshare"] = snap.consts.has(LIMSHARE)
         doc["maxushare"] = snap.consts.maxushare
     cols = display_columns(req.display, snap.consts)
+    monitor = req.display == "monitor"
     doc["lnodes"] = [
         {
             "name": v.name,
@@ -789,6 +785,8 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
             "kind": v.kind,
             "own": v.own,
             **{c.key: c.value(v) for c in cols[1:]},
+            # monitor: what the guide's Flags have no bit for
+            **({"demand": v.demand, "background": v.background} if monitor else {}),
         }
         for v in shown
     ]
