@@ -159,3 +159,7 @@ def _history_json(rows) -> str:
         ],
         indent=2,
     )
+
+
+if __name__ == "__main__":
+    main()

@@ -100,3 +100,7 @@ def render(result: SimResult, console: Console) -> None:
     if result.groups:
         console.print(_table("Groups", result.groups))
     console.print(f"Largest deviation: {result.max_deviation_pp:.2f} pp")
+
+
+if __name__ == "__main__":
+    main()
