@@ -45,6 +45,10 @@ SHAREBYACCT = 0o10
 NOSCHED = 0o20
 #: User-level fair share (the only mode this suite has; kept for shrinfo/shradmin).
 USRLEVLFSS = 0o100
+#: Site-wide usage: every host's cycle schedules from the usage of all hosts sharing the
+#: UDB and steers toward the machine shares of the whole site (fairshare.site).  Not a
+#: UNICOS flag: this suite's own, on the first bit the guide leaves free above USRLEVLFSS.
+GLOBALUSAGE = 0o200
 
 #: Flag names in the guide's spelling, by bit.
 FLAG_NAMES: dict[str, int] = {
@@ -54,6 +58,7 @@ FLAG_NAMES: dict[str, int] = {
     "SHAREBYACCT": SHAREBYACCT,
     "NOSCHED": NOSCHED,
     "USRLEVLFSS": USRLEVLFSS,
+    "GLOBALUSAGE": GLOBALUSAGE,
 }
 ALL_FLAGS = sum(FLAG_NAMES.values())
 

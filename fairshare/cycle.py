@@ -572,6 +572,7 @@ class UnicosPolicy:
         sub_usage, rate, demand, refs, nrun, cpu = sums
         return LnodeTable(
             usage=sub_usage,
+            stored=table.stored * (leaves * k),  # decays like usage (fairshare.lnode)
             charge=table.charge + charges,
             cpu_seconds=table.cpu_seconds + c.cpu,
             rate=rate,

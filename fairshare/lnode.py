@@ -13,10 +13,16 @@ Lifecycle (the daemon drives it; the cycle only reads `active`):
   now, consts))`` (its ancestors become active too; the table knows the tree's parent
   array, so no tree is passed);
 - every cycle: ``table = run_cycle(...)`` (fairshare.cycle);
-- its last process is gone: ``release(table, node, now)`` returns the `WriteBack` to
-  store in the UDB (shusage, shextime, the charges to add to shcharge, the CPU seconds
-  to add to cpuquotaused) and clears the lnode; groups with no active leaf left below
-  are released with it.
+- every write-back interval: ``accrued(table, node, now)`` returns what the lnode
+  accrued since it was created or last written (the `WriteBack` increment) and marks it
+  written, without releasing it;
+- its last process is gone: ``release(table, node, now)`` returns the last increment
+  and clears the lnode; groups with no active leaf left below are released with it.
+
+Usage reaches the UDB as *increments*, never as an overwrite, so several hosts can
+write back one user without erasing each other's charges: `stored` is the part of an
+lnode's usage that is already in the UDB (what it brought at activation, then what it
+wrote), decayed like usage; usage - stored is what this host accrued and still owes.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from fairshare.tree import ShareTree
 
 _FLOAT_FIELDS = (
     "usage",
+    "stored",
     "charge",
     "cpu_seconds",
     "rate",
@@ -49,6 +56,8 @@ class LnodeTable:
     """Lnode state over the tree's nodes (index = node number; inactive rows are zero).
 
     usage: decayed usage (charge units); for groups the sum over active leaves below.
+    stored: the part of a leaf's usage already in the UDB (charge units, decayed like
+      usage); usage - stored is what this host accrued since and still has to write.
     charge: undecayed charges since the lnode was created (added to shcharge on release).
     cpu_seconds: CPU seconds since the lnode was created (for cpuquotaused).
     rate: decayed charge rate (charge units per second).
@@ -67,6 +76,7 @@ class LnodeTable:
     """
 
     usage: np.ndarray
+    stored: np.ndarray
     charge: np.ndarray
     cpu_seconds: np.ndarray
     rate: np.ndarray
@@ -94,10 +104,12 @@ class LnodeTable:
 
 @dataclass(frozen=True)
 class WriteBack:
-    """What a released leaf lnode leaves in its UDB entry.
+    """What a leaf lnode adds to its UDB entry (and to its resource groups').
 
-    shusage: usage to store (charge units); shextime: release time (epoch s);
-    charge: charges to add to shcharge; cpu_seconds: CPU s to add to cpuquotaused.
+    shusage: usage accrued on this host, as of `shextime` (charge units), to add to the
+    stored shusage aged to that time (fairshare.store.add_usage); shextime: when it was
+    written (epoch s); charge: charges to add to shcharge; cpu_seconds: CPU s to add to
+    cpuquotaused.
     """
 
     shusage: float
@@ -133,6 +145,20 @@ def aged_usage(shusage: float, shextime: float, now: float, consts: Consts) -> f
     return float(shusage) * decay(now - shextime, consts.halflife)
 
 
+def add_usage(shusage, shextime, usage, time, halflife: float):
+    """Stored usage plus an increment: (new shusage, new shextime), element-wise.
+
+    The stored `shusage` (as of `shextime`) and the increment `usage` (as of `time`) are
+    both aged to the later of the two times and added (charge units; epoch s), so the
+    order in which hosts write back does not matter.
+    """
+    shusage, shextime = np.asarray(shusage, float), np.asarray(shextime, float)
+    usage, time = np.asarray(usage, float), np.asarray(time, float)
+    when = np.maximum(shextime, time)
+    total = shusage * decay(when - shextime, halflife) + usage * decay(when - time, halflife)
+    return total, when
+
+
 def _ancestors(table: LnodeTable, node: int) -> list[int]:
     chain, node = [], int(table.parent[node])
     while node >= 0:
@@ -150,6 +176,7 @@ def activate(table: LnodeTable, node: int, usage: float) -> None:
         return
     table.active[node] = True
     table.usage[node] = max(float(usage), 0.0)
+    table.stored[node] = table.usage[node]
     table.charge[node] = 0.0
     table.cpu_seconds[node] = 0.0
     table.rate[node] = 0.0
@@ -158,18 +185,30 @@ def activate(table: LnodeTable, node: int, usage: float) -> None:
         table.active[a] = True
 
 
-def release(table: LnodeTable, node: int, now: float) -> WriteBack:
-    """Release leaf `node`'s lnode in place and return what to write back to its entry.
-
-    `now` (epoch s) becomes shextime.  Groups left without an active leaf below are
-    released too (groups have nothing to write back: their usage is their leaves').
-    """
+def accrued(table: LnodeTable, node: int, now: float) -> WriteBack:
+    """What leaf `node` accrued since it was created or last written (the increment to
+    add to its entry, as of `now`, epoch s), marking it written: its stored usage
+    becomes its usage and its charge and CPU-second accumulators restart at 0."""
     wb = WriteBack(
-        shusage=float(table.usage[node]),
+        shusage=max(float(table.usage[node] - table.stored[node]), 0.0),
         shextime=float(now),
         charge=float(table.charge[node]),
         cpu_seconds=float(table.cpu_seconds[node]),
     )
+    table.stored[node] = table.usage[node]
+    table.charge[node] = 0.0
+    table.cpu_seconds[node] = 0.0
+    return wb
+
+
+def release(table: LnodeTable, node: int, now: float) -> WriteBack:
+    """Release leaf `node`'s lnode in place and return its last increment (`accrued`).
+
+    `now` (epoch s) becomes shextime.  Groups left without an active leaf below are
+    released too (their stored usage grows with their leaves' increments: see
+    fairshare.store).
+    """
+    wb = accrued(table, node, now)
     _clear(table, node)
     for a in _ancestors(table, node):
         if a == 0:

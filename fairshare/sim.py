@@ -21,6 +21,7 @@ lnode's and group's entitled share (mean m_share) against its delivered share
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import tempfile
@@ -31,10 +32,25 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import select
 
-from fairshare.consts import Consts, consts_from_mapping, load_consts, parse_duration
-from fairshare.cycle import Consumption, run_cycle
+from fairshare.consts import (
+    GLOBALUSAGE,
+    Consts,
+    consts_from_mapping,
+    load_consts,
+    parse_duration,
+)
+from fairshare.cycle import Consumption, machine_shares, run_cycle, tree_index
 from fairshare.enforce.mapping import NICE_TO_WEIGHT, cgroup2_weights, nice_values
-from fairshare.lnode import WriteBack, activate, aged_usage, new_table, release
+from fairshare.lnode import (
+    WriteBack,
+    accrued,
+    activate,
+    add_usage,
+    aged_usage,
+    new_table,
+    release,
+)
+from fairshare.site import SiteState, SiteView, apply_factors, refresh_usage, update_factors
 from fairshare.tree import TREE_COLUMNS, ShareTree, build_tree
 from udb.errors import DirectiveError, UdbError
 from udb.models import Entry
@@ -175,6 +191,7 @@ class Workload:
     start: float
     stop: float
     demand: float = 1.0
+    host: str = ""  # in a site scenario, the host it runs on
 
 
 @dataclass
@@ -190,6 +207,7 @@ class Scenario:
     workloads: list[Workload]
     enforcer: str = "cgroup"
     shusage: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> usage, ext
+    hosts: dict[str, float] = field(default_factory=dict)  # a site: host name -> CPUs
 
     @property
     def delta(self) -> float:
@@ -253,7 +271,7 @@ def parse_scenario(
         return ScenarioError(source, where, 1, f"{key}: {message}")
 
     known = {"cpus", "duration", "delta", "warmup", "enforcer", "consts", "udb", "directives"}
-    known |= {"workload"}
+    known |= {"workload", "hosts"}
     for key in doc:
         if key not in known:
             raise fail(key, f"unknown key; expected one of {', '.join(sorted(known))}")
@@ -264,7 +282,8 @@ def parse_scenario(
         except UdbError as err:
             raise fail(key, str(err).split(": ", 1)[-1], line) from None
 
-    cpus = doc.get("cpus")
+    hosts = _site_hosts(doc, text, source, fail)
+    cpus = sum(hosts.values()) if hosts else doc.get("cpus")
     if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not cpus > 0:
         raise fail("cpus", f"expected a positive number of CPUs, got {cpus!r}")
     if "duration" not in doc:
@@ -311,8 +330,9 @@ def parse_scenario(
             return ScenarioError(source, where, 1, f"workload {i + 1}: {key}: {message}")
 
         for key in item:
-            if key not in ("name", "procs", "start", "stop", "demand"):
-                raise wfail(key, "unknown key; expected name, procs, start, stop, demand")
+            if key not in ("name", "procs", "start", "stop", "demand", "host"):
+                raise wfail(key, "unknown key; expected name, procs, start, stop, demand, host")
+        host = _workload_host(item, hosts, wfail)
         name = item.get("name")
         node = tree.find(name) if isinstance(name, str) else None
         if node is None or not tree.leaf_mask[node]:
@@ -330,9 +350,42 @@ def parse_scenario(
             raise wfail("demand", f"expected a number from 0 to 1, got {demand!r}")
         if not 0.0 <= demand <= 1.0:
             raise wfail("demand", f"expected a number from 0 to 1, got {demand!r}")
-        workloads.append(Workload(name, procs, start, min(stop, total), float(demand)))
+        workloads.append(Workload(name, procs, start, min(stop, total), float(demand), host))
     shusage = {tree.node(n): v for n, v in shusage.items() if tree.find(n) is not None}
-    return Scenario(source, float(cpus), total, warmup, consts, tree, workloads, enforcer, shusage)
+    return Scenario(
+        source, float(cpus), total, warmup, consts, tree, workloads, enforcer, shusage, hosts
+    )
+
+
+def _site_hosts(doc: dict, text: str, source: str, fail) -> dict[str, float]:
+    """A site scenario's `hosts` table (name -> CPUs), {} for one machine."""
+    if "hosts" not in doc:
+        return {}
+    if "cpus" in doc:
+        raise fail("cpus", "expected either cpus (one machine) or hosts (a site), not both")
+    hosts = doc["hosts"]
+    if not isinstance(hosts, dict) or not hosts:
+        raise fail("hosts", "expected a table of host names and CPUs, e.g. { a = 2, b = 2 }")
+    start = _line_of(text, r"\s*(hosts\s*=|\[\s*hosts\s*\])")
+    for name, cpus in hosts.items():
+        if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not cpus > 0:
+            line = start
+            if not re.match(r"\s*hosts\s*=", text.splitlines()[start - 1]):
+                line = _line_of(text, rf"\s*\"?{re.escape(name)}\"?\s*=", start)
+            raise fail(f"hosts.{name}", f"expected a positive number of CPUs, got {cpus!r}", line)
+    return {str(k): float(v) for k, v in hosts.items()}
+
+
+def _workload_host(item: dict, hosts: dict[str, float], wfail) -> str:
+    """The host a workload names (a site scenario needs one, a machine takes none)."""
+    host = item.get("host")
+    if not hosts:
+        if host is not None:
+            raise wfail("host", "a workload names a host only in a scenario with a hosts table")
+        return ""
+    if host not in hosts:
+        raise wfail("host", f"expected one of the hosts {', '.join(hosts)}, got {host!r}")
+    return host
 
 
 def _wduration(item: dict, key: str, default: float, wfail) -> float:
@@ -438,6 +491,7 @@ class SimResult:
     e_share: np.ndarray
     delivered: np.ndarray
     cycles: int = 0
+    hosts: dict[str, SimResult] = field(default_factory=dict)  # a site: each host's own
 
     @property
     def max_deviation_pp(self) -> float:
@@ -464,7 +518,7 @@ class SimResult:
                 for m in items
             }
 
-        return {
+        out = {
             "scenario": self.scenario,
             "enforcer": self.enforcer,
             "window": list(self.window),
@@ -474,6 +528,16 @@ class SimResult:
             "groups": block(self.groups),
             "max_deviation_pp": self.max_deviation_pp,
         }
+        if self.hosts:
+            out["hosts"] = {
+                name: {
+                    "utilisation": r.utilisation,
+                    "lnodes": block(r.lnodes),
+                    "groups": block(r.groups),
+                }
+                for name, r in self.hosts.items()
+            }
+        return out
 
 
 class _Recorder:
@@ -554,6 +618,8 @@ def run_scenario(
     enforcer = enforcer or sc.enforcer
     if enforcer not in ENFORCERS:
         raise ValueError(f"enforcer must be one of {ENFORCERS}, not {enforcer!r}")
+    if sc.hosts:
+        return run_site(sc, enforcer, window)
     tree, consts, delta = sc.tree, sc.consts, sc.delta
     nsteps = max(1, math.ceil(sc.duration / delta - 1e-9))
     if window is None:
@@ -616,6 +682,163 @@ def run_scenario(
         table = run_cycle(tree, table, cons, consts, delta)
         rec.add(step, delta, m_now, e_now, cpu_l)
     return rec.result(sc, tree, enforcer)
+
+
+# -- a site: several hosts, one UDB ------------------------------------------------------
+
+
+class _SiteHost:
+    """One host of a simulated site: its machine, its workloads, its lnode table, its
+    GLOBALUSAGE state; `step` is one cycle of the daemon's loop on it."""
+
+    def __init__(self, sc: Scenario, name: str, cpus: float, enforcer: str) -> None:
+        tree = sc.tree
+        self.name, self.cpus, self.enforcer = name, cpus, enforcer
+        self.wl = [w for w in sc.workloads if w.host == name]
+        self.lnodes = sorted({tree.node(w.name) for w in self.wl})
+        self.arr = np.array(self.lnodes, dtype=np.int64)
+        d = sc.delta
+        self.col = np.array([self.lnodes.index(tree.node(w.name)) for w in self.wl], dtype=int)
+        self.procs = np.array([w.procs for w in self.wl], dtype=float)
+        self.runnable = np.array([w.procs if w.demand > 0 else 0 for w in self.wl], dtype=float)
+        self.demand = np.array([w.demand for w in self.wl])
+        self.start = np.array([math.ceil(w.start / d - 1e-9) for w in self.wl], dtype=int)
+        self.stop = np.array([math.ceil(w.stop / d - 1e-9) for w in self.wl], dtype=int)
+        self.machine = SimMachine(cpus)
+        self.table = new_table(tree)
+        self.cons = Consumption.zeros(tree.size)
+        self.site = SiteState.new(tree.size)
+        nl = len(self.lnodes)
+        self.present = np.zeros(nl, dtype=bool)
+        self.nrun = np.zeros(nl)
+        self.count = self.cap = np.zeros(len(self.wl))
+        self.cpu = np.zeros(tree.size)  # CPU s per node over the last cycle
+
+    def step(self, sc: Scenario, step: int, stored: dict, written: list) -> None:
+        """One cycle of `sc.delta` s; released lnodes' increments go to `written`."""
+        tree, consts, delta = sc.tree, sc.consts, sc.delta
+        if len(self.wl) and ((self.start == step) | (self.stop == step)).any():
+            now = step * delta
+            running = (self.start <= step) & (step < self.stop)
+            self.count = self.procs * running
+            self.cap = self.count * np.minimum(self.demand, 1.0)
+            nl = len(self.lnodes)
+            refs = np.bincount(self.col, weights=self.count, minlength=nl)
+            self.nrun = np.bincount(self.col, weights=self.runnable * running, minlength=nl)
+            here = refs > 0
+            for j in np.flatnonzero(here & ~self.present):
+                u, ext = stored.get(self.lnodes[j], (0.0, 0.0))
+                activate(self.table, self.lnodes[j], aged_usage(u, ext, now, consts))
+            for j in np.flatnonzero(self.present & ~here):
+                written.append((self.lnodes[j], release(self.table, self.lnodes[j], now)))
+            self.cons.nrun[self.arr] = self.nrun
+            self.cons.refs[self.arr] = refs
+            if (here != self.present).any():
+                self.present = here
+                self.cons.cpu[self.arr] = 0.0
+                self._cycle(tree, consts, 0.0)
+        e_now = self.table.e_share[self.arr]
+        w, idle = enforcer_weights(self.enforcer, e_now, self.table.background[self.arr], self.nrun)
+        got = self.machine.share(self.count, self.cap, self.count * w[self.col], idle[self.col])
+        cpu_l = np.bincount(self.col, weights=got, minlength=len(self.lnodes)) * delta
+        self.cons.cpu[self.arr] = cpu_l
+        self.cpu[:] = 0.0
+        self.cpu[self.arr] = cpu_l
+        self._cycle(tree, consts, delta)
+        self.site.add(self.cpu, delta)
+
+    def _cycle(self, tree: ShareTree, consts: Consts, elapsed: float) -> None:
+        self.table = run_cycle(tree, self.table, self.cons, consts, elapsed)
+        if consts.flags & GLOBALUSAGE:
+            self.table.e_share = apply_factors(tree, self.table, self.site.factor)
+
+
+def _view_of(tree: ShareTree, others: list[_SiteHost], usage: np.ndarray, delta: float):
+    """The SiteView one host reads: what the `others` publish, `usage` the stored one."""
+    leaf = tree.leaf_mask
+    active = np.zeros(tree.size, dtype=bool)
+    demand = np.zeros(tree.size, dtype=bool)
+    hosts = np.zeros(tree.size, dtype=np.int64)
+    rate = np.zeros(tree.size)
+    for h in others:
+        active |= h.table.active & leaf
+        wants = h.table.active & h.table.demand & leaf
+        demand |= wants
+        hosts += wants
+        rate += h.cpu / delta
+    view = SiteView(active, demand, hosts, rate, usage * active)
+    view.host_cpus = {h.name: h.cpus for h in others}
+    return view
+
+
+def run_site(sc: Scenario, enforcer: str, window: float | None = None) -> SimResult:
+    """Simulate the site scenario `sc` (a `hosts` table): each host runs the daemon's cycle
+    on its own machine and workloads; every write-back interval each writes what its
+    lnodes accrued to the shared store (increments, as fairshare.store does) and, with
+    GLOBALUSAGE, refreshes its site view and site factors (fairshare.site).
+
+    The result measures the site: entitled is the mean site-wide m_share (over the
+    lnodes active on any host), delivered the CPU received on all hosts over the CPU
+    delivered to all lnodes; `hosts` holds each host's own measurement.
+    """
+    tree, consts, delta = sc.tree, sc.consts, sc.delta
+    nsteps = max(1, math.ceil(sc.duration / delta - 1e-9))
+    if window is None:
+        first = min(int(round(sc.warmup / delta)), nsteps - 1)
+    else:
+        first = max(0, nsteps - max(1, int(round(window / delta))))
+    hosts = [_SiteHost(sc, name, cpus, enforcer) for name, cpus in sc.hosts.items()]
+    lnodes = sorted({tree.node(w.name) for w in sc.workloads})
+    arr = np.array(lnodes, dtype=np.int64)
+    site_rec = _Recorder(tree, lnodes, nsteps, first)
+    host_recs = [_Recorder(tree, h.lnodes, nsteps, first) for h in hosts]
+    stored: dict[int, tuple[float, float]] = dict(sc.shusage)
+    every = max(1, int(round(consts.writeback / delta))) if consts.writeback > 0 else 1
+    idx = tree_index(tree)
+    total_cpus = sum(sc.hosts.values())
+    for step in range(nsteps):
+        m_now = [h.table.m_share.copy() for h in hosts]
+        e_now = [h.table.e_share.copy() for h in hosts]
+        written: list = []
+        for h in hosts:
+            h.step(sc, step, stored, written)
+        if (step + 1) % every == 0:
+            now = (step + 1) * delta
+            for h in hosts:
+                for n in np.flatnonzero(h.table.active & tree.leaf_mask).tolist():
+                    written.append((n, accrued(h.table, n, now)))
+        for n, wb in written:
+            u, ext = stored.get(n, (0.0, 0.0))
+            u, ext = add_usage(u, ext, wb.shusage, wb.shextime, consts.halflife)
+            stored[n] = (float(u), float(ext))
+        if (step + 1) % every == 0 and consts.flags & GLOBALUSAGE:
+            now = (step + 1) * delta
+            usage = np.zeros(tree.size)
+            for n, (u, ext) in stored.items():
+                usage[n] = aged_usage(u, ext, now, consts)
+            for h in hosts:
+                h.site.view = _view_of(tree, [o for o in hosts if o is not h], usage, delta)
+                mine = np.flatnonzero(h.table.active & tree.leaf_mask)
+                refresh_usage(h.table, mine, usage)
+            for h in hosts:
+                h.site.factor = update_factors(tree, h.table, h.site, consts, h.cpus)
+        # The site's entitlement: machine shares over the lnodes active on any host.
+        leaves = np.zeros(tree.size, dtype=bool)
+        for h in hosts:
+            leaves |= h.table.active & tree.leaf_mask & (tree.shares > 0)
+        m_site = machine_shares(idx, tree.shares, idx.subtree_sum(leaves) > 0)
+        cpu_site = sum(h.cpu for h in hosts)
+        e_site = sum(e[arr] * h.cpus for e, h in zip(e_now, hosts, strict=True)) / total_cpus
+        site_rec.add(step, delta, m_site, e_site, cpu_site[arr])
+        for rec, h, m, e in zip(host_recs, hosts, m_now, e_now, strict=True):
+            rec.add(step, delta, m, e[h.arr], h.cpu[h.arr])
+    result = site_rec.result(sc, tree, enforcer)
+    result.hosts = {
+        h.name: rec.result(dataclasses.replace(sc, cpus=h.cpus), tree, enforcer)
+        for h, rec in zip(hosts, host_recs, strict=True)
+        if h.lnodes
+    }
+    return result
 
 
 def plot(result: SimResult, path: str | Path) -> None:

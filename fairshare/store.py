@@ -2,20 +2,26 @@
 checkpoints and recovery.
 
 - `publish`: every cycle the whole table of active lnodes replaces this host's
-  previous one, with a header row (cycle time, delta, enforcer, daemon pid), in
-  one transaction, so shrview never sees half a cycle.  A daemon that stops
-  cleanly leaves its last table, marked stopped (`mark_stopped`).
-- `write_back`: released lnodes' shusage and shextime are stored, their charges
-  added to shcharge and their CPU seconds to cpuquotaused, by UPDATE statements
-  that touch only those four columns (an administrator's concurrent change to
-  shares, resgrp or acids is never overwritten), and their checkpoint rows are
-  deleted in the same transaction so that a later recovery cannot add the same
-  charges twice.
-- `checkpoint`: every active leaf lnode's usage, charges and CPU seconds replace
-  this host's previous checkpoint (the guide's /etc/lnodes.chkpt).
+  previous one, with a header row (cycle time, delta, enforcer, daemon pid, the host's
+  CPUs and the CPU it delivered), in one transaction, so shrview never sees half a
+  cycle.  A daemon that stops cleanly leaves its last table, marked stopped
+  (`mark_stopped`).
+- `write_back`: lnodes' *increments* (fairshare.lnode.accrued: the usage they accrued
+  since they were last written, their charges and CPU seconds) are added to their
+  entries and to the entries of the resource groups above them, in one transaction:
+  shusage becomes the stored shusage aged to the write's time plus the increment
+  (fairshare.lnode.add_usage), shcharge and cpuquotaused grow.  Only those four columns are touched
+  (an administrator's concurrent change to shares, resgrp or acids is never
+  overwritten), the rows are locked in uid order first (SELECT ... FOR UPDATE on
+  PostgreSQL; SQLite's write transaction locks the file), so any number of hosts writing
+  back one user at once lose nothing; and the lnodes' checkpoint rows are deleted in
+  the same transaction so that a later recovery cannot add the same charges twice.
+- `checkpoint`: every active leaf lnode's unwritten increment replaces this host's
+  previous checkpoint (the guide's /etc/lnodes.chkpt).
 - `recover`: at start, whatever a crashed daemon checkpointed is written back as
-  if those lnodes had been released at the checkpoint's time; what accrued after
+  if those lnodes had been written at the checkpoint's time; what accrued after
   the checkpoint is lost, nothing more.
+- `site_view`: what the other live hosts publish, for GLOBALUSAGE (fairshare.site).
 
 Every row is keyed by host name, so daemons on several hosts can share one UDB.
 """
@@ -32,9 +38,9 @@ from sqlalchemy import Engine, bindparam, delete, insert, select, update
 
 from fairshare.consts import TICKS_PER_SECOND
 from fairshare.cycle import Consumption
-from fairshare.lnode import LnodeTable, WriteBack
+from fairshare.lnode import LnodeTable, WriteBack, add_usage
 from fairshare.tree import Kind, ShareTree
-from udb.models import Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
+from udb.models import SHF_GROUP, Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
 from udb.session import read_session, write_session
 
 
@@ -53,6 +59,8 @@ class CycleHeader:
     mode: str
     started: float
     counts: dict[str, float] | None = None
+    cpus: float | None = None  # the host's CPUs
+    delivered: float | None = None  # CPU s per s the lnodes received over the last cycle
 
 
 @dataclass(frozen=True)
@@ -68,8 +76,9 @@ class EntryState:
 
 @dataclass(frozen=True)
 class Recovered:
-    """One lnode recovered from a checkpoint: its entry's uid and name, usage (charge
-    units), charge added, CPU seconds added, and the checkpoint time (epoch s)."""
+    """One lnode recovered from a checkpoint: its entry's uid and name, the usage it had
+    accrued (charge units, added to shusage), charge added, CPU seconds added, and the
+    checkpoint time (epoch s)."""
 
     uid: int
     name: str
@@ -145,12 +154,13 @@ class LnodeStore:
 
     # -- write-back, checkpoint, recovery ----------------------------------------------------
 
-    def write_back(self, released: Sequence[tuple[int, WriteBack]]) -> None:
-        """Store released lnodes (entry uid, WriteBack) in one transaction."""
+    def write_back(self, released: Sequence[tuple[int, WriteBack]], halflife: float) -> None:
+        """Add lnodes' increments (entry uid, WriteBack) to their entries and their
+        groups', in one transaction; `halflife` (s) ages the stored usage."""
         if not released:
             return
         with write_session(self.engine) as s:
-            _write_back(s, released)
+            _write_back(s, released, halflife)
             uids = [uid for uid, _wb in released]
             s.execute(
                 delete(LnodeCheckpoint).where(
@@ -159,14 +169,15 @@ class LnodeStore:
             )
 
     def checkpoint(self, tree: ShareTree, table: LnodeTable, now: float) -> int:
-        """Replace this host's checkpoint with every active leaf lnode; returns how many."""
+        """Replace this host's checkpoint with every active leaf lnode's unwritten
+        increment (usage - stored, charge, CPU seconds); returns how many."""
         leaves = np.flatnonzero(table.active & tree.leaf_mask)
         rows = [
             {
                 "host": self.host,
                 "uid": int(tree.ids[n]),
                 "name": tree.names[n],
-                "usage": float(table.usage[n]),
+                "usage": max(float(table.usage[n] - table.stored[n]), 0.0),
                 "charge": float(table.charge[n]),
                 "cpu_seconds": float(table.cpu_seconds[n]),
                 "time": float(now),
@@ -179,14 +190,17 @@ class LnodeStore:
                 s.execute(insert(LnodeCheckpoint), rows)
         return len(rows)
 
-    def recover(self) -> list[Recovered]:
+    def recover(self, halflife: float) -> list[Recovered]:
         """Write back this host's checkpoint (left by a daemon that did not stop
-        cleanly) and delete it, in one transaction; returns what was recovered."""
+        cleanly) and delete it, in one transaction; returns what was recovered.
+        `halflife` (s) ages the stored usage (see `write_back`)."""
         with write_session(self.engine) as s:
             rows = s.scalars(select(LnodeCheckpoint).where(LnodeCheckpoint.host == self.host)).all()
             out = [Recovered(r.uid, r.name, r.usage, r.charge, r.cpu_seconds, r.time) for r in rows]
             _write_back(
-                s, [(r.uid, WriteBack(r.usage, r.time, r.charge, r.cpu_seconds)) for r in out]
+                s,
+                [(r.uid, WriteBack(r.usage, r.time, r.charge, r.cpu_seconds)) for r in out],
+                halflife,
             )
             s.execute(delete(LnodeCheckpoint).where(LnodeCheckpoint.host == self.host))
             s.execute(delete(PublishedLnode).where(PublishedLnode.host == self.host))
@@ -217,31 +231,82 @@ def add_counts(counts: dict[str, float], consumption: Consumption) -> None:
         counts[name] = counts.get(name, 0.0) + amount
 
 
-def _write_back(session, released: Sequence[tuple[int, WriteBack]]) -> None:
-    """UPDATE only shusage, shextime, shcharge (+=) and cpuquotaused (+=) per uid."""
+def group_chains(session) -> dict[int, list[int]]:
+    """For every entry that sits in a resource group, the uids of the groups above it,
+    nearest first (from the entries' resgrp; a loop is cut where it closes)."""
+    groups = dict(
+        session.execute(
+            select(Entry.uid, Entry.resgrp).where(Entry.shflags.op("&")(SHF_GROUP) != 0)
+        )
+    )
+    chains: dict[int, list[int]] = {}
+
+    def chain(resgrp: int) -> list[int]:
+        out, seen = [], set()
+        while resgrp in groups and resgrp not in seen:
+            seen.add(resgrp)
+            out.append(resgrp)
+            resgrp = groups[resgrp]
+        return out
+
+    for uid, resgrp in session.execute(select(Entry.uid, Entry.resgrp).where(Entry.resgrp != 0)):
+        chains[uid] = chain(resgrp)
+    return chains
+
+
+def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: float) -> None:
+    """Add the increments to the entries of their uids and of the groups above them:
+    shusage by `add_usage`, shextime the later time, shcharge and cpuquotaused (+=); the
+    groups get the usage and charge, not the CPU seconds (quotas are per lnode)."""
     if not released:
         return
+    chains = group_chains(session)
+    inc: dict[int, list[float]] = {}  # uid -> [usage, time, charge, cpu]
+    for uid, wb in released:
+        for target, cpu in [(uid, wb.cpu_seconds)] + [(g, 0.0) for g in chains.get(uid, [])]:
+            got = inc.get(target)
+            if got is None:
+                inc[target] = [wb.shusage, wb.shextime, wb.charge, cpu]
+                continue
+            u, t = add_usage(got[0], got[1], wb.shusage, wb.shextime, halflife)
+            inc[target] = [float(u), float(t), got[2] + wb.charge, got[3] + cpu]
+    uids = sorted(inc)
+    table = Entry.__table__
+    c = table.c
+    # Lock the rows in uid order, so concurrent writers queue instead of deadlocking.
+    query = select(c.uid, c.shusage, c.shextime).where(c.uid.in_(uids)).order_by(c.uid)
+    if session.get_bind().dialect.name != "sqlite":
+        query = query.with_for_update()
+    rows = session.connection().execute(query).all()
+    if not rows:
+        return
+    have = np.array([r.uid for r in rows])
+    add = np.array([inc[u] for u in have.tolist()])
+    usage, when = add_usage(
+        [r.shusage for r in rows], [r.shextime for r in rows], add[:, 0], add[:, 1], halflife
+    )
     stmt = (
-        update(Entry.__table__)
-        .where(Entry.__table__.c.uid == bindparam("b_uid"))
+        update(table)
+        .where(c.uid == bindparam("b_uid"))
         .values(
             shusage=bindparam("b_usage"),
             shextime=bindparam("b_time"),
-            shcharge=Entry.__table__.c.shcharge + bindparam("b_charge"),
-            cpuquotaused=Entry.__table__.c.cpuquotaused + bindparam("b_cpu"),
+            shcharge=c.shcharge + bindparam("b_charge"),
+            cpuquotaused=c.cpuquotaused + bindparam("b_cpu"),
         )
     )
     session.connection().execute(
         stmt,
         [
-            {
-                "b_uid": uid,
-                "b_usage": wb.shusage,
-                "b_time": wb.shextime,
-                "b_charge": wb.charge,
-                "b_cpu": wb.cpu_seconds,
-            }
-            for uid, wb in released
+            {"b_uid": u, "b_usage": us, "b_time": t, "b_charge": ch, "b_cpu": cpu}
+            for u, us, t, ch, cpu in zip(
+                have.tolist(),
+                usage.tolist(),
+                when.tolist(),
+                add[:, 2].tolist(),
+                add[:, 3].tolist(),
+                strict=True,
+            )
         ],
     )
 
