@@ -14,8 +14,15 @@ simulator), an enforcer, a store on the UDB and a clock.  Each cycle it
    pure `fairshare.cycle.run_cycle`;
 4. applies CPU quotas (SIGXCPU at the quota, SIGKILL past quota + threshold),
    hands the effective shares to the enforcer and publishes the lnode table;
-5. every `writeback` seconds writes back and releases the lnodes whose processes
-   have all gone; every `checkpoint` seconds checkpoints every active lnode.
+5. every `writeback` seconds adds what every lnode accrued to the UDB (increments, so
+   hosts sharing one UDB never erase each other's charges) and releases the lnodes whose
+   processes have all gone; with GLOBALUSAGE it then refreshes the site-wide usage and
+   site factors (fairshare.site); every `checkpoint` seconds checkpoints every active
+   lnode's unwritten increment.
+
+When the UDB cannot be reached the daemon keeps scheduling from what it knows (the last
+constants and tree; new lnodes start from usage 0), logs one line a minute, and keeps
+what it owes the UDB until the UDB answers again, then writes it all back.
 
 SIGTERM and SIGINT stop it: everything is written back, the enforcer undoes what
 it did, the published table is marked stopped, and `run` returns.  The time comes
@@ -39,14 +46,24 @@ from typing import Protocol
 
 import numpy as np
 from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from fairshare.admin import load_effective_consts
 from fairshare.collect import Collector, ProcessSample, Sample
-from fairshare.consts import NOSCHED, NOSHARE, Consts, load_consts
+from fairshare.consts import GLOBALUSAGE, NOSCHED, NOSHARE, Consts, load_consts
 from fairshare.cycle import Consumption, run_cycle
 from fairshare.enforce.base import Enforcer, LnodeTarget
-from fairshare.lnode import LnodeTable, WriteBack, activate, aged_usage, new_table, release
+from fairshare.lnode import (
+    LnodeTable,
+    WriteBack,
+    accrued,
+    activate,
+    aged_usage,
+    new_table,
+    release,
+)
 from fairshare.nicetables import tick_rates
+from fairshare.site import SiteState, apply_factors, refresh_usage, update_factors
 from fairshare.store import CycleHeader, EntryState, LnodeStore, add_counts
 from fairshare.sync import serve_requests
 from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
@@ -63,6 +80,10 @@ WEAKEST_NICE = 19
 #: Rebuild the tree at least this often (cycles) even when the fingerprint is unchanged,
 #: so quota changes and edits the fingerprint cannot see are picked up.
 RELOAD_EVERY = 15
+#: While the UDB cannot be reached, say so at most once per this many seconds.
+UNREACHABLE_LOG_EVERY = 60.0
+#: The errors that mean the UDB cannot be reached (server down, network, lock timeout).
+UNREACHABLE = (OperationalError, InterfaceError)
 
 
 class Clock(Protocol):
@@ -97,9 +118,11 @@ class SystemClock:
 @dataclass(frozen=True)
 class Options:
     """How the daemon runs.  `enforce_min_uid`: processes of lower uids (root, system
-    daemons) are charged but never moved or reniced."""
+    daemons) are charged but never moved or reniced.  `cpus`: the host's CPUs (default
+    os.cpu_count()), published for a site's displays and GLOBALUSAGE."""
 
     enforce_min_uid: int = 1000
+    cpus: float | None = None
 
 
 @dataclass
@@ -217,6 +240,11 @@ class Daemon:
         self._next_writeback = 0.0
         self._next_checkpoint = 0.0
         self._enforcer_is_set_up = False
+        self.cpus = float(self.options.cpus or os.cpu_count() or 1)
+        self.site: SiteState | None = None  # GLOBALUSAGE state (fairshare.site)
+        self.pending: list[tuple[int, WriteBack]] = []  # increments the UDB has not taken
+        self.unreachable_since: float | None = None  # monotonic s; None while it answers
+        self._unreachable_logged = 0.0
 
     # -- signals ---------------------------------------------------------------------------
 
@@ -267,7 +295,9 @@ class Daemon:
 
     def start(self) -> None:
         """Recover from a crash, load consts and tree, set the enforcer up, take a baseline."""
-        for r in self.store.recover():
+        with read_session(self.engine) as s:
+            halflife = self._load_consts(s).halflife
+        for r in self.store.recover(halflife):
             log.info(
                 "recovered lnode %s (uid %d) from the checkpoint of %s: usage %.6g, "
                 "charge %.6g, %.3f CPU s",
@@ -282,6 +312,7 @@ class Daemon:
             self.consts = self._load_consts(s)
             self.lnodes = load_lnodes(s, self.consts.mode)
         self._log_tree()
+        self.site = SiteState.new(self.lnodes.tree.size)
         self._sync_enforcer(self.consts)
         now = self.clock.monotonic()
         self._next_writeback = now + self.consts.writeback
@@ -290,9 +321,7 @@ class Daemon:
 
     def step(self) -> None:
         """One cycle (see the module docstring)."""
-        with read_session(self.engine) as s:
-            consts = self._load_consts(s)
-            self._maybe_reload(s, consts)
+        consts = self._udb("read the constants", self._read_consts) or self.consts
         self.consts = consts
         self._sync_enforcer(consts)
         sample = self.collector.sample(
@@ -307,34 +336,74 @@ class Daemon:
         self._activate(ln, consumption, sample.time)
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
         ln.table = run_cycle(ln.tree, ln.table, consumption, consts, elapsed)
+        self.site.add(consumption.cpu, elapsed)
+        if consts.flags & GLOBALUSAGE:
+            ln.table.e_share = apply_factors(ln.tree, ln.table, self.site.factor)
         self._pids = procs
         self.cycle += 1
-        serve_requests(self, sample.time)  # shrsync -u / -q, before the quotas (fairshare.sync)
+        # shrsync -u / -q, before the quotas (fairshare.sync)
+        self._udb("serve shrsync requests", serve_requests, self, sample.time)
         self._quotas(ln, consts)
         if self.scheduling:
             self.enforcer.apply(self._targets(ln))
-        self.store.publish(
-            ln.tree,
-            ln.table,
-            CycleHeader(
-                time=sample.time,
-                delta=consts.delta,
-                enforcer=self.enforcer_name,
-                pid=os.getpid(),
-                cycle=self.cycle,
-                mode=consts.mode,
-                started=self.started,
-                counts=dict(self.counts),
-            ),
+        header = CycleHeader(
+            time=sample.time,
+            delta=consts.delta,
+            enforcer=self.enforcer_name,
+            pid=os.getpid(),
+            cycle=self.cycle,
+            mode=consts.mode,
+            started=self.started,
+            counts=dict(self.counts),
+            cpus=self.cpus,
+            delivered=float(consumption.cpu.sum()) / elapsed,
         )
+        self._udb("publish the lnode table", self.store.publish, ln.tree, ln.table, header)
         now = self.clock.monotonic()
         if now >= self._next_writeback:
             self._next_writeback = now + consts.writeback
             self.write_back(sample.time, everything=False)
         if now >= self._next_checkpoint:
             self._next_checkpoint = now + consts.checkpoint
-            n = self.store.checkpoint(ln.tree, ln.table, sample.time)
-            log.debug("checkpointed %d lnodes", n)
+            n = self._udb("checkpoint", self.store.checkpoint, ln.tree, ln.table, sample.time)
+            log.debug("checkpointed %s lnodes", n)
+
+    def _read_consts(self) -> Consts:
+        with read_session(self.engine) as s:
+            consts = self._load_consts(s)
+            self._maybe_reload(s, consts)
+        return consts
+
+    def _udb(self, what: str, fn: Callable, *args):
+        """`fn(*args)`, or None when the UDB cannot be reached (logged once a minute)."""
+        try:
+            out = fn(*args)
+        except UNREACHABLE as err:
+            now = self.clock.monotonic()
+            if self.unreachable_since is None:
+                self.unreachable_since = now
+            if self._unreachable_logged == 0.0 or now - self._unreachable_logged >= (
+                UNREACHABLE_LOG_EVERY
+            ):
+                self._unreachable_logged = now
+                reason = str(getattr(err, "orig", err) or err).strip().splitlines()[0]
+                log.warning(
+                    "UDB unreachable for %.0f s (could not %s: %s): scheduling from the last "
+                    "known state, %d write-backs kept until it answers",
+                    now - self.unreachable_since,
+                    what,
+                    reason,
+                    len(self.pending),
+                )
+            return None
+        if self.unreachable_since is not None:
+            log.info(
+                "UDB reachable again after %.0f s", self.clock.monotonic() - self.unreachable_since
+            )
+            self.unreachable_since = None
+            self._unreachable_logged = 0.0
+            self._next_writeback = 0.0  # write back what was kept, at the end of this cycle
+        return out
 
     def shutdown(self) -> None:
         """Undo the enforcement, write every lnode back, drop the published table."""
@@ -345,7 +414,15 @@ class Daemon:
         if self.lnodes is not None:
             now = self.clock.time()
             self.write_back(now, everything=True)
-            self.store.mark_stopped(now)
+            if self.pending:
+                log.error(
+                    "UDB unreachable at exit: the increments of %d lnodes (usage %.6g, charge "
+                    "%.6g) were not written back",
+                    len(self.pending),
+                    sum(wb.shusage for _u, wb in self.pending),
+                    sum(wb.charge for _u, wb in self.pending),
+                )
+            self._udb("mark the published table stopped", self.store.mark_stopped, now)
         log.info("stopped after %d cycles; every lnode written back", self.cycle)
 
     @property
@@ -399,8 +476,9 @@ class Daemon:
             self._refresh_entries(ln)
             return
         gone = carry_over(ln, new, self.clock.time())
-        self.store.write_back(gone)
+        self.pending.extend(gone)
         self.lnodes = new
+        self.site = SiteState.new(new.tree.size)  # site factors restart on the new tree
         self._refresh_entries(new)
         log.info("share tree reloaded (%s)", reason)
         self._log_tree()
@@ -485,11 +563,13 @@ class Daemon:
         return c, procs
 
     def _activate(self, ln: Lnodes, c: Consumption, now: float) -> None:
-        """Create the lnodes of leaves that got processes (or idle time) this cycle."""
+        """Create the lnodes of leaves that got processes (or idle time) this cycle
+        (from usage 0 while the UDB cannot be reached)."""
         new = np.flatnonzero(ln.tree.leaf_mask & ~ln.table.active & ((c.refs > 0) | (c.cpu > 0)))
         if len(new) == 0:
             return
-        states = self.store.entry_states(int(ln.tree.ids[n]) for n in new)
+        uids = [int(ln.tree.ids[n]) for n in new]
+        states = self._udb("read the new lnodes' entries", self.store.entry_states, uids) or {}
         for n in new.tolist():
             st = states.get(int(ln.tree.ids[n]))
             usage = aged_usage(st.shusage, st.shextime, now, self.consts) if st else 0.0
@@ -563,25 +643,57 @@ class Daemon:
                 except ProcessLookupError:
                     pass
 
-    def write_back(self, now: float, everything: bool) -> int:
-        """Release and write back leaf lnodes with no processes (all of them when
-        `everything`, at shutdown); returns how many were written."""
+    def write_back(self, now: float, everything: bool, release_gone: bool = True) -> int:
+        """Add what every active leaf lnode accrued to the UDB, releasing those with no
+        processes (all of them when `everything`, at shutdown; none unless
+        `release_gone`); with GLOBALUSAGE, then refresh the site.  Returns how many
+        lnodes were written.  Increments the UDB does not take are kept for the next try.
+        """
         ln = self.lnodes
         t = ln.table
         leaves = t.active & ln.tree.leaf_mask
-        if not everything:
-            leaves &= t.refs == 0
-            if ln.idle is not None:
-                leaves[ln.idle] = False  # Idle never leaves while the daemon runs
+        gone = leaves & (t.refs == 0) if release_gone else np.zeros_like(leaves)
+        if ln.idle is not None:
+            gone[ln.idle] = False  # Idle never leaves while the daemon runs
+        if everything:
+            gone = leaves
         out = []
         for n in np.flatnonzero(leaves).tolist():
-            out.append((int(ln.tree.ids[n]), release(t, n, now)))
-            ln.entry.pop(n, None)
-            ln.warned.discard(n)
-        self.store.write_back(out)
+            uid = int(ln.tree.ids[n])
+            if gone[n]:
+                out.append((uid, release(t, n, now)))
+                ln.entry.pop(n, None)
+                ln.warned.discard(n)
+                continue
+            wb = accrued(t, n, now)
+            out.append((uid, wb))
+            st = ln.entry.get(n)
+            if st is not None:  # the CPU seconds move from the lnode to the entry
+                ln.entry[n] = dataclasses.replace(st, cpuquotaused=st.cpuquotaused + wb.cpu_seconds)
+        self.pending.extend(out)
+        consts = self.consts
+        if self._udb("write back", self.store.write_back, self.pending, consts.halflife) is None:
+            return 0
+        written, self.pending = len(self.pending), []
         if out:
-            log.debug("wrote back %d lnodes", len(out))
-        return len(out)
+            log.debug("wrote back %d lnodes", written)
+        if not everything:
+            self._udb("re-read the active entries", self._refresh_entries, ln)
+            if consts.flags & GLOBALUSAGE:
+                self._udb("refresh the site-wide usage", self.refresh_site, now)
+        return written
+
+    def refresh_site(self, now: float) -> None:
+        """GLOBALUSAGE: the active lnodes take their site-wide usage from the UDB, the
+        site view of the other live hosts is read, the site factors are updated."""
+        ln, consts = self.lnodes, self.consts
+        view, usage = self.store.site_view(
+            ln.tree, now, consts.halflife, live_after=now - 3 * max(consts.writeback, consts.delta)
+        )
+        mine = np.flatnonzero(ln.table.active & ln.tree.leaf_mask)
+        refresh_usage(ln.table, mine, usage)
+        self.site.view = view
+        self.site.factor = update_factors(ln.tree, ln.table, self.site, consts, self.cpus)
 
 
 def simulated_daemon(

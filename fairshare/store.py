@@ -34,11 +34,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Engine, bindparam, delete, insert, select, update
+from sqlalchemy import Engine, bindparam, case, delete, func, insert, select, update
 
-from fairshare.consts import TICKS_PER_SECOND
+from fairshare.consts import TICKS_PER_SECOND, decay
 from fairshare.cycle import Consumption
 from fairshare.lnode import LnodeTable, WriteBack, add_usage
+from fairshare.site import SiteView
 from fairshare.tree import Kind, ShareTree
 from udb.models import SHF_GROUP, Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
 from udb.session import read_session, write_session
@@ -154,11 +155,12 @@ class LnodeStore:
 
     # -- write-back, checkpoint, recovery ----------------------------------------------------
 
-    def write_back(self, released: Sequence[tuple[int, WriteBack]], halflife: float) -> None:
+    def write_back(self, released: Sequence[tuple[int, WriteBack]], halflife: float) -> int:
         """Add lnodes' increments (entry uid, WriteBack) to their entries and their
-        groups', in one transaction; `halflife` (s) ages the stored usage."""
+        groups', in one transaction; `halflife` (s) ages the stored usage.  Returns how
+        many increments were written."""
         if not released:
-            return
+            return 0
         with write_session(self.engine) as s:
             _write_back(s, released, halflife)
             uids = [uid for uid, _wb in released]
@@ -167,6 +169,56 @@ class LnodeStore:
                     LnodeCheckpoint.host == self.host, LnodeCheckpoint.uid.in_(uids)
                 )
             )
+        return len(released)
+
+    def site_view(
+        self, tree: ShareTree, now: float, halflife: float, live_after: float
+    ) -> tuple[SiteView, np.ndarray]:
+        """What the other hosts publish, for GLOBALUSAGE: (their `SiteView` over `tree`'s
+        nodes, every leaf's stored site-wide usage aged to `now`, charge units).
+
+        Hosts count when their daemon runs and published after `live_after` (epoch s).
+        Three queries: the live hosts, one aggregate over their lnodes by uid, and the
+        entries' stored usage.
+        """
+        cycles, lnodes = LnodeCycle.__table__.c, PublishedLnode.__table__.c
+        entries = Entry.__table__.c
+        live = (cycles.running.is_(True)) & (cycles.host != self.host) & (cycles.time >= live_after)
+        n = tree.size
+        view = SiteView.empty(n)
+        usage = np.zeros(n)
+        node_of = _leaf_nodes(tree)
+        with read_session(self.engine) as s:
+            heads = s.execute(select(cycles.host, cycles.cpus).where(live)).all()
+            view.host_cpus = {h: float(c or 0.0) for h, c in heads}
+            if view.host_cpus:
+                rows = s.execute(
+                    select(
+                        lnodes.uid,
+                        func.sum(lnodes.cpu * func.coalesce(cycles.delivered, 0.0)),
+                        func.sum(case((lnodes.demand.is_(True), 1), else_=0)),
+                    )
+                    .join(cycles, cycles.host == lnodes.host)
+                    .where(live, lnodes.kind.in_(("user", "account")))
+                    .group_by(lnodes.uid)
+                ).all()
+                for uid, rate, hosts in rows:
+                    node = node_of.get(uid)
+                    if node is not None:
+                        view.active[node] = True
+                        view.rate[node] = rate or 0.0
+                        view.hosts[node] = hosts or 0
+                        view.demand[node] = bool(hosts)
+            stored = s.execute(
+                select(entries.uid, entries.shusage, entries.shextime).where(entries.shusage > 0)
+            ).all()
+        if stored:
+            uids, shusage, shextime = (np.array(c) for c in zip(*stored, strict=True))
+            nodes = np.array([node_of.get(u, -1) for u in uids.tolist()])
+            ok = nodes >= 0
+            usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], halflife)
+        view.usage = usage * view.active
+        return view, usage
 
     def checkpoint(self, tree: ShareTree, table: LnodeTable, now: float) -> int:
         """Replace this host's checkpoint with every active leaf lnode's unwritten
@@ -231,14 +283,17 @@ def add_counts(counts: dict[str, float], consumption: Consumption) -> None:
         counts[name] = counts.get(name, 0.0) + amount
 
 
+def _leaf_nodes(tree: ShareTree) -> dict[int, int]:
+    """uid (acid in Share by Account) -> leaf node of `tree`."""
+    leaves = np.flatnonzero(tree.leaf_mask)
+    return dict(zip(tree.ids[leaves].tolist(), leaves.tolist(), strict=True))
+
+
 def group_chains(session) -> dict[int, list[int]]:
     """For every entry that sits in a resource group, the uids of the groups above it,
     nearest first (from the entries' resgrp; a loop is cut where it closes)."""
-    groups = dict(
-        session.execute(
-            select(Entry.uid, Entry.resgrp).where(Entry.shflags.op("&")(SHF_GROUP) != 0)
-        )
-    )
+    query = select(Entry.uid, Entry.resgrp).where(Entry.shflags.op("&")(SHF_GROUP) != 0)
+    groups = {uid: resgrp for uid, resgrp in session.execute(query)}
     chains: dict[int, list[int]] = {}
 
     def chain(resgrp: int) -> list[int]:

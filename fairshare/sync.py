@@ -5,11 +5,11 @@ host and waits for the daemon to mark it done; the daemon looks for requests onc
 cycle (`serve_requests`, called from `Daemon.step`), so this works the same on the real
 machine and on the simulator, and as an unprivileged administrator.
 
-- "update" (shrsync -u): every active leaf lnode's usage is written to its entry's
-  shusage with shextime = now, its charges since it was created (or since the last
-  update) are added to shcharge and its CPU seconds to cpuquotaused; the daemon then
-  zeroes those two accumulators and drops the lnodes' checkpoint rows, so nothing is
-  counted twice (not at release, not after a crash).
+- "update" (shrsync -u): what every active leaf lnode accrued since it was created (or
+  last written) is added to its entry, as the daemon does every write-back interval:
+  its usage increment to shusage (shextime = now), its charges to shcharge and its CPU
+  seconds to cpuquotaused; the lnode is marked written and its checkpoint rows dropped,
+  so nothing is counted twice (not at release, not after a crash).
 - "quota" (shrsync -q): every active leaf lnode takes its entry's cpuquotaused as its
   new base for the CPU quota, so a quota cleared with udbgen acts at once.
 
@@ -27,7 +27,6 @@ import numpy as np
 from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session
 
-from fairshare.lnode import WriteBack
 from udb.errors import UdbError
 from udb.models import LnodeCycle, SyncRequest
 from udb.session import read_session, write_session
@@ -142,24 +141,9 @@ def _active_leaves(daemon) -> list[int]:
 
 
 def update_udb(daemon, now: float) -> int:
-    """shrsync -u: write every active leaf lnode to the UDB without releasing it, then
-    zero its charge and CPU-second accumulators; returns how many lnodes were written."""
-    ln = daemon.lnodes
-    t = ln.table
-    nodes = _active_leaves(daemon)
-    out = [
-        (
-            int(ln.tree.ids[n]),
-            WriteBack(float(t.usage[n]), now, float(t.charge[n]), float(t.cpu_seconds[n])),
-        )
-        for n in nodes
-    ]
-    # One transaction: the entries, and the checkpoint rows of these lnodes dropped.
-    daemon.store.write_back(out)
-    t.charge[nodes] = 0.0
-    t.cpu_seconds[nodes] = 0.0
-    _reread_entries(daemon, nodes)
-    return len(out)
+    """shrsync -u: add what every active leaf lnode accrued to the UDB without releasing
+    it (fairshare.daemon.Daemon.write_back); returns how many lnodes were written."""
+    return daemon.write_back(now, everything=False, release_gone=False)
 
 
 def reread_quotas(daemon) -> int:

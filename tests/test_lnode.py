@@ -9,7 +9,7 @@ import pytest
 
 from fairshare.consts import Consts
 from fairshare.cycle import Consumption, run_cycle
-from fairshare.lnode import activate, aged_usage, new_table, release
+from fairshare.lnode import accrued, activate, add_usage, aged_usage, new_table, release
 from fairshare.tree import build_tree
 
 G = 0o40000
@@ -64,10 +64,12 @@ def test_release_writes_back_and_releases_empty_groups(tree):
     t = new_table(tree)
     for name in ("u1", "u2", "u3"):
         activate(t, tree.node(name), 10.0)
+    t.usage[tree.node("u1")] = 25.0  # 10 brought from the UDB, 15 accrued here
     t.charge[tree.node("u1")] = 7.0
     t.cpu_seconds[tree.node("u1")] = 3.0
     wb = release(t, tree.node("u1"), now=1234.0)
-    assert (wb.shusage, wb.shextime, wb.charge, wb.cpu_seconds) == (10.0, 1234.0, 7.0, 3.0)
+    # Only the increment goes back: the 10 it brought are in the UDB already.
+    assert (wb.shusage, wb.shextime, wb.charge, wb.cpu_seconds) == (15.0, 1234.0, 7.0, 3.0)
     assert not t.active[tree.node("u1")] and t.usage[tree.node("u1")] == 0
     assert t.active[tree.node("PA")]  # u2 is still there
     release(t, tree.node("u2"), now=1235.0)
@@ -92,7 +94,9 @@ def test_lifecycle_through_cycles(tree):
     charge = 4.0 * 100 * 100  # 4 CPU s at 100 per tick, 100 ticks per s
     assert wb.charge == pytest.approx(3 * charge)
     assert wb.cpu_seconds == pytest.approx(12.0)
-    assert wb.shusage == pytest.approx(1e6 * k**3 + charge * (k**2 + k + 1))
+    # The increment: what it accrued here (its 1e6 from the UDB decayed with it, and
+    # add_usage ages the stored shusage by the same time).
+    assert wb.shusage == pytest.approx(charge * (k**2 + k + 1))
     assert wb.shextime == 3612.0
 
 
@@ -102,3 +106,39 @@ def test_copy_is_deep(tree):
     c.usage[1] = 5.0
     assert t.usage[1] == 0.0
     assert c.parent is t.parent
+
+
+def test_accrued_returns_the_increment_and_marks_it_written(tree):
+    t = new_table(tree)
+    u1 = tree.node("u1")
+    activate(t, u1, 100.0)
+    t.usage[u1], t.charge[u1], t.cpu_seconds[u1] = 130.0, 40.0, 2.0
+    wb = accrued(t, u1, now=50.0)
+    assert (wb.shusage, wb.shextime, wb.charge, wb.cpu_seconds) == (30.0, 50.0, 40.0, 2.0)
+    assert t.active[u1] and t.usage[u1] == 130.0 and t.stored[u1] == 130.0
+    assert t.charge[u1] == 0.0 and t.cpu_seconds[u1] == 0.0
+    assert accrued(t, u1, now=51.0).shusage == 0.0  # nothing twice
+
+
+def test_stored_usage_decays_with_usage(tree):
+    consts = Consts(halflife=3600.0)
+    t = new_table(tree)
+    u1 = tree.node("u1")
+    activate(t, u1, 1000.0)
+    c = Consumption.zeros(tree.size)
+    c.cpu[u1], c.refs[u1], c.nrun[u1] = 1.0, 1, 1
+    t = run_cycle(tree, t, c, consts, 3600.0)
+    assert t.stored[u1] == pytest.approx(500.0)
+    assert t.usage[u1] - t.stored[u1] == pytest.approx(10_000.0)  # this cycle's charge
+
+
+def test_add_usage_ages_both_to_the_later_time():
+    # 100 stored at t=0, 40 accrued as of t=3600, half-life 3600: 50 + 40.
+    assert add_usage(100.0, 0.0, 40.0, 3600.0, 3600.0) == (pytest.approx(90.0), 3600.0)
+    # An increment older than what is stored is aged to the stored time instead.
+    u, t = add_usage(100.0, 3600.0, 40.0, 0.0, 3600.0)
+    assert (u, t) == (pytest.approx(120.0), 3600.0)
+    # Order does not matter: two hosts adding in either order get the same.
+    a = add_usage(*add_usage(0.0, 0.0, 10.0, 100.0, 50.0), 20.0, 200.0, 50.0)
+    b = add_usage(*add_usage(0.0, 0.0, 20.0, 200.0, 50.0), 10.0, 100.0, 50.0)
+    assert a[0] == pytest.approx(b[0]) and a[1] == b[1] == 200.0

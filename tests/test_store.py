@@ -74,7 +74,8 @@ def test_write_back_touches_only_usage_exit_time_charge_and_quota(engine):
         [
             (1001, WriteBack(shusage=123.0, shextime=5000.0, charge=40.0, cpu_seconds=1.5)),
             (1002, WriteBack(shusage=7.0, shextime=5001.0, charge=2.0, cpu_seconds=0.5)),
-        ]
+        ],
+        halflife=3600.0,
     )
     with read_session(engine) as s:
         a = s.scalars(select(Entry).where(Entry.uid == 1001)).one()
@@ -82,6 +83,26 @@ def test_write_back_touches_only_usage_exit_time_charge_and_quota(engine):
     assert (a.shusage, a.shextime, a.shcharge, a.cpuquotaused) == (123.0, 5000.0, 50.0, 1.5)
     assert a.shares == 9 and a.comment == "x" and a.resgrp == 500
     assert (b.shusage, b.shcharge, b.cpuquotaused) == (7.0, 2.0, 2.5)
+    # Their group G is written back with them, in the same transaction (the guide records
+    # usage "for each user and resource group"): both increments, aged to the later time.
+    with read_session(engine) as s:
+        g = s.scalars(select(Entry).where(Entry.uid == 500)).one()
+    assert g.shusage == pytest.approx(123.0 * 0.5 ** (1 / 3600) + 7.0)
+    assert (g.shextime, g.shcharge, g.cpuquotaused) == (5001.0, 42.0, 0.0)
+
+
+def test_write_back_adds_to_what_is_stored(engine):
+    store = LnodeStore(engine, host="h1")
+    store.write_back([(1001, WriteBack(100.0, 0.0, 10.0, 1.0))], halflife=3600.0)
+    # Another host writes 40 of its own an hour later: 100 aged by an hour, plus 40.
+    LnodeStore(engine, host="h2").write_back(
+        [(1001, WriteBack(40.0, 3600.0, 5.0, 0.5))], halflife=3600.0
+    )
+    with read_session(engine) as s:
+        a = s.scalars(select(Entry).where(Entry.uid == 1001)).one()
+        g = s.scalars(select(Entry).where(Entry.uid == 500)).one()
+    assert (a.shusage, a.shextime, a.shcharge, a.cpuquotaused) == (90.0, 3600.0, 25.0, 1.5)
+    assert (g.shusage, g.shcharge) == (90.0, 15.0)
 
 
 def test_checkpoint_then_recover_writes_back_once(engine):
@@ -95,11 +116,11 @@ def test_checkpoint_then_recover_writes_back_once(engine):
     table.cpu_seconds[[alice, bob]] = [3.0, 0.25]
     assert store.checkpoint(tree, table, now=7000.0) == 2  # leaves only, not G
     # bob leaves cleanly before the crash: his write-back removes his checkpoint row.
-    store.write_back([(1002, WriteBack(31.0, 7001.0, 6.0, 0.3))])
+    store.write_back([(1002, WriteBack(31.0, 7001.0, 6.0, 0.3))], halflife=3600.0)
     with read_session(engine) as s:
         assert s.scalars(select(LnodeCheckpoint.name)).all() == ["alice"]
     store.publish(tree, table, header())
-    recovered = store.recover()
+    recovered = store.recover(halflife=3600.0)
     assert [(r.name, r.usage, r.charge, r.cpu_seconds, r.time) for r in recovered] == [
         ("alice", 300.0, 50.0, 3.0, 7000.0)
     ]
@@ -111,7 +132,12 @@ def test_checkpoint_then_recover_writes_back_once(engine):
         assert s.scalars(select(LnodeCycle)).all() == []
     assert (a.shusage, a.shextime, a.shcharge, a.cpuquotaused) == (300.0, 7000.0, 60.0, 3.0)
     assert (b.shusage, b.shcharge) == (31.0, 6.0)  # only its clean write-back
-    assert store.recover() == []  # nothing is recovered twice
+    # The group is recovered with its member: bob's clean increment, then alice's.
+    with read_session(engine) as s:
+        g = s.scalars(select(Entry).where(Entry.uid == 500)).one()
+    assert g.shusage == pytest.approx(31.0 + 300.0 * 0.5 ** (1 / 3600))
+    assert g.shcharge == 56.0
+    assert store.recover(halflife=3600.0) == []  # nothing is recovered twice
 
 
 def test_entry_states(engine):

@@ -111,6 +111,11 @@ class LnodeCycle(Base):
     stopped: Mapped[float | None] = mapped_column(Float, nullable=True)
     #: Resource totals since the daemon started (cpu s, bio, sio, syscalls, mem, tty).
     counts: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    #: The host's CPUs, and the CPU s per s its lnodes received over the cycle (a lnode's
+    #: published `cpu` fraction times this is its CPU rate there): for a site's displays
+    #: and GLOBALUSAGE (fairshare.site).
+    cpus: Mapped[float | None] = mapped_column(Float, nullable=True)
+    delivered: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class PublishedLnode(Base):
@@ -125,7 +130,7 @@ class PublishedLnode(Base):
     host: Mapped[str] = mapped_column(String(255), primary_key=True)
     node: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(String(64), nullable=False)
-    uid: Mapped[int] = mapped_column(Integer, nullable=False)
+    uid: Mapped[int] = mapped_column(Integer, nullable=False, index=True)
     kind: Mapped[str] = mapped_column(String(16), nullable=False)
     parent: Mapped[int] = mapped_column(Integer, nullable=False)
     level: Mapped[int] = mapped_column(Integer, nullable=False)

@@ -1,0 +1,29 @@
+"""A site (many hosts, one UDB): each published cycle header says how many CPUs its host
+has and how much CPU its lnodes received (fairshare.site), and the published lnodes are
+found by uid across hosts (shrview --site, the GLOBALUSAGE refresh).
+
+Revision ID: 0008
+Revises: 0007
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("lnode_cycles") as batch:
+        batch.add_column(sa.Column("cpus", sa.Float, nullable=True))
+        batch.add_column(sa.Column("delivered", sa.Float, nullable=True))
+    op.create_index("ix_lnodes_uid", "lnodes", ["uid"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_lnodes_uid", table_name="lnodes")
+    with op.batch_alter_table("lnode_cycles") as batch:
+        batch.drop_column("delivered")
+        batch.drop_column("cpus")
