@@ -752,18 +752,34 @@ def simulated_daemon(
         raise OptionError(
             f"{scenario}: workloads name lnodes the UDB does not have: {', '.join(missing)}"
         )
+    workloads, cpus = site_part(sc, host)
     length = max(1, math.ceil(sc.duration / consts.delta - 1e-9))
     if epoch is None:  # the run of `cycles` (or the scenario's length) ends about now
         epoch = time.time() - (cycles or length) * consts.delta
     clock = SimClock(epoch)
-    world = world_for(tree, sc.workloads, sc.cpus, sc.enforcer, clock)
+    world = world_for(tree, workloads, cpus, sc.enforcer, clock)
     daemon = Daemon(
         engine,
         SimCollector(world),
         SimEnforcer(world),
         LnodeStore(engine, host),
         clock=clock,
-        options=Options(enforce_min_uid=0),
+        options=Options(enforce_min_uid=0, cpus=cpus),
         account_of=(lambda p: p.uid) if consts.share_by_account else None,
     )
     return daemon, sc.enforcer, length
+
+
+def site_part(sc, host: str) -> tuple[list, float]:
+    """(workloads, CPUs) of host `host` in scenario `sc`: a site scenario's (its `hosts`
+    table) for that host, else the whole scenario's machine."""
+    from udb.errors import OptionError
+
+    if not sc.hosts:
+        return sc.workloads, sc.cpus
+    if host not in sc.hosts:
+        raise OptionError(
+            f"{sc.source}: --host {host}: expected one of the scenario's hosts "
+            f"{', '.join(sc.hosts)}"
+        )
+    return [w for w in sc.workloads if w.host == host], sc.hosts[host]

@@ -198,7 +198,7 @@ class LnodeStore:
                         func.sum(lnodes.cpu * func.coalesce(cycles.delivered, 0.0)),
                         func.sum(case((lnodes.demand.is_(True), 1), else_=0)),
                     )
-                    .join(cycles, cycles.host == lnodes.host)
+                    .join(LnodeCycle.__table__, cycles.host == lnodes.host)
                     .where(live, lnodes.kind.in_(("user", "account")))
                     .group_by(lnodes.uid)
                 ).all()

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 from click.testing import CliRunner
+from pgserver import throwaway_server
 from sqlalchemy import select, text, update
 
 from udb import directives
@@ -142,12 +138,6 @@ def test_a_udb_at_the_first_revision_upgrades_in_place(tmp_path):
 # -- PostgreSQL ---------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def pg_url():
     """A PostgreSQL URL: UDB_TEST_PG_URL, else a throwaway cluster when root can make one."""
@@ -155,48 +145,11 @@ def pg_url():
     if url:
         yield url
         return
-    initdb = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if os.geteuid() != 0:
-        pytest.skip("no UDB_TEST_PG_URL, and starting a throwaway PostgreSQL needs root")
-    if not initdb or shutil.which("runuser") is None:
-        pytest.skip("no UDB_TEST_PG_URL, and no PostgreSQL server installed to start one")
+    server = throwaway_server()
     try:
-        import pwd
-
-        pwd.getpwnam("postgres")
-    except KeyError:
-        pytest.skip("no UDB_TEST_PG_URL, and no postgres system user to run a server as")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        pytest.skip("psycopg is not installed (pip install -e '.[test]')")
-    bindir = os.path.dirname(initdb[-1])
-    work = tempfile.mkdtemp(prefix="udb-pg-")
-    shutil.chown(work, "postgres")
-    data, port = os.path.join(work, "data"), _free_port()
-
-    def as_postgres(*cmd: str) -> None:
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True, timeout=60
-        )
-
-    try:
-        as_postgres(f"{bindir}/initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync")
-        as_postgres(
-            f"{bindir}/pg_ctl", "-D", data, "-w", "-l", os.path.join(work, "log"), "-o",
-            f"-p {port} -k {work} -c listen_addresses='' -c fsync=off", "start",
-        )  # fmt: skip
-    except (subprocess.SubprocessError, OSError) as err:
-        shutil.rmtree(work, ignore_errors=True)
-        pytest.skip(f"could not start a throwaway PostgreSQL: {err}")
-    try:
-        yield f"postgresql+psycopg://postgres@/postgres?host={work}&port={port}"
+        yield server.url
     finally:
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", f"{bindir}/pg_ctl", "-D", data, "-m", "immediate",
-             "stop"], capture_output=True, timeout=60,
-        )  # fmt: skip
-        shutil.rmtree(work, ignore_errors=True)
+        server.remove()
 
 
 def test_postgresql_round_trip(pg_url, acme_acct):

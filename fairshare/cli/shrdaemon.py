@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 
 import click
@@ -19,7 +20,7 @@ import click
 from fairshare.consts import NOSCHED, NOSHARE, load_consts
 from fairshare.daemon import Daemon, Options
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
-from fairshare.lock import DaemonLock
+from fairshare.lock import DaemonLock, lock_path
 from fairshare.store import LnodeStore
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
@@ -88,7 +89,9 @@ def detach() -> None:
 @click.option(
     "--host",
     metavar="NAME",
-    help="Host name keying the published rows and the checkpoint (default: this host's name).",
+    help="Host name keying the published rows and the checkpoint (default: this host's "
+    "name; with --simulate: simulator, or one of a site scenario's hosts).  One daemon "
+    "per UDB and host name: a second one is refused.",
 )
 @click.option(
     "--show",
@@ -137,13 +140,15 @@ def main(
     engine = open_udb(url)
     with read_session(engine) as s:
         consts = load_consts(s)
+    # One daemon per UDB and host name: a second one with the same --host is refused.
+    host = host or ("simulator" if scenario else socket.gethostname())
+    lock = DaemonLock(url, f"{display_name(url)} (host {host})", path=lock_path(url, host))
     if scenario:
-        host = host or "simulator"
-        run_simulation(engine, scenario, cycles, enforcer, host)
+        with lock:
+            run_simulation(engine, scenario, cycles, enforcer, host)
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
-    lock = DaemonLock(url, display_name(url))
     daemon = None
     lock.acquire()
     try:
@@ -156,7 +161,7 @@ def main(
             )
         else:
             log.info("enforcer %s: %s", choice.name, choice.reason)
-        log.info("UDB %s, lock %s", display_name(url), lock.path)
+        log.info("UDB %s, host %s, lock %s", display_name(url), host, lock.path)
         daemon = make_daemon(engine, choice, host, enforce_min_uid)
         daemon.install_signal_handlers()
         run_logged(daemon, cycles)

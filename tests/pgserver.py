@@ -1,0 +1,84 @@
+"""A throwaway PostgreSQL server for tests: initdb in a temporary directory, started
+as the postgres user on a Unix socket there, stopped (and restarted) at will."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PgServer:
+    """One PostgreSQL cluster; `url` is its SQLAlchemy URL (psycopg, Unix socket)."""
+
+    def __init__(self) -> None:
+        initdb = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        self.bindir = os.path.dirname(initdb[-1])
+        self.work = tempfile.mkdtemp(prefix="udb-pg-")
+        shutil.chown(self.work, "postgres")
+        self.data, self.port = os.path.join(self.work, "data"), _free_port()
+        self.url = f"postgresql+psycopg://postgres@/postgres?host={self.work}&port={self.port}"
+        self._as_postgres(
+            f"{self.bindir}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"
+        )
+
+    def _as_postgres(self, *cmd: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True, timeout=60
+        )
+
+    def start(self) -> None:
+        self._as_postgres(
+            f"{self.bindir}/pg_ctl", "-D", self.data, "-w", "-l", os.path.join(self.work, "log"),
+            "-o", f"-p {self.port} -k {self.work} -c listen_addresses='' -c fsync=off", "start",
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", f"{self.bindir}/pg_ctl", "-D", self.data,
+             "-m", "immediate", "-w", "stop"], capture_output=True, timeout=60,
+        )  # fmt: skip
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def skip_unless_pg_possible() -> None:
+    """Skip (saying why) unless this process can start a throwaway PostgreSQL."""
+    if os.geteuid() != 0:
+        pytest.skip("starting a throwaway PostgreSQL needs root")
+    if not glob.glob("/usr/lib/postgresql/*/bin/initdb") or shutil.which("runuser") is None:
+        pytest.skip("no PostgreSQL server installed to start a throwaway one")
+    try:
+        import pwd
+
+        pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("no postgres system user to run a server as")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed (pip install -e '.[test]')")
+
+
+def throwaway_server() -> PgServer:
+    """A started PgServer, or skip saying why none can be started."""
+    skip_unless_pg_possible()
+    try:
+        server = PgServer()
+        server.start()
+    except (subprocess.SubprocessError, OSError) as err:
+        pytest.skip(f"could not start a throwaway PostgreSQL: {err}")
+    return server

@@ -1,0 +1,441 @@
+"""Many hosts, one UDB: increments never lost, GLOBALUSAGE fair across the site, site
+scenarios in shrsim, a daemon that outlives its database.
+
+Charges: with the default cost_tick (100 per tick, 100 ticks per CPU second) one CPU
+second costs 10,000 charge units.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+from pgserver import throwaway_server
+from sqlalchemy import create_engine, select, text
+
+import fairshare.sim as sim
+from fairshare.cli.shrsim import main as shrsim
+from fairshare.daemon import simulated_daemon
+from fairshare.lnode import WriteBack
+from fairshare.sim import ScenarioError, load_scenario, parse_scenario, run_scenario
+from fairshare.store import LnodeStore
+from udb import directives
+from udb.models import Entry
+from udb.session import dispose_all, open_udb, read_session
+
+SITE = ROOT / "examples" / "scenarios" / "10_site.toml"
+CHARGE_PER_CPU_S = 10_000.0
+EPOCH = 1_700_000_000.0
+
+
+# -- the simulator runs a site ---------------------------------------------------------
+
+
+def delivered(result) -> dict[str, float]:
+    return {m.name: m.delivered for m in result.lnodes}
+
+
+def test_globalusage_gives_each_user_a_third_of_the_site():
+    r = run_scenario(load_scenario(SITE))
+    for name in "xyz":
+        assert r.lnode(name).entitled == pytest.approx(1 / 3)
+        assert abs(r.lnode(name).delivered - 1 / 3) < 0.02, delivered(r)
+    # Each host's own measurement: on a, x gets twice what z gets.
+    a = {m.name: m.delivered for m in r.hosts["a"].lnodes}
+    assert a["x"] == pytest.approx(2 / 3, abs=0.03) and a["z"] == pytest.approx(1 / 3, abs=0.03)
+
+
+def test_without_globalusage_each_host_is_fair_on_its_own():
+    sc = load_scenario(SITE)
+    sc.consts = sc.consts.replace(flags=0)
+    d = delivered(run_scenario(sc))
+    assert d["x"] == pytest.approx(0.25, abs=0.01) and d["z"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_summed_usage_alone_settles_short_of_the_target(monkeypatch):
+    # The site factors switched off: each host splits by m^2 / site usage only, which
+    # settles where the module docstring of fairshare.site says (29/29/41).
+    monkeypatch.setattr(
+        sim, "update_factors", lambda tree, table, state, consts, cpus: state.factor
+    )
+    d = delivered(run_scenario(load_scenario(SITE)))
+    x = 2 / (1 + 1 / np.sqrt(2)) / 4
+    assert d["x"] == pytest.approx(x, abs=0.01) and d["y"] == pytest.approx(x, abs=0.01)
+    assert d["z"] == pytest.approx(1 - 2 * x, abs=0.01)
+
+
+def test_globalusage_with_groups_and_unequal_shares():
+    # Two groups 3:1; in G1 u1 (2 shares) runs on a only, u2 (1 share) on both; G2's u3
+    # runs on b only.  Site targets: u1 1/2, u2 1/4, u3 1/4.
+    text_ = (
+        SITE.read_text().split("directives")[0]
+        + '''
+directives = """
+create:G1:uid:500:shflags:040000:shares:3:
+create:G2:uid:600:shflags:040000:shares:1:
+create:u1:uid:1001:resgrp:G1:shares:2:
+create:u2:uid:1002:resgrp:G1:shares:1:
+create:u3:uid:1003:resgrp:G2:shares:1:
+"""
+[consts]
+halflife = "15m"
+flags = ["GLOBALUSAGE"]
+[[workload]]
+name = "u1"
+host = "a"
+procs = 4
+[[workload]]
+name = "u2"
+host = "a"
+procs = 4
+[[workload]]
+name = "u2"
+host = "b"
+procs = 4
+[[workload]]
+name = "u3"
+host = "b"
+procs = 4
+'''
+    )
+    r = run_scenario(parse_scenario(text_, "groups.toml"))
+    want = {"u1": 0.5, "u2": 0.25, "u3": 0.25, "G1": 0.75, "G2": 0.25}
+    for name, share in want.items():
+        assert r.lnode(name).entitled == pytest.approx(share)
+        assert abs(r.lnode(name).delivered - share) < 0.02, (name, r.lnode(name))
+
+
+def test_shrsim_reports_the_site_and_each_host(tmp_path):
+    plot = tmp_path / "site.png"
+    r = CliRunner().invoke(shrsim, [str(SITE), "--json", "--plot", str(plot)])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert set(out["lnodes"]) == {"x", "y", "z"}
+    assert set(out["hosts"]) == {"a", "b"}
+    assert set(out["hosts"]["a"]["lnodes"]) == {"x", "z"}
+    assert set(out["hosts"]["b"]["lnodes"]) == {"y", "z"}
+    assert out["hosts"]["a"]["utilisation"] == pytest.approx(1.0)
+    assert plot.stat().st_size > 10_000
+
+
+BAD_SITES = [
+    ("hosts = { a = 2, b = 0 }\n", 1, "hosts.b: expected a positive number of CPUs"),
+    ("hosts = { a = 2, b = -1.5 }\n", 1, "hosts.b: expected a positive number of CPUs"),
+    ("[hosts]\na = 2\nb = 0\n", 3, "hosts.b: expected a positive number of CPUs"),
+]
+
+
+@pytest.mark.parametrize("hosts,line,message", BAD_SITES)
+def test_a_host_with_no_cpus_is_an_error_at_its_line(hosts, line, message):
+    body = 'duration = "1h"\ndirectives = "create:x:uid:1001:shares:1:"\n'
+    wl = '[[workload]]\nname = "x"\nhost = "a"\n'
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(hosts + body + wl, "s.toml")
+    assert str(err.value).startswith(f"s.toml:{line}:") and message in str(err.value)
+
+
+def test_a_workload_on_an_unknown_host_is_an_error_at_its_line(tmp_path):
+    text_ = (
+        'hosts = { a = 2 }\nduration = "1h"\ndirectives = "create:x:uid:1001:shares:1:"\n'
+        '[[workload]]\nname = "x"\nhost = "a"\n[[workload]]\nname = "x"\nhost = "c"\n'
+    )
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(text_, "s.toml")
+    assert str(err.value) == ("s.toml:9:1: workload 2: host: expected one of the hosts a, got 'c'")
+    (tmp_path / "s.toml").write_text(text_)
+    r = CliRunner().invoke(shrsim, [str(tmp_path / "s.toml")])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.stderr == f"shrsim: {tmp_path / 's.toml'}:9:1: {str(err.value).split(':9:1: ')[1]}\n"
+
+
+def test_host_needs_a_site_and_a_site_no_cpus():
+    body = 'duration = "1h"\ndirectives = "create:x:uid:1001:shares:1:"\n'
+    with pytest.raises(ScenarioError, match="names a host only in a scenario with a hosts"):
+        parse_scenario("cpus = 2\n" + body + '[[workload]]\nname = "x"\nhost = "a"\n', "s")
+    with pytest.raises(ScenarioError, match="either cpus .* or hosts"):
+        parse_scenario("cpus = 2\nhosts = { a = 1 }\n" + body, "s")
+
+
+# -- UDBs: SQLite and a throwaway PostgreSQL ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pg_server():
+    if os.environ.get("UDB_TEST_PG_URL"):
+        pytest.skip("these tests stop and start their own PostgreSQL server")
+    server = throwaway_server()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def pg_db(pg_server):
+    """The URL of a new, empty database on the throwaway server."""
+    name = f"udb_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(pg_server.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    yield pg_server.url.replace("/postgres?", f"/{name}?")
+    dispose_all()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_udb(request, udb_url):
+    if request.param == "sqlite":
+        return udb_url
+    return request.getfixturevalue("pg_db")
+
+
+USERS = "create:x:uid:1001:shares:1:\ncreate:y:uid:1002:shares:1:\ncreate:z:uid:1003:shares:1:"
+
+
+def test_concurrent_write_backs_lose_nothing(any_udb):
+    engine = open_udb(any_udb)
+    directives.run(engine, directives.parse("create:G:uid:500:shflags:040000:shares:1:\n"
+                   + USERS.replace("shares:1:", "resgrp:G:shares:1:"), "site"))  # fmt: skip
+    writers, rounds = 16, 10
+    start = threading.Barrier(writers)
+    errors = []
+
+    def host(i: int) -> None:
+        store = LnodeStore(engine, f"h{i}")
+        try:
+            start.wait(30)
+            for r in range(rounds):
+                wbs = [(uid, WriteBack(1.0, EPOCH + r, 1.0, 0.5)) for uid in (1003, 1001, 1002)]
+                store.write_back(wbs if i % 2 else wbs[::-1], halflife=1e12)
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=host, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with read_session(engine) as s:
+        rows = {e.name: e for e in s.scalars(select(Entry))}
+    for name in "xyz":
+        e = rows[name]
+        assert (e.shusage, e.shcharge, e.cpuquotaused) == pytest.approx(
+            (writers * rounds, writers * rounds, writers * rounds * 0.5)
+        )
+        assert e.shextime == EPOCH + rounds - 1
+    assert rows["G"].shusage == pytest.approx(3 * writers * rounds)
+    assert rows["G"].shcharge == pytest.approx(3 * writers * rounds)
+
+
+# -- two simulated daemons over one UDB, in step ------------------------------------------
+
+
+def site_daemons(url: str, scenario, hosts=("a", "b")):
+    """Simulated daemons for `hosts` of a site scenario on one UDB, started, each with a
+    tally of the CPU seconds its machine gave each uid."""
+    engine = open_udb(url)
+    daemons, tally = [], {}
+    for h in hosts:
+        d, _model, _length = simulated_daemon(engine, str(scenario), host=h, epoch=EPOCH)
+        got = tally[h] = defaultdict(float)
+        sample = d.collector.sample
+
+        def counted(*args, sample=sample, got=got, **kw):
+            s = sample(*args, **kw)
+            for p in s.processes:
+                got[p.uid] += p.cpu
+            return s
+
+        d.collector.sample = counted
+        d.start()
+        daemons.append(d)
+    return engine, daemons, tally
+
+
+def step_all(daemons, n=1):
+    for _ in range(n):
+        for d in daemons:
+            d.clock.sleep(d.consts.delta, d.wake)
+            d.step()
+
+
+def entry(engine, name):
+    with read_session(engine) as s:
+        e = s.scalars(select(Entry).where(Entry.name == name)).one()
+        s.expunge(e)
+    return e
+
+
+def slow_site(tmp_path, halflife="1000d", duration="20m", flags='["GLOBALUSAGE"]'):
+    path = tmp_path / "site.toml"
+    path.write_text(
+        SITE.read_text()
+        .replace('halflife = "15m"', f'halflife = "{halflife}"')
+        .replace('duration = "4h"', f'duration = "{duration}"')
+        .replace('flags = ["GLOBALUSAGE"]', f"flags = {flags}")
+        .replace('warmup = "2h"\n', "")
+    )
+    return path
+
+
+def test_the_shared_user_holds_both_hosts_charges_within_one_write_back(any_udb, tmp_path):
+    # Half-life 1000 days: usage is (nearly) the sum of the charges.
+    engine, daemons, tally = site_daemons(any_udb, slow_site(tmp_path))
+    a, b = daemons
+    every = int(a.consts.writeback / a.consts.delta)  # cycles per write-back interval
+    history = []
+    for cycle in range(1, 4 * every + 1):
+        step_all(daemons)
+        used = tally["a"][1003] + tally["b"][1003]
+        history.append(used)
+        z = entry(engine, "z")
+        # Stored is never ahead of what ran, and never behind by more than one interval.
+        assert z.cpuquotaused <= used + 1e-6
+        if cycle > every:
+            assert z.cpuquotaused >= history[cycle - every - 1] - 1e-6
+    # GLOBALUSAGE: host a schedules z on the usage of both hosts, and knows y (on b only).
+    za = a.lnodes.tree.node("z")
+    own = tally["a"][1003] * CHARGE_PER_CPU_S
+    assert a.lnodes.table.usage[za] > 1.5 * own
+    y = a.lnodes.tree.node("y")
+    assert a.site.view.active[y] and a.site.view.usage[y] > 0 and a.site.view.rate[y] > 0
+    assert a.site.view.host_cpus == {"b": 2.0}
+    for d in daemons:
+        d.shutdown()
+    z = entry(engine, "z")
+    used = tally["a"][1003] + tally["b"][1003]
+    assert z.cpuquotaused == pytest.approx(used)
+    assert z.shcharge == pytest.approx(used * CHARGE_PER_CPU_S)
+    assert z.shusage == pytest.approx(z.shcharge, rel=1e-3)  # increments, not an overwrite
+
+
+def test_two_daemons_under_globalusage_give_a_third_each(udb_url, tmp_path):
+    site = slow_site(tmp_path, halflife="10m", duration="1h").read_text()
+    site = site.replace('delta = "4s"', 'delta = "10s"')
+    (tmp_path / "site.toml").write_text(site)
+    engine, daemons, tally = site_daemons(udb_url, tmp_path / "site.toml")
+    step_all(daemons, 180)  # 30 minutes
+    before = {u: tally["a"][u] + tally["b"][u] for u in (1001, 1002, 1003)}
+    step_all(daemons, 180)  # measure the next 30
+    got = {u: tally["a"][u] + tally["b"][u] - before[u] for u in before}
+    total = sum(got.values())
+    shares = {u: v / total for u, v in got.items()}
+    assert all(abs(s - 1 / 3) < 0.02 for s in shares.values()), shares
+
+
+# -- the database goes away and comes back ------------------------------------------------
+
+
+def test_a_daemon_outlives_its_database(pg_server, pg_db, tmp_path, caplog):
+    engine, daemons, tally = site_daemons(pg_db, slow_site(tmp_path), hosts=("a",))
+    (a,) = daemons
+    step_all(daemons, 20)
+    pg_server.stop()
+    try:
+        with caplog.at_level(logging.INFO, logger="shrdaemon"):
+            step_all(daemons, 45)  # 3 simulated minutes without a database
+            lines = [r.getMessage() for r in caplog.records if "unreachable" in r.message]
+            assert len(lines) == 3, lines  # one line a minute
+            assert a.pending  # what it owes is kept
+            assert a.lnodes.table.active[a.lnodes.tree.node("z")]  # still scheduling
+            assert (a.lnodes.table.e_share > 0).any()
+    finally:
+        pg_server.start()
+    with caplog.at_level(logging.INFO, logger="shrdaemon"):
+        step_all(daemons, 2)
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
+    assert a.pending == []
+    a.shutdown()
+    for uid, name in ((1001, "x"), (1003, "z")):
+        e = entry(engine, name)
+        assert e.cpuquotaused == pytest.approx(tally["a"][uid])  # nothing lost
+        assert e.shcharge == pytest.approx(tally["a"][uid] * CHARGE_PER_CPU_S)
+
+
+# -- the real commands on PostgreSQL ----------------------------------------------------------
+
+
+def shrdaemon(*args, **kw):
+    return subprocess.Popen(
+        [sys.executable, "-m", "fairshare.cli.shrdaemon", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_two_shrdaemons_on_postgresql(pg_db, tmp_path):
+    from udb.cli.udbgen import main as udbgen
+
+    r = CliRunner().invoke(udbgen, ["--udb", pg_db, "-c", USERS])
+    assert r.exit_code == 0, r.output
+    from fairshare.cli.shradmin import main as shradmin
+
+    r = CliRunner().invoke(shradmin, ["--udb", pg_db, "-F", "GLOBALUSAGE", "-K", "1000d"])
+    assert r.exit_code == 0, r.output
+    for host, user in (("a", "x"), ("b", "y")):  # scenarios naming no directives
+        (tmp_path / f"{host}.toml").write_text(
+            f'cpus = 2\nduration = "30m"\n[[workload]]\nname = "{user}"\nprocs = 4\n'
+            '[[workload]]\nname = "z"\nprocs = 4\n'
+        )
+    procs = [
+        shrdaemon("--udb", pg_db, "--simulate", str(tmp_path / f"{h}.toml"), "--host", h)
+        for h in ("a", "b")
+    ]
+    # A second daemon for host a, while the first runs, is refused.
+    time.sleep(1.0)
+    twin = shrdaemon("--udb", pg_db, "--simulate", str(tmp_path / "a.toml"), "--host", "a")
+    out, err = twin.communicate(timeout=120)
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert twin.returncode == 2 and len(err.strip().splitlines()) == 1, err
+    assert "already served" in err and "host a" in err
+    engine = open_udb(pg_db)
+    with read_session(engine) as s:
+        rows = {e.name: e for e in s.scalars(select(Entry))}
+        from udb.models import LnodeCycle
+
+        heads = {h.host: h for h in s.scalars(select(LnodeCycle))}
+    # Every CPU second charged on either host is in the UDB: the sum of the hosts' counts.
+    ticks = sum(heads[h].counts["tick"] for h in ("a", "b"))
+    charged = sum(rows[n].shcharge for n in "xyz")
+    assert charged == pytest.approx(ticks * 100.0)
+    # z ran on both: its usage is the sum of both hosts' increments, not one overwrite.
+    assert rows["z"].shusage == pytest.approx(rows["z"].shcharge, rel=1e-3)
+    assert rows["z"].shcharge > 1.2 * max(rows["x"].shcharge, rows["y"].shcharge) / 2
+
+
+# -- issue 11.3: group usage written back -------------------------------------------------------
+
+
+def test_group_usage_is_written_back_after_an_acme_run(udb_url):
+    from fairshare.cli.shrdaemon import main as daemon_main
+
+    scenario = ROOT / "examples" / "scenarios" / "06_acme.toml"
+    r = CliRunner().invoke(daemon_main, ["--udb", udb_url, "--simulate", str(scenario)])
+    assert r.exit_code == 0, r.output
+    engine = open_udb(udb_url)
+    with read_session(engine) as s:
+        rows = {e.name: e for e in s.scalars(select(Entry))}
+    members = [e for e in rows.values() if e.resgrp in (rows["Proj1A"].uid, rows["Proj1B"].uid)]
+    assert rows["Proj1"].shusage > 0 and rows["Proj1"].shcharge > 0
+    # A group's charge is its members' (through its subgroups).
+    sub = rows["Proj1A"].shcharge + rows["Proj1B"].shcharge
+    assert rows["Proj1"].shcharge == pytest.approx(
+        sub
+        + sum(e.shcharge for e in rows.values() if e.resgrp == rows["Proj1"].uid and not e.is_group)
+    )
+    assert sum(e.shcharge for e in members) == pytest.approx(sub)
