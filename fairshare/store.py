@@ -37,7 +37,7 @@ import numpy as np
 from sqlalchemy import Engine, bindparam, case, delete, func, insert, select, update
 
 from fairshare.consts import TICKS_PER_SECOND, decay
-from fairshare.cycle import Consumption
+from fairshare.cycle import Consumption, tree_index
 from fairshare.lnode import LnodeTable, WriteBack, add_usage
 from fairshare.site import SiteView
 from fairshare.tree import Kind, ShareTree
@@ -366,6 +366,125 @@ def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: fl
     )
 
 
+@dataclass(frozen=True)
+class SiteLnode:
+    """One lnode as the whole site sees it (shrview --site, shrinfo).
+
+    usage: site-wide decayed usage (charge units): for a leaf, its entry's stored
+    shusage aged to now plus what every host still owes it (published usage - stored);
+    for a group or the root, the sum of its leaves'.  nrun: runnable processes on all
+    hosts.  cpus: per host, the CPU s per s it received there in that host's last cycle.
+    `level` and `parent` (the parent's key, None for the root) place it in the tree;
+    `key` is (kind, uid).
+    """
+
+    key: tuple[str, int]
+    name: str
+    uid: int
+    kind: str
+    level: int
+    parent: tuple[str, int] | None
+    shares: float
+    usage: float
+    nrun: int
+    cpus: dict[str, float]
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts where it has an lnode, by name."""
+        return sorted(self.cpus)
+
+
+@dataclass(frozen=True)
+class SiteHost:
+    """A host that published a table: its CPUs (None if not published), whether its daemon
+    still runs (its header says so), and the time of its last cycle (epoch s)."""
+
+    name: str
+    cpus: float | None
+    running: bool
+    time: float
+
+
+def read_site(
+    engine: Engine, now: float, halflife: float
+) -> tuple[list[SiteHost], list[SiteLnode]]:
+    """The site: every host that published a table, and every lnode active on any of
+    them with its usage summed over hosts (see `SiteLnode`), parents before children."""
+    cycles, lnodes, entries = (
+        LnodeCycle.__table__.c,
+        PublishedLnode.__table__.c,
+        Entry.__table__.c,
+    )
+    with read_session(engine) as s:
+        heads = s.execute(
+            select(cycles.host, cycles.cpus, cycles.running, cycles.time, cycles.delivered)
+        ).all()
+        rows = s.execute(
+            select(
+                lnodes.host, lnodes.node, lnodes.parent, lnodes.name, lnodes.uid, lnodes.kind,
+                lnodes.level, lnodes.shares, lnodes.usage, lnodes.stored, lnodes.nrun, lnodes.cpu,
+            ).order_by(lnodes.host, lnodes.node)
+        ).all()  # fmt: skip
+        uids = sorted({r.uid for r in rows if r.kind not in ("root", "group")})
+        stored = {}
+        if uids:
+            q = select(entries.uid, entries.shusage, entries.shextime).where(entries.uid.in_(uids))
+            stored = {u: (us, t) for u, us, t in s.execute(q)}
+    delivered = {h.host: h.delivered or 0.0 for h in heads}
+    hosts = [SiteHost(h.host, h.cpus, bool(h.running), h.time) for h in heads]
+    key_of = {(r.host, r.node): (r.kind, r.uid) for r in rows}
+    acc: dict[tuple[str, int], dict] = {}
+    for r in rows:
+        key = (r.kind, r.uid)
+        a = acc.get(key)
+        if a is None:
+            parent = key_of.get((r.host, r.parent))
+            a = acc[key] = {
+                "name": r.name, "uid": r.uid, "kind": r.kind, "level": r.level, "parent": parent,
+                "shares": r.shares, "owed": 0.0, "nrun": 0, "cpus": {},
+            }  # fmt: skip
+        a["owed"] += max(r.usage - (r.usage if r.stored is None else r.stored), 0.0)
+        a["nrun"] += r.nrun
+        a["cpus"][r.host] = r.cpu * delivered.get(r.host, 0.0)
+    usage = {}
+    for key, a in acc.items():
+        if a["kind"] in ("root", "group"):
+            continue
+        us, t = stored.get(a["uid"], (0.0, now))
+        usage[key] = us * decay(now - t, halflife) + a["owed"]
+    # Groups and the root: the sum of their leaves', children listed after their parent.
+    for key, u in list(usage.items()):
+        parent = acc[key]["parent"]
+        while parent is not None and parent in acc:
+            usage[parent] = usage.get(parent, 0.0) + u
+            parent = acc[parent]["parent"]
+    children: dict = {}
+    for key, a in acc.items():
+        children.setdefault(a["parent"], []).append(key)
+    out: list[SiteLnode] = []
+    stack = sorted(children.get(None, []), key=lambda k: acc[k]["name"], reverse=True)
+    while stack:
+        key = stack.pop()
+        a = acc[key]
+        out.append(
+            SiteLnode(
+                key,
+                a["name"],
+                a["uid"],
+                a["kind"],
+                a["level"],
+                a["parent"],
+                a["shares"],
+                usage.get(key, 0.0),
+                a["nrun"],
+                a["cpus"],
+            )  # fmt: skip
+        )
+        stack.extend(sorted(children.get(key, []), key=lambda k: acc[k]["name"], reverse=True))
+    return hosts, out
+
+
 def published_hosts(engine: Engine) -> list[str]:
     """The hosts that have a published lnode table in the UDB, by name."""
     with read_session(engine) as s:
@@ -376,6 +495,7 @@ def published_rows(host: str, tree: ShareTree, table: LnodeTable, nodes: np.ndar
     """The PublishedLnode rows (as dicts) for `nodes` of `table`."""
     cols = {
         "usage": table.usage,
+        "stored": tree_index(tree).subtree_sum(table.stored),
         "charge": table.charge,
         "cpu_seconds": table.cpu_seconds,
         "rate": table.rate,

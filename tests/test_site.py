@@ -439,3 +439,40 @@ def test_group_usage_is_written_back_after_an_acme_run(udb_url):
         + sum(e.shcharge for e in rows.values() if e.resgrp == rows["Proj1"].uid and not e.is_group)
     )
     assert sum(e.shcharge for e in members) == pytest.approx(sub)
+
+
+# -- displays -------------------------------------------------------------------------------
+
+
+def test_shrview_site_and_shrinfo_show_usage_on_other_hosts(udb_url, tmp_path):
+    from fairshare.cli.shrinfo import main as shrinfo
+    from fairshare.cli.shrview import main as shrview
+
+    engine, daemons, tally = site_daemons(udb_url, slow_site(tmp_path))
+    step_all(daemons, 40)
+    now = str(daemons[0].clock.time())
+    r = CliRunner().invoke(shrview, ["--udb", udb_url, "--site", "--now", now, "--json"])
+    assert r.exit_code == 0, r.output
+    site = json.loads(r.stdout)
+    assert {h: v["cpus"] for h, v in site["hosts"].items()} == {"a": 2.0, "b": 2.0}
+    by = {v["name"]: v for v in site["lnodes"]}
+    assert by["z"]["hosts"] == ["a", "b"] and by["x"]["hosts"] == ["a"]
+    assert by["z"]["nrun"] == 8
+    # Each host's 2 CPUs, as its last cycle split them.
+    assert by["x"]["cpus"]["a"] + by["z"]["cpus"]["a"] == pytest.approx(2.0)
+    assert by["y"]["cpus"]["b"] + by["z"]["cpus"]["b"] == pytest.approx(2.0)
+    text_ = CliRunner().invoke(shrview, ["--udb", udb_url, "--site", "--now", now]).stdout
+    assert "Site: 2 hosts" in text_ and any(
+        line.split()[0] == "z" and line.endswith("a,b") for line in text_.splitlines()[4:]
+    )
+    r = CliRunner().invoke(shrinfo, ["--udb", udb_url, "z", "--host", "a", "--now", now])
+    assert r.exit_code == 0, r.output
+    assert "GLOBALUSAGE: it also runs on other hosts (CPUs: b " in r.stdout
+    # x runs on a only: nothing to say.
+    r = CliRunner().invoke(shrinfo, ["--udb", udb_url, "x", "--host", "a", "--now", now])
+    assert "GLOBALUSAGE" not in r.stdout
+    # The site-wide usage is what the UDB holds once both hosts wrote everything back.
+    for d in daemons:
+        d.shutdown()
+    for name in "xyz":
+        assert by[name]["usage"] == pytest.approx(entry(engine, name).shusage, rel=1e-6)

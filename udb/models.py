@@ -138,6 +138,9 @@ class PublishedLnode(Base):
     refs: Mapped[int] = mapped_column(Integer, nullable=False)
     nrun: Mapped[int] = mapped_column(Integer, nullable=False)
     usage: Mapped[float] = mapped_column(Float, nullable=False)
+    #: The part of `usage` already stored in the UDB (groups: their leaves'); the rest
+    #: is what this host still owes it (fairshare.lnode).
+    stored: Mapped[float | None] = mapped_column(Float, nullable=True)
     charge: Mapped[float] = mapped_column(Float, nullable=False)
     cpu_seconds: Mapped[float] = mapped_column(Float, nullable=False)
     rate: Mapped[float] = mapped_column(Float, nullable=False)

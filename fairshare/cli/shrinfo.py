@@ -12,7 +12,7 @@ import orjson
 from sqlalchemy import select
 
 from fairshare.admin import load_effective_consts, schedules
-from fairshare.consts import load_consts
+from fairshare.consts import GLOBALUSAGE, load_consts
 from fairshare.display.settings import settings_json, settings_lines
 from fairshare.display.shrinfo import (
     active_profile,
@@ -30,7 +30,7 @@ from fairshare.display.shrview import (
     view_lnodes,
 )
 from fairshare.lnode import aged_usage
-from fairshare.store import published_hosts
+from fairshare.store import published_hosts, read_site
 from fairshare.tree import TREE_COLUMNS, build_tree
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound, OptionError
@@ -104,6 +104,7 @@ def main(udb, user, verbose, every, host, now, as_json):
             groups=[(tree.names[a], float(static[a])) for a in reversed(tree.ancestors(node)[:-1])],
             halflife=consts.halflife,
         )
+    site = site_note(engine, entry.name, snap, profile, consts, now)
     leaves = [v for v in lnodes if not v.is_group]
     active = (len(leaves), int(tree.leaf_mask.sum()), sum(v.kind == "group" for v in lnodes))
     who = "accounts" if mode == "account" else "users"
@@ -116,6 +117,7 @@ def main(udb, user, verbose, every, host, now, as_json):
             "age": snap.age if snap else None,
             "notes": notes,
             "user": profile_json(profile),
+            "site": site[1] if site else None,
         }
         if verbose:
             doc["settings"] = settings_json(base, rows, in_force)
@@ -127,7 +129,7 @@ def main(udb, user, verbose, every, host, now, as_json):
             click.echo(line)
         click.echo(f"Active {who} = {active[0]}/{active[1]}, active groups = {active[2]}.")
         click.echo()
-    for line in notes + profile_lines(profile):
+    for line in notes + profile_lines(profile) + ([site[0]] if site else []):
         click.echo(line)
 
 
@@ -162,6 +164,31 @@ def _show_every(engine, snap, verbose: bool, as_json: bool, settings: tuple) -> 
         click.echo()
     for line in figure7_lines(leaves):
         click.echo(line)
+
+
+def site_note(engine, name: str, snap, profile, consts, now: float) -> tuple[str, dict] | None:
+    """With GLOBALUSAGE, when `name` also runs on other hosts: the line saying that its
+    usage there lowers its share here, and the same as JSON (site-wide usage, CPUs per
+    host); None otherwise."""
+    if snap is None or not consts.flags & GLOBALUSAGE:
+        return None
+    _hosts, lnodes = read_site(engine, now, consts.halflife)
+    me = next((v for v in lnodes if v.name == name and v.kind not in ("root", "group")), None)
+    if me is None:
+        return None
+    elsewhere = {h: c for h, c in me.cpus.items() if h != snap.host}
+    if not elsewhere:
+        return None
+    here = me.cpus.get(snap.host, 0.0)
+    there = ", ".join(f"{h} {c:.2f}" for h, c in sorted(elsewhere.items()))
+    low = profile.e_share is not None and profile.e_share < profile.m_share
+    line = (
+        f"  GLOBALUSAGE: it also runs on other hosts (CPUs: {there}; {here:.2f} here on "
+        f"{snap.host}); its site-wide usage {me.usage:.4g} counts here"
+        + (", which is why its E-share is below its Share" if low else "")
+    )
+    doc = {"usage": me.usage, "cpus": me.cpus, "low_because_of_other_hosts": low}
+    return line, doc
 
 
 def _entry(session, name: str | None) -> Entry:

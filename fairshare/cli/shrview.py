@@ -25,6 +25,7 @@ from rich.text import Text
 from sqlalchemy import select as sql_select
 
 from fairshare.admin import load_effective_consts
+from fairshare.consts import load_consts
 from fairshare.display.shrview import (
     DISPLAYS,
     Snapshot,
@@ -38,10 +39,11 @@ from fairshare.display.shrview import (
     screenful,
     stale_message,
 )
-from fairshare.store import LnodeStore
+from fairshare.display.site import site_json, site_lines
+from fairshare.store import LnodeStore, read_site
 from fairshare.tree import TREE_COLUMNS, build_tree
 from udb.cli.common import handle_errors, udb_option
-from udb.errors import OptionError
+from udb.errors import NotFound, OptionError
 from udb.models import Entry
 from udb.session import open_udb, read_session
 
@@ -162,6 +164,12 @@ def tree_leaves(engine, mode: str) -> int:
 )
 @click.option("--host", metavar="NAME", help="Show the table this host's daemon published.")
 @click.option(
+    "--site",
+    is_flag=True,
+    help="Show the whole site: every lnode's usage summed over all the hosts that share "
+    "the UDB, its CPUs there, and the hosts it runs on.",
+)
+@click.option(
     "--now",
     type=float,
     metavar="EPOCH",
@@ -169,13 +177,18 @@ def tree_leaves(engine, mode: str) -> int:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one document per line).")
 @handle_errors
-def main(udb, display, select_, sort, repeat, continuous, host, now, as_json):
+def main(udb, display, select_, sort, repeat, continuous, host, site, now, as_json):
     """Display the fair-share scheduler's state: the lnode table the daemon publishes
     every cycle, as the guide's monitor (-dm), adjgroup (-da), statistics (-ds), nice
     (-dn) and limshare (-dl) displays, or the Kay-Lauder group bars (-dg).  Names are
     indented by level; * marks your own lnode.  Without a running daemon it says so on
     stderr and shows the last published state.  Exit status 0, or 2 for bad input or
     when nothing was published."""
+    if site:
+        if host or repeat or continuous:
+            raise OptionError("--site shows every host: it goes with neither --host, -r nor -c")
+        show_site(udb, now, as_json)
+        return
     req = ViewRequest(display=parse_display(display), select=parse_select(select_))
     req.sort = parse_sort(sort)
     if continuous and (repeat or as_json):
@@ -205,6 +218,21 @@ def main(udb, display, select_, sort, repeat, continuous, host, now, as_json):
             click.echo(stale_message(snap, local_time), err=True)
             warned = True
         click.echo(out)
+
+
+def show_site(udb: str | None, now: float | None, as_json: bool) -> None:
+    """Print the site display (fairshare.display.site)."""
+    engine = open_udb(udb)
+    now = time.time() if now is None else now
+    with read_session(engine) as s:
+        consts = load_consts(s)
+    hosts, lnodes = read_site(engine, now, consts.halflife)
+    if not hosts:
+        raise NotFound("no lnode table has been published in this UDB: is shrdaemon running?")
+    if as_json:
+        click.echo(orjson.dumps(site_json(hosts, lnodes, now)).decode())
+    else:
+        click.echo("\n".join(site_lines(hosts, lnodes, now)))
 
 
 def frame_lines(snap: Snapshot, req: ViewRequest) -> list[str]:

@@ -1,6 +1,7 @@
 """A site (many hosts, one UDB): each published cycle header says how many CPUs its host
-has and how much CPU its lnodes received (fairshare.site), and the published lnodes are
-found by uid across hosts (shrview --site, the GLOBALUSAGE refresh).
+has and how much CPU its lnodes received (fairshare.site); each published lnode says how
+much of its usage is already stored in the UDB (the rest is still owed by its host), and
+the published lnodes are found by uid across hosts (shrview --site, GLOBALUSAGE).
 
 Revision ID: 0008
 Revises: 0007
@@ -19,11 +20,15 @@ def upgrade() -> None:
     with op.batch_alter_table("lnode_cycles") as batch:
         batch.add_column(sa.Column("cpus", sa.Float, nullable=True))
         batch.add_column(sa.Column("delivered", sa.Float, nullable=True))
+    with op.batch_alter_table("lnodes") as batch:
+        batch.add_column(sa.Column("stored", sa.Float, nullable=True))
     op.create_index("ix_lnodes_uid", "lnodes", ["uid"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_lnodes_uid", table_name="lnodes")
+    with op.batch_alter_table("lnodes") as batch:
+        batch.drop_column("stored")
     with op.batch_alter_table("lnode_cycles") as batch:
         batch.drop_column("delivered")
         batch.drop_column("cpus")
