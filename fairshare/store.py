@@ -34,7 +34,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Engine, bindparam, case, delete, func, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Engine,
+    any_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from fairshare.consts import TICKS_PER_SECOND, decay
 from fairshare.cycle import Consumption, tree_index
@@ -163,10 +176,11 @@ class LnodeStore:
             return 0
         with write_session(self.engine) as s:
             _write_back(s, released, halflife)
-            uids = [uid for uid, _wb in released]
+            uids = sorted({uid for uid, _wb in released})
+            pg = self.engine.dialect.name == "postgresql"
             s.execute(
                 delete(LnodeCheckpoint).where(
-                    LnodeCheckpoint.host == self.host, LnodeCheckpoint.uid.in_(uids)
+                    LnodeCheckpoint.host == self.host, _uid_in(LnodeCheckpoint.uid, uids, pg)
                 )
             )
         return len(released)
@@ -187,7 +201,6 @@ class LnodeStore:
         n = tree.size
         view = SiteView.empty(n)
         usage = np.zeros(n)
-        node_of = _leaf_nodes(tree)
         with read_session(self.engine) as s:
             heads = s.execute(select(cycles.host, cycles.cpus).where(live)).all()
             view.host_cpus = {h: float(c or 0.0) for h, c in heads}
@@ -202,19 +215,21 @@ class LnodeStore:
                     .where(live, lnodes.kind.in_(("user", "account")))
                     .group_by(lnodes.uid)
                 ).all()
-                for uid, rate, hosts in rows:
-                    node = node_of.get(uid)
-                    if node is not None:
-                        view.active[node] = True
-                        view.rate[node] = rate or 0.0
-                        view.hosts[node] = hosts or 0
-                        view.demand[node] = bool(hosts)
+                if rows:
+                    uid, rate, hosts = (np.array(c, dtype=float) for c in zip(*rows, strict=True))
+                    nodes = _nodes_of(tree, uid)
+                    ok = nodes >= 0
+                    n_ok = nodes[ok]
+                    view.active[n_ok] = True
+                    view.rate[n_ok] = np.nan_to_num(rate[ok])
+                    view.hosts[n_ok] = np.nan_to_num(hosts[ok]).astype(np.int64)
+                    view.demand[n_ok] = view.hosts[n_ok] > 0
             stored = s.execute(
                 select(entries.uid, entries.shusage, entries.shextime).where(entries.shusage > 0)
             ).all()
         if stored:
-            uids, shusage, shextime = (np.array(c) for c in zip(*stored, strict=True))
-            nodes = np.array([node_of.get(u, -1) for u in uids.tolist()])
+            uids, shusage, shextime = (np.array(c, dtype=float) for c in zip(*stored, strict=True))
+            nodes = _nodes_of(tree, uids)
             ok = nodes >= 0
             usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], halflife)
         view.usage = usage * view.active
@@ -283,10 +298,15 @@ def add_counts(counts: dict[str, float], consumption: Consumption) -> None:
         counts[name] = counts.get(name, 0.0) + amount
 
 
-def _leaf_nodes(tree: ShareTree) -> dict[int, int]:
-    """uid (acid in Share by Account) -> leaf node of `tree`."""
+def _nodes_of(tree: ShareTree, uids: np.ndarray) -> np.ndarray:
+    """The leaf node of `tree` for each uid (acid in Share by Account), -1 for none."""
     leaves = np.flatnonzero(tree.leaf_mask)
-    return dict(zip(tree.ids[leaves].tolist(), leaves.tolist(), strict=True))
+    order = np.argsort(tree.ids[leaves], kind="stable")
+    ids, nodes = tree.ids[leaves][order], leaves[order]
+    at = np.clip(np.searchsorted(ids, uids), 0, max(len(ids) - 1, 0))
+    if not len(ids):
+        return np.full(len(uids), -1)
+    return np.where(ids[at] == uids, nodes[at], -1)
 
 
 def group_chains(session) -> dict[int, list[int]]:
@@ -316,32 +336,61 @@ def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: fl
     if not released:
         return
     chains = group_chains(session)
-    inc: dict[int, list[float]] = {}  # uid -> [usage, time, charge, cpu]
+    targets, usage, when, charge, cpu = [], [], [], [], []
     for uid, wb in released:
-        for target, cpu in [(uid, wb.cpu_seconds)] + [(g, 0.0) for g in chains.get(uid, [])]:
-            got = inc.get(target)
-            if got is None:
-                inc[target] = [wb.shusage, wb.shextime, wb.charge, cpu]
-                continue
-            u, t = add_usage(got[0], got[1], wb.shusage, wb.shextime, halflife)
-            inc[target] = [float(u), float(t), got[2] + wb.charge, got[3] + cpu]
-    uids = sorted(inc)
-    table = Entry.__table__
-    c = table.c
+        for target in (uid, *chains.get(uid, ())):
+            targets.append(target)
+            usage.append(wb.shusage)
+            when.append(wb.shextime)
+            charge.append(wb.charge)
+            cpu.append(wb.cpu_seconds if target == uid else 0.0)
+    # Several increments for one entry (a group's members, a uid kept twice while the
+    # UDB was away): aged to the latest of them and summed.
+    uids, slot = np.unique(np.array(targets, dtype=np.int64), return_inverse=True)
+    when_arr = np.array(when)
+    latest = np.full(len(uids), -np.inf)
+    np.maximum.at(latest, slot, when_arr)
+    aged = np.array(usage) * decay(latest[slot] - when_arr, halflife)
+    inc_usage, inc_charge, inc_cpu = (
+        np.bincount(slot, weights=w, minlength=len(uids)) for w in (aged, charge, cpu)
+    )
+    c = Entry.__table__.c
+    pg = session.get_bind().dialect.name == "postgresql"
     # Lock the rows in uid order, so concurrent writers queue instead of deadlocking.
-    query = select(c.uid, c.shusage, c.shextime).where(c.uid.in_(uids)).order_by(c.uid)
-    if session.get_bind().dialect.name != "sqlite":
+    query = select(c.uid, c.shusage, c.shextime).where(_uid_in(c.uid, uids.tolist(), pg))
+    query = query.order_by(c.uid)
+    if pg:
         query = query.with_for_update()
     rows = session.connection().execute(query).all()
     if not rows:
         return
-    have = np.array([r.uid for r in rows])
-    add = np.array([inc[u] for u in have.tolist()])
-    usage, when = add_usage(
-        [r.shusage for r in rows], [r.shextime for r in rows], add[:, 0], add[:, 1], halflife
+    have = np.array([r.uid for r in rows], dtype=np.int64)
+    at = np.searchsorted(uids, have)
+    new_usage, new_time = add_usage(
+        [r.shusage for r in rows], [r.shextime for r in rows], inc_usage[at], latest[at], halflife
     )
+    values = {
+        "uids": have.tolist(),
+        "usage": new_usage.tolist(),
+        "time": new_time.tolist(),
+        "charge": inc_charge[at].tolist(),
+        "cpu": inc_cpu[at].tolist(),
+    }
+    if pg:  # one statement for all rows: much faster than one UPDATE per row
+        session.connection().execute(
+            text(
+                "UPDATE entries SET shusage = v.usage, shextime = v.time, "
+                "shcharge = entries.shcharge + v.charge, "
+                "cpuquotaused = entries.cpuquotaused + v.cpu "
+                "FROM unnest(CAST(:uids AS bigint[]), CAST(:usage AS float8[]), "
+                "CAST(:time AS float8[]), CAST(:charge AS float8[]), CAST(:cpu AS float8[])) "
+                "AS v(uid, usage, time, charge, cpu) WHERE entries.uid = v.uid"
+            ),
+            values,
+        )
+        return
     stmt = (
-        update(table)
+        update(Entry.__table__)
         .where(c.uid == bindparam("b_uid"))
         .values(
             shusage=bindparam("b_usage"),
@@ -353,17 +402,18 @@ def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: fl
     session.connection().execute(
         stmt,
         [
-            {"b_uid": u, "b_usage": us, "b_time": t, "b_charge": ch, "b_cpu": cpu}
-            for u, us, t, ch, cpu in zip(
-                have.tolist(),
-                usage.tolist(),
-                when.tolist(),
-                add[:, 2].tolist(),
-                add[:, 3].tolist(),
-                strict=True,
-            )
+            {"b_uid": u, "b_usage": us, "b_time": t, "b_charge": ch, "b_cpu": q}
+            for u, us, t, ch, q in zip(*values.values(), strict=True)
         ],
     )
+
+
+def _uid_in(column, uids: list[int], pg: bool):
+    """`column IN uids`: as one array parameter on PostgreSQL (10,000 uids would
+    otherwise be 10,000 parameters to compile and send)."""
+    if pg:
+        return column == any_(bindparam("uid_list", uids, type_=ARRAY(BigInteger)))
+    return column.in_(uids)
 
 
 @dataclass(frozen=True)
