@@ -574,7 +574,9 @@ class UnicosPolicy:
             usage=sub_usage,
             stored=table.stored * (leaves * k),  # decays like usage (fairshare.lnode)
             charge=table.charge + charges,
+            charge_written=table.charge_written,
             cpu_seconds=table.cpu_seconds + c.cpu,
+            cpu_written=table.cpu_written,
             rate=rate,
             active=active,
             demand=demand > 0,

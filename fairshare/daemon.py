@@ -607,7 +607,7 @@ class Daemon:
         for node, st in ln.entry.items():
             if st.cpuquota <= 0 or not ln.table.active[node]:
                 continue
-            used = st.cpuquotaused + float(ln.table.cpu_seconds[node])
+            used = st.cpuquotaused + float(ln.table.cpu_seconds[node] - ln.table.cpu_written[node])
             if used < st.cpuquota:
                 continue
             procs = [p for p in self._pids.get(node, ()) if not p.kernel]

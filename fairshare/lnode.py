@@ -39,7 +39,9 @@ _FLOAT_FIELDS = (
     "usage",
     "stored",
     "charge",
+    "charge_written",
     "cpu_seconds",
+    "cpu_written",
     "rate",
     "m_share",
     "e_share",
@@ -58,8 +60,11 @@ class LnodeTable:
     usage: decayed usage (charge units); for groups the sum over active leaves below.
     stored: the part of a leaf's usage already in the UDB (charge units, decayed like
       usage); usage - stored is what this host accrued since and still has to write.
-    charge: undecayed charges since the lnode was created (added to shcharge on release).
-    cpu_seconds: CPU seconds since the lnode was created (for cpuquotaused).
+    charge: undecayed charges since the lnode was created (the guide's Muse).
+    charge_written: the part of `charge` already added to shcharge.
+    cpu_seconds: CPU seconds since the lnode was created.
+    cpu_written: the part of `cpu_seconds` already added to cpuquotaused (so the CPU
+      quota counts cpuquotaused + cpu_seconds - cpu_written).
     rate: decayed charge rate (charge units per second).
     active: the lnode exists (a leaf with processes, or an ancestor of one; root always).
     demand: wanted CPU in the last cycle (runnable processes or CPU used).
@@ -78,7 +83,9 @@ class LnodeTable:
     usage: np.ndarray
     stored: np.ndarray
     charge: np.ndarray
+    charge_written: np.ndarray
     cpu_seconds: np.ndarray
+    cpu_written: np.ndarray
     rate: np.ndarray
     active: np.ndarray
     demand: np.ndarray
@@ -177,8 +184,8 @@ def activate(table: LnodeTable, node: int, usage: float) -> None:
     table.active[node] = True
     table.usage[node] = max(float(usage), 0.0)
     table.stored[node] = table.usage[node]
-    table.charge[node] = 0.0
-    table.cpu_seconds[node] = 0.0
+    table.charge[node] = table.charge_written[node] = 0.0
+    table.cpu_seconds[node] = table.cpu_written[node] = 0.0
     table.rate[node] = 0.0
     table.adj[node] = 1.0
     for a in _ancestors(table, node):
@@ -188,16 +195,17 @@ def activate(table: LnodeTable, node: int, usage: float) -> None:
 def accrued(table: LnodeTable, node: int, now: float) -> WriteBack:
     """What leaf `node` accrued since it was created or last written (the increment to
     add to its entry, as of `now`, epoch s), marking it written: its stored usage
-    becomes its usage and its charge and CPU-second accumulators restart at 0."""
+    becomes its usage, its written charge and CPU seconds its charge and CPU seconds
+    (which keep counting from the lnode's creation)."""
     wb = WriteBack(
         shusage=max(float(table.usage[node] - table.stored[node]), 0.0),
         shextime=float(now),
-        charge=float(table.charge[node]),
-        cpu_seconds=float(table.cpu_seconds[node]),
+        charge=float(table.charge[node] - table.charge_written[node]),
+        cpu_seconds=float(table.cpu_seconds[node] - table.cpu_written[node]),
     )
     table.stored[node] = table.usage[node]
-    table.charge[node] = 0.0
-    table.cpu_seconds[node] = 0.0
+    table.charge_written[node] = table.charge[node]
+    table.cpu_written[node] = table.cpu_seconds[node]
     return wb
 
 

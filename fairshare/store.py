@@ -245,8 +245,8 @@ class LnodeStore:
                 "uid": int(tree.ids[n]),
                 "name": tree.names[n],
                 "usage": max(float(table.usage[n] - table.stored[n]), 0.0),
-                "charge": float(table.charge[n]),
-                "cpu_seconds": float(table.cpu_seconds[n]),
+                "charge": float(table.charge[n] - table.charge_written[n]),
+                "cpu_seconds": float(table.cpu_seconds[n] - table.cpu_written[n]),
                 "time": float(now),
             }
             for n in leaves

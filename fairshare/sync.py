@@ -154,7 +154,10 @@ def reread_quotas(daemon) -> int:
     ln = daemon.lnodes
     for n in nodes:
         st = ln.entry.get(n)
-        if st is not None and st.cpuquotaused + float(ln.table.cpu_seconds[n]) < st.cpuquota:
+        t = ln.table
+        if st is not None and st.cpuquotaused + float(t.cpu_seconds[n] - t.cpu_written[n]) < (
+            st.cpuquota
+        ):
             ln.warned.discard(n)  # under the quota again: warn again when it is reached
     return len(nodes)
 

@@ -75,7 +75,7 @@ def test_parse_flags(text, flags):
     assert parse_flags(text) == flags
 
 
-@pytest.mark.parametrize("bad", ["ADJGROUP", "0o200", 0o400, "9", True, 1.5])
+@pytest.mark.parametrize("bad", ["ADJGROUP", "0o400", 0o1000, "9", True, 1.5])
 def test_parse_flags_rejects(bad):
     with pytest.raises(OptionError, match="flags"):
         parse_flags(bad)
@@ -83,6 +83,7 @@ def test_parse_flags_rejects(bad):
 
 def test_flag_names():
     assert flag_names(0o6) == ["ADJGROUPS", "LIMSHARE"]
+    assert parse_flags("GLOBALUSAGE") == 0o200 and flag_names(0o206)[-1] == "GLOBALUSAGE"
     assert flag_names(0) == []
 
 

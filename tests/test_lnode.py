@@ -116,8 +116,10 @@ def test_accrued_returns_the_increment_and_marks_it_written(tree):
     wb = accrued(t, u1, now=50.0)
     assert (wb.shusage, wb.shextime, wb.charge, wb.cpu_seconds) == (30.0, 50.0, 40.0, 2.0)
     assert t.active[u1] and t.usage[u1] == 130.0 and t.stored[u1] == 130.0
-    assert t.charge[u1] == 0.0 and t.cpu_seconds[u1] == 0.0
-    assert accrued(t, u1, now=51.0).shusage == 0.0  # nothing twice
+    # The charge and CPU seconds still count from creation (the displays' Muse).
+    assert (t.charge[u1], t.charge_written[u1], t.cpu_seconds[u1]) == (40.0, 40.0, 2.0)
+    again = accrued(t, u1, now=51.0)  # nothing twice
+    assert (again.shusage, again.charge, again.cpu_seconds) == (0.0, 0.0, 0.0)
 
 
 def test_stored_usage_decays_with_usage(tree):

@@ -138,8 +138,9 @@ def test_all_takes_no_user_and_needs_a_published_table(published, udb_url):  # n
 
 def test_json_shape(published):  # noqa: F811
     doc = json.loads(run(published, "--json", "b1").stdout)
-    assert list(doc) == ["host", "cycle", "time", "running", "age", "notes", "user"]
+    assert list(doc) == ["host", "cycle", "time", "running", "age", "notes", "user", "site"]
     assert doc["host"] == "simulator" and doc["running"] is False
+    assert doc["site"] is None  # one host, no GLOBALUSAGE
     assert doc["age"] == pytest.approx(100)
     keys = (
         "name uid kind shares m_share e_share usage active groups limited_by limit_ratio "

@@ -336,24 +336,45 @@ def test_two_daemons_under_globalusage_give_a_third_each(udb_url, tmp_path):
 # -- the database goes away and comes back ------------------------------------------------
 
 
-def test_a_daemon_outlives_its_database(pg_server, pg_db, tmp_path, caplog):
+class Lines(logging.Handler):
+    """The messages logged to the daemon's logger (which shrdaemon keeps from
+    propagating, so caplog would not see them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def daemon_log():
+    log = logging.getLogger("shrdaemon")
+    handler, level = Lines(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    yield handler.lines
+    log.removeHandler(handler)
+    log.setLevel(level)
+
+
+def test_a_daemon_outlives_its_database(pg_server, pg_db, tmp_path, daemon_log):
     engine, daemons, tally = site_daemons(pg_db, slow_site(tmp_path), hosts=("a",))
     (a,) = daemons
     step_all(daemons, 20)
     pg_server.stop()
     try:
-        with caplog.at_level(logging.INFO, logger="shrdaemon"):
-            step_all(daemons, 45)  # 3 simulated minutes without a database
-            lines = [r.getMessage() for r in caplog.records if "unreachable" in r.message]
-            assert len(lines) == 3, lines  # one line a minute
-            assert a.pending  # what it owes is kept
-            assert a.lnodes.table.active[a.lnodes.tree.node("z")]  # still scheduling
-            assert (a.lnodes.table.e_share > 0).any()
+        step_all(daemons, 45)  # 3 simulated minutes without a database
+        lines = [line for line in daemon_log if "unreachable" in line]
+        assert len(lines) == 3, lines  # one line a minute
+        assert a.pending  # what it owes is kept
+        assert a.lnodes.table.active[a.lnodes.tree.node("z")]  # still scheduling
+        assert (a.lnodes.table.e_share > 0).any()
     finally:
         pg_server.start()
-    with caplog.at_level(logging.INFO, logger="shrdaemon"):
-        step_all(daemons, 2)
-    assert any("reachable again" in r.getMessage() for r in caplog.records)
+    step_all(daemons, 2)
+    assert any("reachable again" in line for line in daemon_log)
     assert a.pending == []
     a.shutdown()
     for uid, name in ((1001, "x"), (1003, "z")):
@@ -476,3 +497,34 @@ def test_shrview_site_and_shrinfo_show_usage_on_other_hosts(udb_url, tmp_path):
         d.shutdown()
     for name in "xyz":
         assert by[name]["usage"] == pytest.approx(entry(engine, name).shusage, rel=1e-6)
+
+
+def test_checkpoints_and_recovery_stay_per_host(udb_url):
+    from fairshare.lnode import activate, new_table
+    from fairshare.tree import TREE_COLUMNS, build_tree
+
+    engine = open_udb(udb_url)
+    directives.run(engine, directives.parse(USERS, "site"))
+    with read_session(engine) as s:
+        tree = build_tree(s.execute(select(*TREE_COLUMNS)).all())
+    z = tree.node("z")
+    for host, usage in (("a", 100.0), ("b", 40.0)):
+        table = new_table(tree)
+        activate(table, z, 10.0)  # 10 came from the UDB: only what was accrued is owed
+        table.usage[z], table.charge[z] = 10.0 + usage, usage
+        LnodeStore(engine, host).checkpoint(tree, table, now=EPOCH)
+    # Host a crashed and restarts: its checkpoint alone is written back.
+    got = LnodeStore(engine, "a").recover(halflife=1e12)
+    assert [(r.name, r.usage, r.charge) for r in got] == [("z", 100.0, 100.0)]
+    assert (entry(engine, "z").shusage, entry(engine, "z").shcharge) == (100.0, 100.0)
+    got = LnodeStore(engine, "b").recover(halflife=1e12)
+    assert [(r.name, r.usage) for r in got] == [("z", 40.0)]
+    assert entry(engine, "z").shcharge == 140.0
+
+
+def test_simulating_an_unknown_host_of_a_site_is_refused(udb_url):
+    from fairshare.cli.shrdaemon import main as daemon_main
+
+    r = CliRunner().invoke(daemon_main, ["--udb", udb_url, "--simulate", str(SITE), "--host", "c"])
+    assert r.exit_code == 2
+    assert r.stderr.strip().endswith("--host c: expected one of the scenario's hosts a, b")
