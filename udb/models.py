@@ -130,7 +130,7 @@ class PublishedLnode(Base):
     host: Mapped[str] = mapped_column(String(255), primary_key=True)
     node: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     name: Mapped[str] = mapped_column(String(64), nullable=False)
-    uid: Mapped[int] = mapped_column(Integer, nullable=False, index=True)
+    uid: Mapped[int] = mapped_column(Integer, nullable=False)
     kind: Mapped[str] = mapped_column(String(16), nullable=False)
     parent: Mapped[int] = mapped_column(Integer, nullable=False)
     level: Mapped[int] = mapped_column(Integer, nullable=False)

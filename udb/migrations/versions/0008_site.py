@@ -1,7 +1,12 @@
 """A site (many hosts, one UDB): each published cycle header says how many CPUs its host
 has and how much CPU its lnodes received (fairshare.site); each published lnode says how
-much of its usage is already stored in the UDB (the rest is still owed by its host), and
-the published lnodes are found by uid across hosts (shrview --site, GLOBALUSAGE).
+much of its usage is already stored in the UDB (the rest is still owed by its host).
+
+No new index: the write-back's locked SELECT and UPDATE go by entries.uid (unique), a
+publish deletes by the lnodes' primary key (host, node), the checkpoint by (host, uid);
+the site queries (GLOBALUSAGE's refresh, shrview --site) aggregate every live host's
+rows, a sequential scan whatever the indexes (an index on lnodes.uid was measured,
+unused by the plan, and left out: every publish would have to maintain it).
 
 Revision ID: 0008
 Revises: 0007
@@ -22,11 +27,9 @@ def upgrade() -> None:
         batch.add_column(sa.Column("delivered", sa.Float, nullable=True))
     with op.batch_alter_table("lnodes") as batch:
         batch.add_column(sa.Column("stored", sa.Float, nullable=True))
-    op.create_index("ix_lnodes_uid", "lnodes", ["uid"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_lnodes_uid", table_name="lnodes")
     with op.batch_alter_table("lnodes") as batch:
         batch.drop_column("stored")
     with op.batch_alter_table("lnode_cycles") as batch:
