@@ -28,7 +28,13 @@ from udb.session import open_udb, read_session, write_session
 
 #: (option, long name, constant, help) for every setting option, in the guide's letters.
 SETTINGS = (
-    ("-F", "--flags", "flags", "Flags: octal (006) or names (ADJGROUPS,LIMSHARE)."),
+    (
+        "-F",
+        "--flags",
+        "flags",
+        "Flags: octal (006) or names (ADJGROUPS,LIMSHARE); GLOBALUSAGE (0200) makes the "
+        "hosts sharing one UDB fair as one site.",
+    ),
     ("-K", "--halflife", "halflife", "Usage half-life: 3600s, 8h, 5d (plain number: seconds)."),
     ("-R", "--delta", "delta", "Scheduling cycle: 4s (plain number: seconds)."),
     ("-t", "--tick", "cost_tick", "Cost per CPU tick (1/100 CPU second)."),
