@@ -310,6 +310,45 @@ class Distribution:
         return sum(m.shares for m in self.members)
 
 
+def distribution_json(d: Distribution, written: bool) -> dict:
+    """The --json shape of a distribution (see man/shrdist.8)."""
+    return {
+        "group": d.group,
+        "m_share": d.m_share,
+        "total": d.total,
+        "written": written,
+        "members": [
+            {
+                "name": m.name,
+                "uid": m.uid,
+                "kind": m.kind,
+                "old": m.old,
+                "shares": m.shares,
+                "group_share": m.group_share,
+                "m_share": m.m_share,
+            }
+            for m in d.members
+        ],
+    }
+
+
+def distribution_from_json(doc: dict) -> Distribution:
+    """The Distribution `distribution_json` described (the daemon's shrdist reply)."""
+    members = [
+        MemberShare(
+            name=m["name"],
+            uid=int(m["uid"]),
+            kind=m["kind"],
+            old=int(m["old"]),
+            shares=int(m["shares"]),
+            group_share=float(m["group_share"]),
+            m_share=float(m["m_share"]),
+        )
+        for m in doc["members"]
+    ]
+    return Distribution(doc["group"], float(doc["m_share"]), members)
+
+
 def check_assignments(view: GroupView, assignments: Mapping[str, int]) -> list[str]:
     """Refuse names that are not members of the group (OptionError); returns warnings
     (udb.check's Zs rule: only Idle should have zero shares)."""

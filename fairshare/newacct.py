@@ -1,47 +1,37 @@
 """newacct's per-session accounts (Share by Account mode, guide 4.4.5).
 
-newacct records the account a login session works under as one small file in a
-spool directory (default /run/fairshare/accounts; sticky and world-writable like
-/tmp, created by shrdaemon): the file is named by the session id (the shell's
-``getsid``) and holds the account number; it is owned by the user who wrote it.
-Every process of that session (field 6 of /proc/PID/stat) is then charged to that
-account from the daemon's next cycle; the other sessions keep the user's default
-account, the first of the entry's acids.
-
-The daemon trusts a session file only when its owner is the uid of the process
-being mapped and the account is one of that user's acids, so nobody can charge
-another user's session, or an account they do not have, by writing a file.
-Files of sessions that no longer exist are removed by the daemon.
+newacct asks the running shrdaemon, over its socket (fairshare.server), to charge
+a login session to one of the caller's accounts.  The daemon takes the caller's
+uid and pid from the kernel (SO_PEERCRED), the session from the caller's pid
+(getsid), checks that the caller owns the session and that the account is one of
+the caller's acids, and records it in memory (`SessionAccounts`).  Every process
+of that session owned by the caller (field 6 of /proc/PID/stat) is then charged to
+that account from the daemon's next cycle; the other sessions keep the user's
+default account, the first of the entry's acids.  Records of sessions that no
+longer exist, and of accounts taken away from the user, are dropped by the daemon.
+Nothing is written to a file: a restarted daemon starts with every session on its
+default account.
 """
 
 from __future__ import annotations
 
 import os
-import stat
-import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fairshare.collect import ProcessSample, Sample
+from fairshare.consts import load_consts
 from udb.errors import NotFound, OptionError, UdbError
 from udb.models import SHF_ACCOUNT, Account, Entry
-
-#: The spool directory unless --spool or FAIRSHARE_ACCOUNTS says otherwise.
-DEFAULT_SPOOL = "/run/fairshare/accounts"
-
-
-def spool_path(option: str | None = None) -> Path:
-    """The session-accounts directory: `option`, else $FAIRSHARE_ACCOUNTS, else the default."""
-    return Path(option or os.environ.get("FAIRSHARE_ACCOUNTS") or DEFAULT_SPOOL)
 
 
 @dataclass(frozen=True)
 class SessionAccount:
-    """A session file: the session id, the uid owning the file and the account number."""
+    """A session's account: the session id, the uid that chose it and the account number."""
 
     sid: int
     uid: int
@@ -91,11 +81,7 @@ def check_account(session: Session, uid: int, text: str) -> int:
     return acid
 
 
-# -- the session files ---------------------------------------------------------------------
-
-
-def _session_file(spool: Path, sid: int) -> Path:
-    return spool / str(sid)
+# -- the sessions ----------------------------------------------------------------------------
 
 
 def _visible(sid: int) -> None:
@@ -110,117 +96,85 @@ def _visible(sid: int) -> None:
         )
 
 
-def write_session_account(spool: Path, sid: int, acid: int) -> Path:
-    """Record `acid` for session `sid` (atomically: a new file renamed into place), owned
-    by the caller.  UdbError when the spool is missing or another user owns the name."""
-    if not spool.is_dir():
-        raise UdbError(f"{spool}: no such directory (is shrdaemon running?)")
-    _visible(sid)
-    target = _session_file(spool, sid)
+def owner_of(pid: int) -> int | None:
+    """The real uid of process `pid` (None when it does not exist)."""
     try:
-        st = target.lstat()
-    except FileNotFoundError:
-        st = None
-    if st is not None and st.st_uid != os.geteuid() and os.geteuid() != 0:
-        raise UdbError(f"{target}: belongs to uid {st.st_uid}, not you: ask root to remove it")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=spool, prefix=f".{sid}.")
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{acid}\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as err:
-        raise UdbError(f"{target}: cannot write: {err.strerror}") from None
-    return target
-
-
-def clear_session_account(spool: Path, sid: int) -> bool:
-    """Drop session `sid`'s record (back to the default account); True if there was one."""
-    _visible(sid)
-    try:
-        _session_file(spool, sid).unlink()
-    except FileNotFoundError:
-        return False
-    except OSError as err:
-        raise UdbError(f"{_session_file(spool, sid)}: cannot remove: {err.strerror}") from None
-    return True
-
-
-def read_session_account(spool: Path, sid: int) -> SessionAccount | None:
-    """Session `sid`'s record (None when there is none or it cannot be parsed)."""
-    return _read(_session_file(spool, sid))
-
-
-def _read(path: Path) -> SessionAccount | None:
-    try:
-        st = path.lstat()
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 64:
-            return None
-        text = path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except OSError:
         return None
-    if not (path.name.isdigit() and text.isdigit()):
-        return None
-    return SessionAccount(sid=int(path.name), uid=st.st_uid, acid=int(text))
+    return None
 
 
-def current_account(
-    spool: Path, sid: int, uid: int, acids: Sequence[int]
-) -> tuple[int | None, bool]:
-    """The account session `sid` of `uid` is charged to, and whether newacct chose it
-    (False: the default, the first of `acids`; None when the user has no acids)."""
-    rec = read_session_account(spool, sid) if sid > 0 else None
-    if rec is not None and rec.uid == uid and rec.acid in acids:
-        return rec.acid, True
-    return (acids[0] if acids else None), False
-
-
-# -- the daemon's side: the account_of hook ---------------------------------------------------
+def caller_session(uid: int, pid: int, session: int | None = None) -> int:
+    """The session a newacct request from process `pid` of `uid` is about: its own
+    (getsid of `pid`), or `session` when named, which the caller must own: it is the
+    caller's own session or its leader (the process whose pid is the session id) runs
+    as the caller.  UdbError when the caller does not own it or it is not visible."""
+    try:
+        own = os.getsid(pid)
+    except OSError:
+        raise UdbError(f"process {pid} is gone") from None
+    if session is None or session == own:
+        _visible(own)
+        return own
+    _visible(session)
+    leader = owner_of(session)
+    if leader is None:
+        raise UdbError(f"session {session}: no such session")
+    if leader != uid:
+        raise UdbError(f"session {session} is not yours: its leader runs as uid {leader}")
+    return session
 
 
 class SessionAccounts:
-    """shrdaemon's `account_of` hook: the account newacct set for a process's session.
+    """shrdaemon's record of the accounts newacct chose, per session, and its
+    `account_of` hook.
 
-    The daemon calls `refresh(sample, acids)` once a cycle (acids: user uid -> acids)
-    before it maps the sample's processes; calling the object with a ProcessSample
-    then gives the account to charge, or None for the user's default.
+    The socket server calls `choose` and `clear` (from its own threads); the daemon
+    calls `refresh(sample, acids)` once a cycle (acids: user uid -> acids) before it
+    maps the sample's processes; calling the object with a ProcessSample then gives
+    the account to charge, or None for the user's default.
     """
 
-    def __init__(self, spool: Path | str | None = None, create: bool = True) -> None:
-        self.spool = Path(spool) if spool is not None else spool_path()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._by_sid: dict[int, SessionAccount] = {}
-        if create and os.geteuid() == 0:
-            try:
-                self.spool.mkdir(parents=True, exist_ok=True)
-                os.chmod(self.spool, 0o1777)
-            except OSError:
-                pass  # newacct says so when it cannot write there
+
+    def choose(self, sid: int, uid: int, acid: int) -> None:
+        """Charge the processes of `uid` in session `sid` to account `acid`."""
+        with self._lock:
+            self._by_sid[sid] = SessionAccount(sid=sid, uid=uid, acid=acid)
+
+    def clear(self, sid: int, uid: int) -> bool:
+        """Back to the default account for `uid`'s processes in `sid`; True if one was set."""
+        with self._lock:
+            rec = self._by_sid.get(sid)
+            if rec is None or rec.uid != uid:
+                return False
+            del self._by_sid[sid]
+            return True
+
+    def current(self, sid: int, uid: int, acids: Sequence[int]) -> tuple[int | None, bool]:
+        """The account session `sid` of `uid` is charged to, and whether newacct chose it
+        (False: the default, the first of `acids`; None when the user has no acids)."""
+        rec = self._by_sid.get(sid)
+        if rec is not None and rec.uid == uid and rec.acid in acids:
+            return rec.acid, True
+        return (acids[0] if acids else None), False
 
     def refresh(self, sample: Sample, acids: Mapping[int, Sequence[int]]) -> None:
-        """Re-read the spool: keep the records whose owner has the account; remove the
-        records of sessions no process of `sample` belongs to (when sessions are known)."""
+        """Forget the sessions no process of `sample` belongs to (when sessions are
+        known) and the records whose user no longer has the account."""
         live = {p.sid for p in sample.processes if p.sid > 0}
-        found: dict[int, SessionAccount] = {}
-        try:
-            names = os.listdir(self.spool)
-        except OSError:
-            names = []
-        for name in names:
-            if not name.isdigit():
-                continue
-            path = self.spool / name
-            rec = _read(path)
-            if rec is None:
-                continue
-            if live and rec.sid not in live:
-                try:
-                    path.unlink()
-                except OSError:
-                    pass
-                continue
-            if rec.acid in acids.get(rec.uid, ()):
-                found[rec.sid] = rec
-        self._by_sid = found
+        with self._lock:
+            self._by_sid = {
+                sid: rec
+                for sid, rec in self._by_sid.items()
+                if (not live or sid in live) and rec.acid in acids.get(rec.uid, ())
+            }
 
     def __call__(self, p: ProcessSample) -> int | None:
         rec = self._by_sid.get(p.sid)
@@ -230,5 +184,41 @@ class SessionAccounts:
 
     @property
     def sessions(self) -> dict[int, SessionAccount]:
-        """The trusted records of the last refresh, by session id."""
+        """The records in force, by session id."""
         return dict(self._by_sid)
+
+
+def session_request(
+    session: Session,
+    accounts: SessionAccounts,
+    uid: int,
+    pid: int,
+    *,
+    account: str | None = None,
+    to_default: bool = False,
+    session_id: int | None = None,
+) -> dict:
+    """The daemon's side of newacct for process `pid` of `uid` (from SO_PEERCRED):
+    set (`account`) or clear (`to_default`) the account of the caller's session (or
+    of `session_id`, which the caller must own), and say what the session is charged
+    to.  Returns the reply's fields; NotFound, OptionError or UdbError when refused."""
+    if account and to_default:
+        raise OptionError("give an account or default, not both")
+    sid = caller_session(uid, pid, session_id)
+    name, acids = user_acids(session, uid)
+    if account:
+        accounts.choose(sid, uid, check_account(session, uid, account))
+    elif to_default:
+        accounts.clear(sid, uid)
+    current, chosen = accounts.current(sid, uid, acids)
+    names = account_names(session)
+    return {
+        "user": name,
+        "uid": uid,
+        "session": sid,
+        "acid": current,
+        "account": names.get(current) if current is not None else None,
+        "default": not chosen,
+        "acids": acids,
+        "share_by_account": load_consts(session).share_by_account,
+    }

@@ -40,6 +40,7 @@ from fairshare.display.shrview import (
 from fairshare.store import LnodeStore
 from udb.errors import NotFound
 from udb.models import PublishedLnode
+from udb.remote import Reader
 from udb.session import open_udb
 
 DATA = Path(__file__).parent / "data"
@@ -584,7 +585,7 @@ def test_a_running_daemon_is_waited_for_cycle_by_cycle(tmp_path):
 
 
 def test_continuous_mode_shows_one_screenful_until_q(published, utc):
-    source = Source(open_udb(published), None, NOW)
+    source = Source(Reader(published, None), None, NOW)
     buf = StringIO()
     console = Console(file=buf, width=80, height=6, force_terminal=True, color_system=None)
     req = ViewRequest(display="monitor")

@@ -132,6 +132,40 @@ def open_udb(udb: str | None = None, *, migrate: bool = True) -> Engine:
     return engine
 
 
+def open_readonly(udb: str | None = None) -> Engine:
+    """An engine that only reads the SQLite UDB file named by `udb` (see `resolve_url`).
+
+    SQLite's read-only mode: no journal-mode change, nothing created or migrated, so a
+    user who may read the file but not write it (nor its directory) can.  When the UDB
+    is in WAL mode and its -shm file cannot be made (nobody has it open, the directory
+    is not ours), SQLite refuses a read-only open; the file is then opened immutable,
+    which is safe because no writer has it open.  OptionError for a URL that is not a
+    SQLite file.
+    """
+    import sqlite3
+    from urllib.parse import quote
+
+    from udb.errors import OptionError
+
+    u = make_url(resolve_url(udb))
+    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+        raise OptionError(f"{display_name(str(u))}: only a SQLite UDB file can be read read-only")
+    path = quote(u.database)
+
+    def connect():
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        except sqlite3.OperationalError:
+            conn.close()
+            conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        conn.isolation_level = None
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    return create_engine("sqlite://", creator=connect)
+
+
 def dispose_all() -> None:
     """Close every cached engine (tests, and processes that fork)."""
     for engine in _engines.values():

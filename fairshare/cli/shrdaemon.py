@@ -19,11 +19,14 @@ import click
 
 from fairshare.consts import NOSCHED, NOSHARE, load_consts
 from fairshare.daemon import Daemon, Options
+from fairshare.dist import auth_path
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
 from fairshare.lock import DaemonLock, lock_path
+from fairshare.server import Server
 from fairshare.store import LnodeStore
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
+from udb.remote import DEFAULT_SOCKET
 from udb.session import display_name, open_udb, read_session, resolve_url
 
 log = logging.getLogger("shrdaemon")
@@ -99,6 +102,24 @@ def detach() -> None:
     help="When the run ends (--once, --cycles, --simulate), print the last published lnode table.",
 )
 @click.option("--json", "as_json", is_flag=True, help="With --show: print it as JSON.")
+@click.option(
+    "--socket",
+    "socket_",
+    metavar="PATH",
+    envvar="FAIRSHARE_SOCKET",
+    show_envvar=True,
+    default=DEFAULT_SOCKET,
+    show_default=True,
+    help="Serve the commands of users other than root on this Unix socket "
+    "(see shrdaemon-protocol(7)).",
+)
+@click.option(
+    "--auth",
+    metavar="PATH",
+    envvar="SHRDIST_AUTH",
+    show_envvar=True,
+    help="shrdist's authorisation file for requests on the socket (default /etc/shrdist.auth).",
+)
 @click.option("--log-file", type=click.Path(dir_okay=False), help="Log here instead of stderr.")
 @click.option(
     "-v",
@@ -118,6 +139,8 @@ def main(
     host,
     show,
     as_json,
+    socket_,
+    auth,
     log_file,
     verbose,
 ):
@@ -163,8 +186,13 @@ def main(
             log.info("enforcer %s: %s", choice.name, choice.reason)
         log.info("UDB %s, host %s, lock %s", display_name(url), host, lock.path)
         daemon = make_daemon(engine, choice, host, enforce_min_uid)
-        daemon.install_signal_handlers()
-        run_logged(daemon, cycles)
+        server = Server(socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth))
+        server.start()
+        try:
+            daemon.install_signal_handlers()
+            run_logged(daemon, cycles)
+        finally:
+            server.stop()
     finally:
         lock.release()
     if show:

@@ -23,6 +23,8 @@ from fairshare.dist import (
     GroupView,
     auth_path,
     current_caller,
+    distribution_from_json,
+    distribution_json,
     history,
     parse_assignments,
     plan,
@@ -31,6 +33,7 @@ from fairshare.dist import (
 )
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
+from udb.remote import Reader, call, reach, socket_option
 from udb.session import open_udb, read_session, write_session
 
 #: What the interactive editor calls to write: edited member -> shares, returns the
@@ -40,28 +43,6 @@ Apply = Callable[[dict[str, int]], tuple[GroupView, list[str]]]
 
 def _pct(fraction: float) -> str:
     return f"{100 * fraction:.2f}%"
-
-
-def distribution_json(d: Distribution, written: bool) -> dict:
-    """The --json shape of a distribution (see man/shrdist.8)."""
-    return {
-        "group": d.group,
-        "m_share": d.m_share,
-        "total": d.total,
-        "written": written,
-        "members": [
-            {
-                "name": m.name,
-                "uid": m.uid,
-                "kind": m.kind,
-                "old": m.old,
-                "shares": m.shares,
-                "group_share": m.group_share,
-                "m_share": m.m_share,
-            }
-            for m in d.members
-        ],
-    }
 
 
 def render_distribution(console: Console, d: Distribution, title: str) -> None:
@@ -205,15 +186,22 @@ class ShrdistApp(App):
         self.exit(self.updates)
 
 
-def make_app(engine, caller: Caller, group: str | None, auth) -> ShrdistApp:
-    """The interactive editor on `group` of the UDB behind `engine`, for `caller`."""
-    with read_session(engine) as s:
+def make_app(reader: Reader, caller: Caller, group: str | None, auth) -> ShrdistApp:
+    """The interactive editor on `group` of the UDB `reader` reads, for `caller`; its
+    changes are written directly, or sent to the daemon when the reader goes through it."""
+    with read_session(reader.engine) as s:
         view, _d, _w = preview(s, caller, group, {}, auth=auth)
 
     def apply(edited: dict[str, int]) -> tuple[GroupView, list[str]]:
-        with write_session(engine) as s:
-            _d, warnings = redistribute(s, caller, view.group, edited, auth=auth, now=time.time())
-        with read_session(engine) as s:
+        if reader.through_daemon:
+            reply = call(reader.via.socket, "shrdist", group=view.group, shares=edited)
+            warnings = reply["warnings"]
+        else:
+            with write_session(reader.engine) as s:
+                _d, warnings = redistribute(
+                    s, caller, view.group, edited, auth=auth, now=time.time()
+                )
+        with read_session(reader.refresh()) as s:
             fresh, _d, _w = preview(s, caller, view.group, {}, auth=auth)
         return fresh, warnings
 
@@ -225,6 +213,7 @@ def make_app(engine, caller: Caller, group: str | None, auth) -> ShrdistApp:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @udb_option
+@socket_option
 @click.option("-g", "--group", metavar="GROUP", help="The resource group ('/' = the top).")
 @click.option(
     "-b",
@@ -246,7 +235,7 @@ def make_app(engine, caller: Caller, group: str | None, auth) -> ShrdistApp:
 @click.option("--last", type=click.IntRange(min=1), metavar="N", help="With --history: last N.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
 @handle_errors
-def main(udb, group, batch, test, auth, show_history, last, as_json):
+def main(udb, socket_, group, batch, test, auth, show_history, last, as_json):
     """Redistribute shares inside one resource group, on a running system.
 
     With no -b or -p, a full-screen editor lists the group's members with their
@@ -257,14 +246,17 @@ def main(udb, group, batch, test, auth, show_history, last, as_json):
     auth file lists for you is used (root: '/', the top of the tree, unless
     listed).  Root may change any group; anyone else only the groups the auth
     file lists for them and the groups beneath.  Every change is recorded
-    (--history) and a running shrdaemon applies it at its next cycle.
+    (--history) and a running shrdaemon applies it at its next cycle.  A user
+    who may not write the UDB sends the change to shrdaemon over its socket,
+    which checks it against its own auth file and records it under the user's
+    login.
     """
-    engine = open_udb(udb)
+    via = reach(udb, socket_)
     auth_file = auth_path(auth)
     if show_history:
         if batch or test:
             raise OptionError("--history takes no -b or -p")
-        with read_session(engine) as s:
+        with read_session(Reader(udb, socket_).engine) as s:
             rows = history(s, group, last)
         if as_json:
             click.echo(json.dumps([_change_json(r) for r in rows], indent=2))
@@ -275,6 +267,14 @@ def main(udb, group, batch, test, auth, show_history, last, as_json):
         return
     caller = current_caller()
     assignments = parse_assignments(batch)
+    if not via.direct and (batch or test):
+        reply = call(via.socket, "shrdist", group=group, shares=assignments, test=test)
+        _warn(reply["warnings"])
+        d = distribution_from_json(reply["distribution"])
+        title = "Updated" if not test else "Test mode, nothing written"
+        _show(d, written=not test, as_json=as_json, title=title)
+        return
+    engine = open_udb(udb) if (batch or test) else None
     if batch and not test:
         with write_session(engine) as s:
             d, warnings = redistribute(
@@ -293,7 +293,7 @@ def main(udb, group, batch, test, auth, show_history, last, as_json):
         raise OptionError("--json goes with -b or -p (the editor is interactive)")
     if sys.stdin is None or not sys.stdin.isatty():
         raise OptionError("the editor needs a terminal: use -b NAME=SHARES or -p")
-    app = make_app(engine, caller, group, auth_file)
+    app = make_app(Reader(udb, socket_), caller, group, auth_file)
     app.run()
 
 

@@ -35,11 +35,13 @@ from fairshare.tree import TREE_COLUMNS, build_tree
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound, OptionError
 from udb.models import SHF_ACCOUNT, SHF_GROUP, Entry
-from udb.session import open_udb, read_session
+from udb.remote import Reader, socket_option
+from udb.session import read_session
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @udb_option
+@socket_option
 @click.argument("user", required=False)
 @click.option("-v", "--verbose", is_flag=True, help="Also show the scheduler's settings.")
 @click.option(
@@ -54,7 +56,7 @@ from udb.session import open_udb, read_session
 @click.option("--now", type=float, metavar="EPOCH", help="Take this as the current time (epoch s).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
 @handle_errors
-def main(udb, user, verbose, every, host, now, as_json):
+def main(udb, socket_, user, verbose, every, host, now, as_json):
     """Show USER's fair-share profile (default: yours): shares, machine share (Share),
     effective share (E-share) and decayed usage, the groups above it with theirs, the
     group that limits it, and how long it would have to stay idle for its usage to
@@ -64,7 +66,7 @@ def main(udb, user, verbose, every, host, now, as_json):
     if every and user is not None:
         raise OptionError(f"-a lists every user: give no USER (got {user!r})")
     now = time.time() if now is None else now
-    engine = open_udb(udb)
+    engine = Reader(udb, socket_).engine
     with read_session(engine) as s:
         base = load_consts(s)
         rows = schedules(s)

@@ -9,9 +9,10 @@ import time
 import click
 
 from fairshare.dist import current_caller
-from fairshare.sync import QUOTA, UPDATE, submit, wait
+from fairshare.sync import QUOTA, UPDATE, Done, submit, wait
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError
+from udb.remote import call, reach, socket_option
 from udb.session import open_udb
 
 #: Without --timeout, wait this many of the daemon's cycles (plus a margin) for an answer.
@@ -21,6 +22,7 @@ MARGIN = 2.0
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @udb_option
+@socket_option
 @click.option(
     "-u", "--update", "do_update", is_flag=True, help="Bring the UDB up to date from the lnodes."
 )
@@ -40,7 +42,7 @@ MARGIN = 2.0
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what the daemon did as JSON.")
 @handle_errors
-def main(udb, do_update, do_quota, host, timeout, as_json):
+def main(udb, socket_, do_update, do_quota, host, timeout, as_json):
     """Synchronise the UDB and the running shrdaemon.
 
     -u writes every active lnode's usage, charges and CPU time to the UDB now
@@ -49,17 +51,24 @@ def main(udb, do_update, do_quota, host, timeout, as_json):
     CPU-quota base.  To clear the quota of an active user:
     shrsync -u; udbgen -c 'update:USER:cpuquotaused:0:'; shrsync -q.
     With both, -u is done first.  shrsync waits for the daemon to answer and
-    exits 2 if no running daemon does.
+    exits 2 if no running daemon does.  When you may not write the UDB, the
+    request goes to shrdaemon over its socket, which serves it for root only.
     """
     if not (do_update or do_quota):
         raise OptionError("give -u (update the UDB), -q (push quotas) or both")
-    engine = open_udb(udb)
+    via = reach(udb, socket_)
     host = host or socket.gethostname()
     who = current_caller().who
     done = []
     for wanted, kind in ((do_update, UPDATE), (do_quota, QUOTA)):
         if not wanted:
             continue
+        if not via.direct:
+            wait_s = timeout if timeout is not None else 60.0
+            d = call(via.socket, "shrsync", kind=kind, timeout=timeout, wait=wait_s + MARGIN)
+            done.append(Done(**d["done"]))
+            continue
+        engine = open_udb(via.url)
         rid, delta = submit(engine, host, kind, who, time.time())
         limit = timeout if timeout is not None else WAIT_CYCLES * delta + MARGIN
         done.append(wait(engine, rid, limit))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
-from pathlib import Path
 
 import click
 import orjson
@@ -17,11 +17,13 @@ from fairshare.display.shrtree import analyse_tree, render_problems, render_tree
 from udb.check import configured_maxlevels, load_accounts, load_entry_columns
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound
-from udb.session import display_name, open_udb, read_session, resolve_url
+from udb.remote import Reader, socket_option
+from udb.session import display_name, read_session, resolve_url
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @udb_option
+@socket_option
 @click.option(
     "-l", "--long", "long_", is_flag=True, help="Show users (or accounts with -A), not only groups."
 )
@@ -47,7 +49,7 @@ from udb.session import display_name, open_udb, read_session, resolve_url
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
 @handle_errors
-def main(udb, long_, errors_only, by_account, node, now, as_json):
+def main(udb, socket_, long_, errors_only, by_account, node, now, as_json):
     """Display the share tree (fair-share hierarchy) in the UDB and report its problems.
 
     Each row shows a node's level, name, ID, static System Share (its machine
@@ -63,9 +65,13 @@ def main(udb, long_, errors_only, by_account, node, now, as_json):
     url = resolve_url(udb)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        if not Path(parsed.database).exists():
-            raise NotFound(f"--udb {parsed.database}: no such UDB file")
-    engine = open_udb(url)
+        try:
+            os.stat(parsed.database)
+        except FileNotFoundError:
+            raise NotFound(f"--udb {parsed.database}: no such UDB file") from None
+        except OSError:
+            pass  # not ours to look at: the daemon shows it
+    engine = Reader(url, socket_).engine
     with read_session(engine) as session:
         cols = load_entry_columns(session)
         accounts = load_accounts(session)

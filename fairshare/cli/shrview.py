@@ -45,7 +45,8 @@ from fairshare.tree import TREE_COLUMNS, build_tree
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound, OptionError
 from udb.models import Entry
-from udb.session import open_udb, read_session
+from udb.remote import Reader, socket_option
+from udb.session import read_session
 
 #: How long line and repeat modes wait for the next cycle, in deltas.
 WAIT_DELTAS = 1.5
@@ -67,16 +68,19 @@ def parse_display(value: str) -> str:
 
 
 class Source:
-    """Where the displays' snapshots come from: the UDB, a host, and the time."""
+    """Where the displays' snapshots come from: the UDB (or the daemon's copy of it for
+    the caller, fetched afresh for every snapshot), a host, and the time."""
 
-    def __init__(self, engine, host: str | None, now: float | None) -> None:
-        self.engine = engine
+    def __init__(self, reader: Reader, host: str | None, now: float | None) -> None:
+        self.reader = reader
+        self.engine = reader.engine
         self.host = host
         self.now = now
 
     def take(self) -> Snapshot:
         """The published table now (with the constants in force now)."""
         now = time.time() if self.now is None else self.now
+        self.engine = self.reader.refresh()
         with read_session(self.engine) as s:
             consts = load_effective_consts(s, datetime.fromtimestamp(now))[0]
         snap = load_published(self.engine, self.host, now, consts)
@@ -85,6 +89,8 @@ class Source:
 
     def cycle(self) -> int | None:
         """The published cycle number (a cheap read, for waiting)."""
+        if self.reader.through_daemon:
+            return self.reader.cycle(self.host)
         return LnodeStore(self.engine, self.host).published_cycle()
 
     def wait_for_cycle(self, after: int, timeout: float, stop: Callable[[], bool] = bool) -> bool:
@@ -121,6 +127,7 @@ def tree_leaves(engine, mode: str) -> int:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @udb_option
+@socket_option
 @click.option(
     "-d",
     "--display",
@@ -177,7 +184,7 @@ def tree_leaves(engine, mode: str) -> int:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one document per line).")
 @handle_errors
-def main(udb, display, select_, sort, repeat, continuous, host, site, now, as_json):
+def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, now, as_json):
     """Display the fair-share scheduler's state: the lnode table the daemon publishes
     every cycle, as the guide's monitor (-dm), adjgroup (-da), statistics (-ds), nice
     (-dn) and limshare (-dl) displays, or the Kay-Lauder group bars (-dg).  Names are
@@ -187,15 +194,15 @@ def main(udb, display, select_, sort, repeat, continuous, host, site, now, as_js
     if site:
         if host or repeat or continuous:
             raise OptionError("--site shows every host: it goes with neither --host, -r nor -c")
-        show_site(udb, now, as_json)
+        show_site(Reader(udb, socket_).engine, now, as_json)
         return
     req = ViewRequest(display=parse_display(display), select=parse_select(select_))
     req.sort = parse_sort(sort)
     if continuous and (repeat or as_json):
         raise OptionError("-c (continuous) goes with neither -r nor --json")
-    engine = open_udb(udb)
-    source = Source(engine, host, now)
+    source = Source(Reader(udb, socket_), host, now)
     snap = source.take()
+    engine = source.engine
     req.own = caller_own(engine, snap.mode)
     if req.display == "statistics":
         req.total_ids = tree_leaves(engine, snap.mode)
@@ -220,9 +227,8 @@ def main(udb, display, select_, sort, repeat, continuous, host, site, now, as_js
         click.echo(out)
 
 
-def show_site(udb: str | None, now: float | None, as_json: bool) -> None:
-    """Print the site display (fairshare.display.site)."""
-    engine = open_udb(udb)
+def show_site(engine, now: float | None, as_json: bool) -> None:
+    """Print the site display (fairshare.display.site) of the UDB behind `engine`."""
     now = time.time() if now is None else now
     with read_session(engine) as s:
         consts = load_consts(s)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 import click
 
 from udb import directives as udbdir
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound, OptionError
+from udb.image import PRIVATE
 from udb.models import Entry
-from udb.session import open_udb, read_session
+from udb.remote import Reader, socket_option
+from udb.session import read_session
 
 
 @click.command("udbsee", context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,13 +36,16 @@ from udb.session import open_udb, read_session
 @click.option("--accounts", is_flag=True, help="Only the account registry.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of directives.")
 @udb_option
+@socket_option
 @handle_errors
-def main(names, show_all, field_list, accounts, as_json, udb):  # fmt: skip
+def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: skip
     """Show UDB entries as udbgen directives.
 
     With no NAME and no -a, show the entry whose uid is the caller's.  The
     output of "udbsee -a" loaded by "udbgen -" into an empty UDB reproduces
     the UDB (password hashes are never shown, so they are not carried over).
+    Users other than root, who read the UDB through shrdaemon, see no password
+    field, and of other users' entries no CPU quota, quota used or comment.
     """
     verb, fields = "create", None
     if field_list is not None:
@@ -49,8 +55,8 @@ def main(names, show_all, field_list, accounts, as_json, udb):  # fmt: skip
             raise OptionError(f"-f: {err}") from None
     if show_all and names:
         raise OptionError("give NAMEs or -a, not both")
-    engine = open_udb(udb)
-    with read_session(engine) as s:
+    reader = Reader(udb, socket_)
+    with read_session(reader.engine) as s:
         registry = udbdir.select_accounts(s) if (show_all or accounts) else []
         if accounts and not show_all and not names:
             entries: list[Entry] = []
@@ -62,17 +68,29 @@ def main(names, show_all, field_list, accounts, as_json, udb):  # fmt: skip
             entries = [e for e in udbdir.select_entries(s) if e.uid == os.getuid()]
             if not entries:
                 raise NotFound(f"no entry has your uid {os.getuid()}; give a NAME or -a")
+        shown = fields_for(reader, fields)
         if as_json:
             if accounts and not show_all and not names:
                 out: list[dict] = [{"name": n, "acid": a} for n, a in registry]
             else:
-                out = [udbdir.entry_record(e, fields) for e in entries]
+                out = [udbdir.entry_record(e, shown(e)) for e in entries]
             click.echo(json.dumps(out, indent=2))
             return
         for name, acid in registry:
             click.echo(udbdir.format_account(name, acid))
         for e in entries:
-            click.echo(udbdir.format_entry(e, fields, verb))
+            click.echo(udbdir.format_entry(e, shown(e), verb))
+
+
+def fields_for(reader: Reader, fields: list[str] | None) -> Callable[[Entry], list[str] | None]:
+    """The fields to show of an entry: `fields` (None: all), less, for a caller reading
+    through the daemon (not root), the password and other users' private fields."""
+    if not reader.through_daemon or reader.viewer == 0:
+        return lambda _e: fields
+    wanted = list(fields or udbdir.FIELDS)
+    mine = [f for f in wanted if f != "passwd"]
+    theirs = [f for f in mine if f not in PRIVATE]
+    return lambda e: mine if e.uid == reader.viewer else theirs
 
 
 if __name__ == "__main__":

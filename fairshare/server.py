@@ -1,0 +1,425 @@
+"""shrdaemon's socket: the one way users other than root read and change the UDB.
+
+The daemon listens on a Unix-domain stream socket (shrdaemon --socket, default
+/run/fairshare/shrdaemon.sock, mode 0666: anyone may ask).  The caller of each
+request is the peer the kernel names (SO_PEERCRED: pid, uid, gid), never anything
+the request says.  The protocol (newline-delimited JSON, one request and one reply
+per connection) is documented in shrdaemon-protocol(7).
+
+Serving never delays the scheduling cycle: it runs in threads of its own.  One
+selector thread accepts connections and reads requests without blocking, holding
+each to `Limits` (size, time to send it, clients at once); a complete request goes
+to a small pool of worker threads that answer it from the UDB (their own
+connections; SQLite's WAL lets them read while the cycle writes) and write the
+reply with a timeout.  Every refused or broken request is logged in one line
+naming the peer.
+
+Requests and who may make them:
+
+- `hello`: anyone; the daemon's protocol version, UDB, host and the caller as seen.
+- `udb`: anyone; the UDB as the caller may see it (`udb.image`), for the readers.
+- `cycle`: anyone; the published cycle number of a host (shrview waits with it).
+- `shrdist`: anyone shrdist.auth lists for the group (root: any group); the same
+  checks and the same one transaction as shrdist run by root, recorded under the
+  caller's login.
+- `newacct`: anyone, for a session they own and one of their own acids.
+- `shrsync`: root only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import pwd
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from fairshare.dist import Caller, distribution_json, parse_assignments, preview, redistribute
+from fairshare.newacct import SessionAccounts, session_request
+from fairshare.store import LnodeStore
+from fairshare.sync import KINDS, submit, wait
+from udb.errors import UdbError
+from udb.image import make_image
+from udb.remote import VERSION
+from udb.session import display_name, read_session, write_session
+
+log = logging.getLogger("shrdaemon")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may ask of the daemon (documented in shrdaemon-protocol(7))."""
+
+    max_request: int = 64 * 1024  # bytes, the request line with its newline
+    request_timeout: float = 5.0  # s from connecting to the request's newline
+    reply_timeout: float = 10.0  # s for the client to take the whole reply
+    max_clients: int = 256  # connections being read or answered at once
+    workers: int = 4  # requests answered at once
+
+
+@dataclass(frozen=True)
+class Peer:
+    """The process at the other end of a connection, as the kernel says."""
+
+    pid: int
+    uid: int
+    gid: int
+
+    @property
+    def login(self) -> str:
+        """The uid's login name (its number when it has no passwd entry)."""
+        try:
+            return pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            return str(self.uid)
+
+    def __str__(self) -> str:
+        return f"uid {self.uid} pid {self.pid}"
+
+
+def peer_of(conn: socket.socket) -> Peer:
+    """The peer's credentials (SO_PEERCRED)."""
+    fmt = "3i"
+    pid, uid, gid = struct.unpack(
+        fmt, conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(fmt))
+    )
+    return Peer(pid, uid, gid)
+
+
+class BadRequest(UdbError):
+    """A request that is not what the protocol says."""
+
+
+@dataclass
+class _Reading:
+    conn: socket.socket
+    peer: Peer
+    deadline: float
+    buf: bytearray = field(default_factory=bytearray)
+
+
+class Server:
+    """The socket server for one daemon: its UDB `engine`, `host` (the published
+    table's key), newacct's `accounts` and shrdist's `auth` file."""
+
+    def __init__(
+        self,
+        path: str,
+        engine: Engine,
+        host: str,
+        accounts: SessionAccounts | None,
+        auth: Path,
+        limits: Limits | None = None,
+    ) -> None:
+        self.path = path
+        self.engine = engine
+        self.host = host
+        self.accounts = accounts
+        self.auth = auth
+        self.limits = limits or Limits()
+        self.handlers: dict[str, Callable[[Peer, dict], dict]] = {
+            "hello": self.hello,
+            "udb": self.udb,
+            "cycle": self.cycle,
+            "shrdist": self.shrdist,
+            "newacct": self.newacct,
+            "shrsync": self.shrsync,
+        }
+        self._listener: socket.socket | None = None
+        self._inode: int | None = None
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        self._busy = 0  # connections being read or answered
+        self._lock = threading.Lock()
+
+    # -- life -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen on the socket (replacing a stale one) and start serving.
+
+        UdbError when the path is in use by a daemon that answers, or cannot be made.
+        """
+        path = Path(self.path)
+        try:
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if path.exists() or path.is_symlink():
+                if _answers(self.path):
+                    raise UdbError(f"{self.path}: another shrdaemon is listening there")
+                path.unlink()
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(self.path)
+            os.chmod(self.path, 0o666)  # anyone may ask; the daemon decides what to answer
+            s.listen(128)
+        except OSError as err:
+            raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
+        s.setblocking(False)
+        self._listener = s
+        self._inode = os.stat(self.path).st_ino
+        self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="shrdaemon-serve")
+        self._thread = threading.Thread(target=self._loop, name="shrdaemon-socket", daemon=True)
+        self._thread.start()
+        log.info("serving requests on %s", self.path)
+
+    def stop(self) -> None:
+        """Stop serving and remove the socket (if it is still ours)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    # -- the selector thread -------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._listener, selectors.EVENT_READ)
+        try:
+            while not self._stop.is_set():
+                for key, _ in sel.select(0.2):
+                    if key.data is None:
+                        self._accept(sel)
+                    else:
+                        self._read(sel, key.data)
+                now = time.monotonic()
+                for key in list(sel.get_map().values()):
+                    r = key.data
+                    if r is not None and now > r.deadline:
+                        self._drop(
+                            sel,
+                            r,
+                            f"sent no complete request within {self.limits.request_timeout:g} s",
+                        )
+        finally:
+            for key in list(sel.get_map().values()):
+                key.fileobj.close()
+            sel.close()
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:
+                log.warning("socket %s: accept failed: %s", self.path, err)
+                return
+            peer = peer_of(conn)
+            with self._lock:
+                full = self._busy >= self.limits.max_clients
+                if not full:
+                    self._busy += 1
+            if full:
+                log.warning("%s: refused: %d clients already", peer, self.limits.max_clients)
+                _send_nowait(conn, _error("busy: too many clients, try again"))
+                conn.close()
+                continue
+            conn.setblocking(False)
+            deadline = time.monotonic() + self.limits.request_timeout
+            sel.register(conn, selectors.EVENT_READ, _Reading(conn, peer, deadline))
+
+    def _read(self, sel: selectors.BaseSelector, r: _Reading) -> None:
+        try:
+            chunk = r.conn.recv(self.limits.max_request + 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(sel, r, "disconnected before completing a request")
+            return
+        r.buf += chunk
+        end = r.buf.find(b"\n")
+        if end < 0 and len(r.buf) < self.limits.max_request:
+            return
+        if end < 0 or end + 1 > self.limits.max_request:
+            self._drop(sel, r, f"request longer than {self.limits.max_request} bytes", reply=True)
+            return
+        sel.unregister(r.conn)
+        self._pool.submit(self._answer, r.conn, r.peer, bytes(r.buf[:end]))
+
+    def _drop(self, sel, r: _Reading, why: str, reply: bool = False) -> None:
+        log.warning("%s: %s: dropped", r.peer, why)
+        sel.unregister(r.conn)
+        if reply:
+            _send_nowait(r.conn, _error(why))
+        r.conn.close()
+        self._done()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._busy -= 1
+
+    # -- the workers ---------------------------------------------------------------------------
+
+    def _answer(self, conn: socket.socket, peer: Peer, line: bytes) -> None:
+        name = "?"
+        try:
+            try:
+                req = json.loads(line)
+                if not isinstance(req, dict):
+                    raise BadRequest("malformed request: not a JSON object")
+                if req.get("v") != VERSION:
+                    raise BadRequest(
+                        f"protocol version {req.get('v')!r} not supported (this daemon "
+                        f"speaks {VERSION})"
+                    )
+                name = str(req.get("request"))
+                handler = self.handlers.get(name)
+                if handler is None:
+                    raise BadRequest(f"unknown request {name!r}")
+                reply = {"ok": True, **handler(peer, req)}
+                log.debug("%s: %s answered", peer, name)
+            except ValueError as err:
+                log.warning("%s: malformed JSON: %s", peer, err)
+                reply = _error(f"malformed request: not JSON ({err})")
+            except UdbError as err:
+                log.warning("%s (%s): %s refused: %s", peer, peer.login, name, err)
+                reply = _error(str(err))
+            except Exception:  # a bug: the daemon keeps serving everyone else
+                log.exception("%s: %s failed", peer, name)
+                reply = _error("internal error (see the daemon's log)")
+            conn.setblocking(True)
+            conn.settimeout(self.limits.reply_timeout)
+            try:
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except TimeoutError:
+                log.warning(
+                    "%s: did not take the reply within %g s: dropped",
+                    peer,
+                    self.limits.reply_timeout,
+                )
+            except OSError:
+                log.warning("%s: left before the reply to %s was sent", peer, name)
+        finally:
+            conn.close()
+            self._done()
+
+    # -- the requests ----------------------------------------------------------------------------
+
+    def hello(self, peer: Peer, req: dict) -> dict:
+        return {
+            "v": VERSION,
+            "udb": display_name(str(self.engine.url)),
+            "host": self.host,
+            "uid": peer.uid,
+            "gid": peer.gid,
+            "pid": peer.pid,
+            "login": peer.login,
+        }
+
+    def udb(self, peer: Peer, req: dict) -> dict:
+        image = make_image(self.engine, peer.uid)
+        return {"uid": peer.uid, "image": base64.b64encode(image).decode()}
+
+    def cycle(self, peer: Peer, req: dict) -> dict:
+        host = _text(req, "host", optional=True)
+        return {"cycle": LnodeStore(self.engine, host or self.host).published_cycle()}
+
+    def shrdist(self, peer: Peer, req: dict) -> dict:
+        group = _text(req, "group", optional=True)
+        shares = req.get("shares", {})
+        if not isinstance(shares, dict):
+            raise BadRequest("shares: expected an object NAME: SHARES")
+        items = [f"{k}={v}" for k, v in shares.items()]
+        assignments = parse_assignments([",".join(items)] if items else [])
+        caller = Caller(login=peer.login, uid=peer.uid, who=peer.login)
+        if req.get("test"):
+            with read_session(self.engine) as s:
+                _v, d, warnings = preview(s, caller, group, assignments, auth=self.auth)
+            return {"distribution": distribution_json(d, False), "warnings": warnings}
+        with write_session(self.engine) as s:
+            d, warnings = redistribute(
+                s, caller, group, assignments, auth=self.auth, now=time.time()
+            )
+        log.info(
+            "shrdist by %s (%s): %s in %s",
+            peer,
+            peer.login,
+            ", ".join(f"{m.name} {m.old}->{m.shares}" for m in d.changed) or "no change",
+            d.group,
+        )
+        return {"distribution": distribution_json(d, True), "warnings": warnings}
+
+    def newacct(self, peer: Peer, req: dict) -> dict:
+        if self.accounts is None:
+            raise BadRequest("this daemon keeps no session accounts")
+        account = _text(req, "account", optional=True)
+        session = req.get("session")
+        if session is not None and (not isinstance(session, int) or isinstance(session, bool)):
+            raise BadRequest("session: expected a session id (a number)")
+        with read_session(self.engine) as s:
+            return session_request(
+                s,
+                self.accounts,
+                peer.uid,
+                peer.pid,
+                account=account,
+                to_default=bool(req.get("default")),
+                session_id=session,
+            )
+
+    def shrsync(self, peer: Peer, req: dict) -> dict:
+        if peer.uid != 0:
+            raise UdbError(f"shrsync: only root may synchronise ({peer.login} is not)")
+        kind = _text(req, "kind")
+        if kind not in KINDS:
+            raise BadRequest(f"kind: expected one of {', '.join(KINDS)}")
+        timeout = req.get("timeout")
+        rid, delta = submit(self.engine, self.host, kind, peer.login, time.time())
+        limit = float(timeout) if isinstance(timeout, int | float) else 3 * delta + 2.0
+        d = wait(self.engine, rid, min(limit, 60.0))
+        return {
+            "done": {"id": d.id, "kind": d.kind, "host": d.host, "done": d.done, "lnodes": d.lnodes}
+        }
+
+
+def _text(req: dict, key: str, optional: bool = False) -> str | None:
+    value = req.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or len(value) > 256:
+        raise BadRequest(f"{key}: expected a string")
+    return value
+
+
+def _error(message: str) -> dict:
+    return {"ok": False, "error": message}
+
+
+def _send_nowait(conn: socket.socket, reply: dict) -> None:
+    """Best effort: a short error reply to a client we are dropping."""
+    try:
+        conn.setblocking(False)
+        conn.send(json.dumps(reply).encode() + b"\n")
+    except OSError:
+        pass
+
+
+def _answers(path: str) -> bool:
+    """Whether something accepts connections at `path`."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
