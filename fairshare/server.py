@@ -161,7 +161,7 @@ class Server:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.bind(self.path)
             os.chmod(self.path, 0o666)  # anyone may ask; the daemon decides what to answer
-            s.listen(128)
+            s.listen(self.limits.max_clients)
         except OSError as err:
             raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
         s.setblocking(False)

@@ -1,7 +1,8 @@
 """Fixtures shared by the whole suite: a fresh SQLite UDB, and the ACME site loaded in one.
 
-Every test runs with XDG_DATA_HOME pointing into its tmp_path and UDB_URL
-unset, so nothing can touch the real default UDB of whoever runs the suite.
+Every test runs with XDG_DATA_HOME and FAIRSHARE_SOCKET pointing into its tmp_path
+and UDB_URL unset, so nothing can touch the real default UDB or the socket of
+whoever runs the suite.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ ACME_ACCT = ROOT / "examples" / "acme" / "acme-acct.udb"
 def _no_default_udb(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("UDB_URL", raising=False)
+    # A daemon a test starts listens here, never on the machine's /run/fairshare.
+    monkeypatch.setenv("FAIRSHARE_SOCKET", str(tmp_path / "shrdaemon.sock"))
     yield
     dispose_all()
 

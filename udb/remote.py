@@ -21,6 +21,7 @@ import base64
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,20 @@ def socket_path(option: str | None = None) -> str:
     return option or os.environ.get("FAIRSHARE_SOCKET") or DEFAULT_SOCKET
 
 
+def connect(s: socket.socket, path: str, wait: float) -> None:
+    """Connect `s` to `path`; a full listen queue (EAGAIN on a socket with a timeout)
+    is retried for up to `wait` seconds, as a blocking connect would wait."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            s.connect(path)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise TimeoutError from None
+            time.sleep(0.01)
+
+
 def call(path: str, request: str, wait: float = TIMEOUT, **fields) -> dict:
     """Send `request` with `fields` to the daemon at `path`; its reply (a dict), waited
     for at most `wait` seconds.
@@ -73,7 +88,7 @@ def call(path: str, request: str, wait: float = TIMEOUT, **fields) -> dict:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(wait)
     try:
-        s.connect(path)
+        connect(s, path, wait)
         s.sendall(line)
         chunks = []
         while True:
@@ -115,7 +130,7 @@ def may_write(url: str) -> bool:
     if u.database in (None, "", ":memory:"):
         return True
     path = Path(u.database)
-    return path.exists() and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 
 @dataclass
