@@ -52,7 +52,8 @@ ME, ADMIN, OTHER = UIDS
 PEOPLE = f"""
 acid:acct1:5001:
 acid:acct2:5002:
-create:me:uid:{ME}:resgrp:Proj3:shares:10:acids:5001:cpuquota:7200:cpuquotaused:12:comment:room 12:passwd:$6$salt$hash:
+create:me:uid:{ME}:resgrp:Proj3:shares:10:acids:5001:passwd:$6$salt$hash:
+update:me:cpuquota:7200:cpuquotaused:12:comment:room 12:
 create:admin:uid:{ADMIN}:resgrp:Proj3:shares:10:
 create:other:uid:{OTHER}:resgrp:Proj3:shares:10:acids:5002:cpuquota:3600:comment:secret:
 """

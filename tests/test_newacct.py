@@ -1,5 +1,6 @@
-"""newacct: the command, the session records and the daemon charging the new account from
-its next cycle (Share by Account), and as real unprivileged uids (setuid children)."""
+"""newacct: the command through a socket server, the daemon's session records, and the
+daemon charging the new account from its next cycle (Share by Account).  As real
+unprivileged uids against a running shrdaemon: tests/test_access.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import subprocess
 
 import pytest
-from asuser import UIDS, forked, needs_root, open_up, remove, run_as, shared_dir
+from asuser import UIDS, forked
 from busy import BusyProcesses
 from click.testing import CliRunner
 
@@ -19,14 +20,12 @@ from fairshare.collect.sim import SimClock
 from fairshare.consts import SHAREBYACCT, TICKS_PER_SECOND, Consts, save_consts
 from fairshare.daemon import Daemon, Options
 from fairshare.enforce.none import NoEnforcer
-from fairshare.newacct import (
-    SessionAccounts,
-    read_session_account,
-    write_session_account,
-)
+from fairshare.newacct import SessionAccounts, session_request
+from fairshare.server import Server
 from fairshare.store import LnodeStore
 from udb import directives
-from udb.session import open_udb, write_session
+from udb.errors import UdbError
+from udb.session import open_udb, read_session, write_session
 
 ME = os.getuid()
 CHARGE_PER_CPU_S = 100.0 * TICKS_PER_SECOND  # the default cost_tick
@@ -53,66 +52,89 @@ def udb(udb_url):
 
 
 @pytest.fixture
-def spool(tmp_path):
-    d = tmp_path / "accounts"
-    d.mkdir()
-    return d
+def server(udb, tmp_path):
+    """A socket server for the UDB (as shrdaemon runs one) and its session accounts."""
+    accounts = SessionAccounts()
+    srv = Server(str(tmp_path / "s.sock"), open_udb(udb), "test", accounts, tmp_path / "auth")
+    srv.start()
+    yield srv
+    srv.stop()
 
 
-def run(url, spool, *args):
-    return CliRunner().invoke(newacct, ["--udb", url, "--spool", str(spool), *args])
+def run(srv, *args):
+    return CliRunner().invoke(newacct, ["--socket", srv.path, *args])
 
 
-def test_newacct_switches_shows_and_goes_back(udb, spool):
-    forked(lambda: switch_show_and_go_back(udb, spool), new_session=True)
+def test_newacct_switches_shows_and_goes_back(server):
+    sid = forked(lambda: switch_show_and_go_back(server), new_session=True)
+    assert sid > 0 and server.accounts.sessions == {}  # -d dropped the record
 
 
-def switch_show_and_go_back(udb, spool):
+def switch_show_and_go_back(srv):
     sid = os.getsid(0)
-    r = run(udb, spool, "--json")
+    r = run(srv, "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert (d["account"], d["acid"], d["default"], d["acids"]) == ("a1", 3001, True, [3001, 3002])
     assert d["session"] == sid and d["share_by_account"]
-    r = run(udb, spool, "a2")
+    r = run(srv, "a2")
     assert r.exit_code == 0, r.output
     assert f"session {sid} of me: account a2 (acid 3002), set by newacct" in r.output
-    rec = read_session_account(spool, sid)
-    assert (rec.sid, rec.uid, rec.acid) == (sid, ME, 3002)
-    assert (spool / str(sid)).read_text() == "3002\n"
-    r = run(udb, spool, "3001")  # by number
+    d = json.loads(run(srv, "--json").output)
+    assert (d["acid"], d["default"], d["session"]) == (3002, False, sid)
+    r = run(srv, "3001")  # by number
     assert r.exit_code == 0 and "account a1 (acid 3001), set by newacct" in r.output
-    r = run(udb, spool, "-d")
+    r = run(srv, "-d")
     assert r.exit_code == 0 and "account a1 (acid 3001), your default" in r.output
-    assert not (spool / str(sid)).exists()
+    return sid
 
 
-def test_an_account_outside_your_acids_is_refused_and_nothing_written(udb, spool):
-    r = run(udb, spool, "a3")
+def test_an_account_outside_your_acids_is_refused_and_nothing_recorded(server):
+    r = run(server, "a3")
     assert r.exit_code == 2
     assert "a3: not one of me's accounts (acids: a1, a2)" in r.output
-    r = run(udb, spool, "nope")
+    r = run(server, "nope")
     assert r.exit_code == 2 and "nope: no such account" in r.output
-    assert list(spool.iterdir()) == []
+    assert server.accounts.sessions == {}
 
 
-def test_a_session_outside_this_pid_namespace_cannot_take_an_account(udb, spool, monkeypatch):
+def test_a_session_outside_this_pid_namespace_cannot_take_an_account(udb):
     """In a container that never made a session of its own, getsid gives 0 for every
     process: the daemon cannot tell those sessions apart, so newacct says so."""
-    write_session_account(spool, 7, 3002)  # somebody else's session: left alone
-    monkeypatch.setattr(os, "getsid", lambda pid: 0)
-    for args in (["a2"], ["-d"]):
-        r = run(udb, spool, *args)
-        assert r.exit_code == 2, r.output
-        assert "its leader is outside this PID namespace" in r.output
-    assert [f.name for f in spool.iterdir()] == ["7"]
-    r = run(udb, spool)  # asking is fine: the default account
-    assert r.exit_code == 0 and "account a1 (acid 3001), your default" in r.output
+    accounts = SessionAccounts()
+    with read_session(open_udb(udb)) as s, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "getsid", lambda pid: 0)
+        for fields in ({"account": "a2"}, {"to_default": True}):
+            with pytest.raises(UdbError, match="its leader is outside this PID namespace"):
+                session_request(s, accounts, ME, os.getpid(), **fields)
+    assert accounts.sessions == {}
 
 
-def test_no_spool_directory_says_so(udb, tmp_path):
-    r = run(udb, tmp_path / "missing", "a2")
-    assert r.exit_code == 2 and "no such directory (is shrdaemon running?)" in r.output
+def test_a_session_someone_else_leads_is_refused(udb):
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        accounts = SessionAccounts()
+        with read_session(open_udb(udb)) as s:
+            # Our own uid leads it: ours to name.
+            reply = session_request(
+                s, accounts, ME, os.getpid(), account="a2", session_id=child.pid
+            )
+            assert reply["session"] == child.pid and accounts.sessions[child.pid].acid == 3002
+            with pytest.raises(UdbError, match=f"session {child.pid} is not yours"):
+                session_request(
+                    s, accounts, ME + 1, os.getpid(), account="a2", session_id=child.pid
+                )
+            with pytest.raises(UdbError, match="no such session"):
+                session_request(s, accounts, ME, os.getpid(), account="a2", session_id=2**22 + 7)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_no_daemon_says_so(tmp_path):
+    r = CliRunner().invoke(newacct, ["--socket", str(tmp_path / "none.sock"), "a2"])
+    assert r.exit_code == 2 and "no such socket: is shrdaemon running?" in r.output
+    assert len(r.output.strip().splitlines()) == 1
 
 
 # -- the daemon charges the session's processes to the new account ----------------------------
@@ -126,10 +148,10 @@ def charges_this_cycle(d, clock, before):
     return {k: v - before.get(k, 0.0) for k, v in now.items()}, now
 
 
-def test_the_daemon_charges_the_new_account_from_its_next_cycle(udb, spool):
+def test_the_daemon_charges_the_new_account_from_its_next_cycle(udb):
     engine = open_udb(udb)
     clock = SimClock(1_000_000.0)
-    hook = SessionAccounts(spool, create=False)
+    hook = SessionAccounts()
     d = Daemon(
         engine,
         BusyProcesses(
@@ -149,87 +171,40 @@ def test_the_daemon_charges_the_new_account_from_its_next_cycle(udb, spool):
     per_cycle = 4.0 * CHARGE_PER_CPU_S  # one CPU for a 4 s cycle
     got, total = charges_this_cycle(d, clock, {})
     assert got == {"a1": pytest.approx(2 * per_cycle)}  # both sessions: the default account
-    write_session_account(spool, 700, 3002)  # newacct a2 in session 700
-    write_session_account(spool, 999, 3002)  # a session that no longer exists
+    hook.choose(700, ME, 3002)  # newacct a2 in session 700
+    hook.choose(999, ME, 3002)  # a session that no longer exists
     got, total = charges_this_cycle(d, clock, total)
     assert got == {"a1": pytest.approx(per_cycle), "a2": pytest.approx(per_cycle)}
-    assert not (spool / "999").exists()  # the daemon removed the dead session's record
-    # A record naming an account the user does not have is not trusted.
-    write_session_account(spool, 701, 3003)
+    assert 999 not in hook.sessions  # the daemon forgot the dead session
+    # A record naming an account the user no longer has is dropped.
+    hook.choose(701, ME, 3003)
     got, total = charges_this_cycle(d, clock, total)
     assert got == {"a1": pytest.approx(per_cycle), "a2": pytest.approx(per_cycle)}
     assert set(hook.sessions) == {700}
     d.shutdown()
 
 
-@needs_root
-def test_the_daemon_ignores_a_record_owned_by_another_uid(udb, spool):
-    write_session_account(spool, 700, 3002)
-    os.chown(spool / "700", UIDS[0], UIDS[0])
-    hook = SessionAccounts(spool, create=False)
+def test_a_record_moves_only_the_processes_of_the_uid_that_made_it():
+    hook = SessionAccounts()
+    hook.choose(700, UIDS[0], 3002)
     sample = Sample(0.0, 4.0, [ProcessSample(7, 0.0, ME, sid=700)])
     hook.refresh(sample, {ME: [3001, 3002], UIDS[0]: [3002]})
     assert hook(sample.processes[0]) is None  # ME's process: the record is UIDS[0]'s
-    other = ProcessSample(9, 0.0, UIDS[0], sid=700)
-    assert hook(other) == 3002
+    assert hook(ProcessSample(9, 0.0, UIDS[0], sid=700)) == 3002
+    assert not hook.clear(700, ME)  # nor may ME clear it
+    assert hook.clear(700, UIDS[0])
 
 
-# -- real unprivileged uids ------------------------------------------------------------------
-
-
-@pytest.fixture
-def shared_site():
-    d = shared_dir()
-    url = f"sqlite:///{d / 'udb.sqlite'}"
-    site(url, {"alice": (UIDS[0], "a1,a2"), "bob": (UIDS[1], "a3")})
-    spool = d / "accounts"
-    SessionAccounts(spool)  # as the daemon (root) makes it: sticky, world-writable
-    open_up(d)
-    yield url, spool
-    remove(d)
-
-
-@needs_root
-def test_as_real_users_only_their_own_accounts(shared_site):
-    url, spool = shared_site
-    assert oct(spool.stat().st_mode & 0o7777) == "0o1777"
-    args = ["--udb", url, "--spool", str(spool)]
-
-    def in_one_session():  # alice and bob both work in this new session
-        sid = os.getsid(0)
-        refused = run_as(UIDS[0], newacct, [*args, "a3"])
-        written = (spool / str(sid)).exists()
-        chosen = run_as(UIDS[0], newacct, [*args, "a2"])
-        taken_over = run_as(UIDS[1], newacct, [*args, "a3"])
-        return sid, refused, written, chosen, taken_over
-
-    sid, (code, out), written, chosen, (code_b, out_b) = forked(in_one_session, new_session=True)
-    assert sid > 0
-    assert code == 2 and "a3: not one of alice's accounts (acids: a1, a2)" in out
-    assert not written
-    assert chosen[0] == 0, chosen[1]
-    # bob cannot take over alice's record of the session (sticky directory) ...
-    assert code_b == 2 and f"belongs to uid {UIDS[0]}, not you" in out_b
-    rec = read_session_account(spool, sid)
-    assert (rec.uid, rec.acid) == (UIDS[0], 3002)
-    # ... nor does alice's record move bob's processes.
-    hook = SessionAccounts(spool, create=False)
-    sample = Sample(0.0, 4.0, [ProcessSample(5, 0.0, UIDS[1], sid=sid)])
-    hook.refresh(sample, {UIDS[0]: [3001, 3002], UIDS[1]: [3003]})
-    assert hook(sample.processes[0]) is None
-    assert hook(ProcessSample(6, 0.0, UIDS[0], sid=sid)) == 3002
-
-
-def test_real_processes_are_mapped_by_their_session(spool):
+def test_real_processes_are_mapped_by_their_session():
     """On the real machine: a process in a session of its own (setsid), its session's
     record, the procfs collector's session ids, and the hook."""
     child = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        write_session_account(spool, child.pid, 3002)  # its sid is its pid
+        hook = SessionAccounts()
+        hook.choose(child.pid, ME, 3002)  # its sid is its pid
         sample = ProcfsCollector().sample()
         mine = [p for p in sample.processes if p.pid == child.pid]
         assert [(p.sid, p.uid) for p in mine] == [(child.pid, ME)]
-        hook = SessionAccounts(spool, create=False)
         hook.refresh(sample, {ME: [3001, 3002]})
         assert hook(mine[0]) == 3002
         ours = [p for p in sample.processes if p.pid == os.getpid()]

@@ -33,6 +33,7 @@ from fairshare.enforce.none import NoEnforcer
 from fairshare.store import LnodeStore
 from udb.errors import OptionError
 from udb.models import SHF_GROUP, Entry, ShareChange
+from udb.remote import Reader
 from udb.session import open_udb, read_session, write_session
 
 ROOT = Caller("root", 0, "root")
@@ -204,8 +205,7 @@ def test_the_editor_needs_a_terminal(acme):
 
 
 def test_editor_recomputes_as_you_type_u_writes_q_without_u_writes_nothing(acme):
-    engine = open_udb(acme)
-    app = make_app(engine, ROOT, "Proj2", Path(NO_AUTH))
+    app = make_app(Reader(acme, None), ROOT, "Proj2", Path(NO_AUTH))
     seen = {}
 
     async def drive():
@@ -234,7 +234,7 @@ def test_editor_recomputes_as_you_type_u_writes_q_without_u_writes_nothing(acme)
 
 
 def test_editor_q_at_once_writes_nothing(acme):
-    app = make_app(open_udb(acme), ROOT, "Proj2", Path(NO_AUTH))
+    app = make_app(Reader(acme, None), ROOT, "Proj2", Path(NO_AUTH))
 
     async def drive():
         async with app.run_test() as pilot:
