@@ -7,12 +7,13 @@ the request says.  The protocol (newline-delimited JSON, one request and one rep
 per connection) is documented in shrdaemon-protocol(7).
 
 Serving never delays the scheduling cycle: it runs in threads of its own.  One
-selector thread accepts connections and reads requests without blocking, holding
-each to `Limits` (size, time to send it, clients at once); a complete request goes
-to a small pool of worker threads that answer it from the UDB (their own
-connections; SQLite's WAL lets them read while the cycle writes) and write the
-reply with a timeout.  Every refused or broken request is logged in one line
-naming the peer.
+selector thread accepts connections, reads requests and writes replies without
+ever blocking, holding each client to `Limits` (request size, time to send it, time
+to take the reply, clients at once, per uid); a complete request goes to a small
+pool of worker threads that answer it from the UDB (their own connections;
+SQLite's WAL lets them read while the cycle writes) and hand the reply back, so no
+client, however slow, holds a worker.  Every refused or broken request is logged
+in one line naming the peer.
 
 Requests and who may make them:
 
@@ -64,7 +65,8 @@ class Limits:
     max_request: int = 64 * 1024  # bytes, the request line with its newline
     request_timeout: float = 5.0  # s from connecting to the request's newline
     reply_timeout: float = 10.0  # s for the client to take the whole reply
-    max_clients: int = 256  # connections being read or answered at once
+    max_clients: int = 256  # connections held at once
+    max_per_uid: int = 64  # connections held at once for one uid other than root
     workers: int = 4  # requests answered at once
 
 
@@ -102,11 +104,17 @@ class BadRequest(UdbError):
 
 
 @dataclass
-class _Reading:
+class _Client:
+    """A connection the selector thread holds: reading its request, or writing its reply
+    (`out`, from offset `sent`), each before `deadline` (monotonic s)."""
+
     conn: socket.socket
     peer: Peer
     deadline: float
     buf: bytearray = field(default_factory=bytearray)
+    out: bytes = b""
+    sent: int = 0
+    request: str = "?"
 
 
 class Server:
@@ -141,8 +149,13 @@ class Server:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
-        self._busy = 0  # connections being read or answered
+        self._busy = 0  # connections held (the selector thread's count)
+        self._per_uid: dict[int, int] = {}  # connections held per uid
+        self._replies: list[_Client] = []  # answered, waiting for the selector thread
         self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
 
     # -- life -------------------------------------------------------------------------------
 
@@ -184,28 +197,37 @@ class Server:
                 os.unlink(self.path)
         except OSError:
             pass
+        self._wake_r.close()
+        self._wake_w.close()
 
     # -- the selector thread -------------------------------------------------------------------
 
     def _loop(self) -> None:
         sel = selectors.DefaultSelector()
         sel.register(self._listener, selectors.EVENT_READ)
+        sel.register(self._wake_r, selectors.EVENT_READ)
         try:
             while not self._stop.is_set():
                 for key, _ in sel.select(0.2):
-                    if key.data is None:
+                    if key.fileobj is self._listener:
                         self._accept(sel)
+                    elif key.fileobj is self._wake_r:
+                        self._take_replies(sel)
+                    elif key.data.out:
+                        self._write(sel, key.data)
                     else:
                         self._read(sel, key.data)
                 now = time.monotonic()
                 for key in list(sel.get_map().values()):
-                    r = key.data
-                    if r is not None and now > r.deadline:
-                        self._drop(
-                            sel,
-                            r,
-                            f"sent no complete request within {self.limits.request_timeout:g} s",
-                        )
+                    c = key.data
+                    if c is None or now <= c.deadline:
+                        continue
+                    if c.out:
+                        why = f"did not take the reply to {c.request} within "
+                        self._drop(sel, c, f"{why}{self.limits.reply_timeout:g} s")
+                    else:
+                        why = f"sent no complete request within {self.limits.request_timeout:g} s"
+                        self._drop(sel, c, why)
         finally:
             for key in list(sel.get_map().values()):
                 key.fileobj.close()
@@ -221,95 +243,123 @@ class Server:
                 log.warning("socket %s: accept failed: %s", self.path, err)
                 return
             peer = peer_of(conn)
-            with self._lock:
-                full = self._busy >= self.limits.max_clients
-                if not full:
-                    self._busy += 1
-            if full:
-                log.warning("%s: refused: %d clients already", peer, self.limits.max_clients)
-                _send_nowait(conn, _error("busy: too many clients, try again"))
+            mine = self._per_uid.get(peer.uid, 0)
+            if self._busy >= self.limits.max_clients:
+                why = f"{self.limits.max_clients} clients already"
+            elif peer.uid != 0 and mine >= self.limits.max_per_uid:
+                why = f"{mine} connections of this uid already"
+            else:
+                why = None
+            if why is not None:
+                log.warning("%s: refused: %s", peer, why)
+                _send_nowait(conn, _error(f"busy: {why}, try again"))
                 conn.close()
                 continue
+            self._busy += 1
+            self._per_uid[peer.uid] = mine + 1
             conn.setblocking(False)
             deadline = time.monotonic() + self.limits.request_timeout
-            sel.register(conn, selectors.EVENT_READ, _Reading(conn, peer, deadline))
+            sel.register(conn, selectors.EVENT_READ, _Client(conn, peer, deadline))
 
-    def _read(self, sel: selectors.BaseSelector, r: _Reading) -> None:
+    def _read(self, sel: selectors.BaseSelector, c: _Client) -> None:
         try:
-            chunk = r.conn.recv(self.limits.max_request + 1)
+            chunk = c.conn.recv(self.limits.max_request + 1)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             chunk = b""
         if not chunk:
-            self._drop(sel, r, "disconnected before completing a request")
+            self._drop(sel, c, "disconnected before completing a request")
             return
-        r.buf += chunk
-        end = r.buf.find(b"\n")
-        if end < 0 and len(r.buf) < self.limits.max_request:
+        c.buf += chunk
+        end = c.buf.find(b"\n")
+        if end < 0 and len(c.buf) < self.limits.max_request:
             return
         if end < 0 or end + 1 > self.limits.max_request:
-            self._drop(sel, r, f"request longer than {self.limits.max_request} bytes", reply=True)
+            why = f"request longer than {self.limits.max_request} bytes"
+            self._drop(sel, c, why, reply=True)
             return
-        sel.unregister(r.conn)
-        self._pool.submit(self._answer, r.conn, r.peer, bytes(r.buf[:end]))
+        sel.unregister(c.conn)
+        self._pool.submit(self._answer, c, bytes(c.buf[:end]))
 
-    def _drop(self, sel, r: _Reading, why: str, reply: bool = False) -> None:
-        log.warning("%s: %s: dropped", r.peer, why)
-        sel.unregister(r.conn)
+    def _take_replies(self, sel: selectors.BaseSelector) -> None:
+        """Start writing the replies the workers have finished."""
+        try:
+            self._wake_r.recv(4096)
+        except BlockingIOError:
+            pass
+        while True:
+            with self._lock:
+                if not self._replies:
+                    return
+                c = self._replies.pop()
+            c.deadline = time.monotonic() + self.limits.reply_timeout
+            sel.register(c.conn, selectors.EVENT_WRITE, c)
+            self._write(sel, c)
+
+    def _write(self, sel: selectors.BaseSelector, c: _Client) -> None:
+        try:
+            c.sent += c.conn.send(memoryview(c.out)[c.sent :])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(sel, c, f"left before the reply to {c.request} was sent")
+            return
+        if c.sent >= len(c.out):
+            self._close(sel, c)
+
+    def _drop(self, sel, c: _Client, why: str, reply: bool = False) -> None:
+        log.warning("%s: %s: dropped", c.peer, why)
         if reply:
-            _send_nowait(r.conn, _error(why))
-        r.conn.close()
-        self._done()
+            _send_nowait(c.conn, _error(why))
+        self._close(sel, c)
 
-    def _done(self) -> None:
-        with self._lock:
-            self._busy -= 1
+    def _close(self, sel, c: _Client) -> None:
+        sel.unregister(c.conn)
+        c.conn.close()
+        self._busy -= 1
+        left = self._per_uid.get(c.peer.uid, 1) - 1
+        if left:
+            self._per_uid[c.peer.uid] = left
+        else:
+            self._per_uid.pop(c.peer.uid, None)
 
     # -- the workers ---------------------------------------------------------------------------
 
-    def _answer(self, conn: socket.socket, peer: Peer, line: bytes) -> None:
-        name = "?"
+    def _answer(self, c: _Client, line: bytes) -> None:
+        """Answer one request (a worker thread) and hand the reply to the selector thread."""
+        peer = c.peer
         try:
-            try:
-                req = json.loads(line)
-                if not isinstance(req, dict):
-                    raise BadRequest("malformed request: not a JSON object")
-                if req.get("v") != VERSION:
-                    raise BadRequest(
-                        f"protocol version {req.get('v')!r} not supported (this daemon "
-                        f"speaks {VERSION})"
-                    )
-                name = str(req.get("request"))
-                handler = self.handlers.get(name)
-                if handler is None:
-                    raise BadRequest(f"unknown request {name!r}")
-                reply = {"ok": True, **handler(peer, req)}
-                log.debug("%s: %s answered", peer, name)
-            except ValueError as err:
-                log.warning("%s: malformed JSON: %s", peer, err)
-                reply = _error(f"malformed request: not JSON ({err})")
-            except UdbError as err:
-                log.warning("%s (%s): %s refused: %s", peer, peer.login, name, err)
-                reply = _error(str(err))
-            except Exception:  # a bug: the daemon keeps serving everyone else
-                log.exception("%s: %s failed", peer, name)
-                reply = _error("internal error (see the daemon's log)")
-            conn.setblocking(True)
-            conn.settimeout(self.limits.reply_timeout)
-            try:
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-            except TimeoutError:
-                log.warning(
-                    "%s: did not take the reply within %g s: dropped",
-                    peer,
-                    self.limits.reply_timeout,
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise BadRequest("malformed request: not a JSON object")
+            if req.get("v") != VERSION:
+                raise BadRequest(
+                    f"protocol version {req.get('v')!r} not supported (this daemon "
+                    f"speaks {VERSION})"
                 )
-            except OSError:
-                log.warning("%s: left before the reply to %s was sent", peer, name)
-        finally:
-            conn.close()
-            self._done()
+            c.request = str(req.get("request"))[:32]
+            handler = self.handlers.get(c.request)
+            if handler is None:
+                raise BadRequest(f"unknown request {c.request!r}")
+            reply = {"ok": True, **handler(peer, req)}
+            log.debug("%s: %s answered", peer, c.request)
+        except ValueError as err:
+            log.warning("%s: malformed JSON: %s", peer, err)
+            reply = _error(f"malformed request: not JSON ({err})")
+        except UdbError as err:
+            log.warning("%s (%s): %s refused: %s", peer, peer.login, c.request, err)
+            reply = _error(str(err))
+        except Exception:  # a bug: the daemon keeps serving everyone else
+            log.exception("%s: %s failed", peer, c.request)
+            reply = _error("internal error (see the daemon's log)")
+        c.out = json.dumps(reply).encode() + b"\n"
+        with self._lock:
+            self._replies.append(c)
+        try:
+            self._wake_w.send(b"x")
+        except BlockingIOError:
+            pass  # the selector thread has wake-ups pending already
 
     # -- the requests ----------------------------------------------------------------------------
 

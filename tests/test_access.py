@@ -354,6 +354,10 @@ def test_hostile_clients_while_cycles_keep_time(site):
     logged = len(site.log_lines())
     with CycleWatch(site) as watch:
         silent = _connect(site.sock)  # says nothing at all
+        # Clients that ask for the UDB and never read the reply: more than the workers.
+        slow = [_connect(site.sock) for _ in range(8)]
+        for c in slow:
+            c.sendall(b'{"v": 1, "request": "udb"}\n')
         garbage = _connect(site.sock)
         garbage.sendall(b"{this is not json\n")
         assert "malformed request" in json.loads(garbage.recv(4096))["error"]
@@ -389,7 +393,8 @@ def test_hostile_clients_while_cycles_keep_time(site):
         assert all(r["ok"] for r in replies), [r for r in replies if not r["ok"]][:3]
         time.sleep(6)  # past the silent client's 5 s
         assert silent.recv(100) == b""  # dropped
-        for s in (silent, garbage, wrong, long):
+        time.sleep(5)  # past the slow readers' 10 s
+        for s in (silent, garbage, wrong, long, *slow):
             s.close()
         time.sleep(2 * DELTA)
     gap = watch.worst_gap()
@@ -402,7 +407,24 @@ def test_hostile_clients_while_cycles_keep_time(site):
     assert sum("request longer than 65536 bytes" in line for line in new) == 1
     assert sum("sent no complete request within 5 s" in line for line in new) == 1
     assert sum("left before the reply to udb was sent" in line for line in new) >= 1
+    assert sum("did not take the reply to udb within 10 s" in line for line in new) == 8
     assert all("Traceback" not in line for line in new)
+
+
+def test_one_uid_cannot_take_every_connection(site):
+    def crowd():
+        held = [_connect(site.sock) for _ in range(64)]
+        extra = _connect(site.sock)
+        said = json.loads(extra.recv(4096) or b"{}")
+        for c in (*held, extra):
+            c.close()
+        return said
+
+    said = forked(crowd, uid=OTHER)
+    assert not said["ok"] and "busy: 64 connections of this uid already" in said["error"]
+    assert any(
+        f"uid {OTHER} " in line and "refused: 64 connections" in line for line in site.log_lines()
+    )
 
 
 def test_the_daemon_refuses_a_second_daemon_on_its_socket(site):
