@@ -177,7 +177,7 @@ class SessionAccounts:
             }
 
     def __call__(self, p: ProcessSample) -> int | None:
-        rec = self._by_sid.get(p.sid)
+        rec = self._by_sid.get(p.sid)  # one dict lookup: atomic, needs no lock
         if rec is not None and p.sid > 0 and rec.uid == p.uid:
             return rec.acid
         return None
@@ -185,7 +185,8 @@ class SessionAccounts:
     @property
     def sessions(self) -> dict[int, SessionAccount]:
         """The records in force, by session id."""
-        return dict(self._by_sid)
+        with self._lock:
+            return dict(self._by_sid)
 
 
 def session_request(

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from io import StringIO
 from pathlib import Path
 
 import click._textwrap  # noqa: F401 - the setuid children cannot import from /root
@@ -28,18 +29,21 @@ import pytest
 import sqlalchemy.dialects.sqlite  # noqa: F401
 from asuser import UIDS, forked, needs_root, remove, run_as, shared_dir
 from click.testing import CliRunner
+from rich.console import Console
 
 from fairshare.cli.newacct import main as newacct
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrinfo import main as shrinfo
 from fairshare.cli.shrsync import main as shrsync
 from fairshare.cli.shrtree import main as shrtree
+from fairshare.cli.shrview import Source, run_continuous
 from fairshare.cli.shrview import main as shrview
 from fairshare.consts import consts_from_mapping, load_consts, save_consts
+from fairshare.display.shrview import ViewRequest
 from udb import directives
 from udb.cli.udbsee import main as udbsee
 from udb.image import open_image
-from udb.remote import call, connect
+from udb.remote import Reader, call, connect
 from udb.session import dispose_all, open_udb, write_session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,7 +185,7 @@ def test_an_ordinary_uid_reads_everything_through_the_daemon(site):
     assert "me" in out and "Proj3" in out
     code, out = run_as(ME, shrview, [*site.udb, "-dm"])
     assert code == 0, out
-    assert "SHRVIEW Type:monitor" in out and "Idle" in out
+    assert "SHRVIEW Type:monitor" in out and "Maint" in out  # root's processes
     code, out = run_as(ME, shrview, [*site.udb, "-dg", "--json"])
     assert code == 0, out
     assert json.loads(out.splitlines()[-1])["display"] == "graph"
@@ -196,6 +200,26 @@ def test_an_ordinary_uid_reads_everything_through_the_daemon(site):
     assert code == 0, out
     assert "create:Proj3:" in out and "create:other:" in out
     assert "stored state" not in out
+
+
+def test_every_shrview_display_and_continuous_mode_through_the_daemon(site):
+    for letter in "maslng":
+        code, out = run_as(ME, shrview, [*site.udb, f"-d{letter}"])
+        assert code == 0, (letter, out)
+        assert "stored state" not in out and "no daemon" not in out
+
+    def continuous():
+        buf = StringIO()
+        console = Console(file=buf, width=100, height=40, force_terminal=True, color_system=None)
+        source = Source(Reader(str(site.db), site.sock), None, None)
+        shown = run_continuous(
+            source, ViewRequest(display="monitor"), console, pressed=lambda: "", frames=2
+        )
+        return shown, source.reader.through_daemon, buf.getvalue()
+
+    shown, through, screen = forked(continuous, uid=ME)
+    assert shown == 2 and through
+    assert screen.count("SHRVIEW Type:monitor") >= 2
 
 
 def test_udbsee_never_shows_passwords_and_hides_other_users_private_fields(site):
