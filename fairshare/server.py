@@ -36,6 +36,7 @@ import os
 import pwd
 import selectors
 import socket
+import stat
 import struct
 import threading
 import time
@@ -168,9 +169,11 @@ class Server:
         try:
             path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             if path.exists() or path.is_symlink():
+                if not stat.S_ISSOCK(path.lstat().st_mode):
+                    raise UdbError(f"{self.path}: exists and is not a socket: not replaced")
                 if _answers(self.path):
                     raise UdbError(f"{self.path}: another shrdaemon is listening there")
-                path.unlink()
+                path.unlink()  # a stale socket left by a daemon that died
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.bind(self.path)
             os.chmod(self.path, 0o666)  # anyone may ask; the daemon decides what to answer
@@ -209,14 +212,12 @@ class Server:
         try:
             while not self._stop.is_set():
                 for key, _ in sel.select(0.2):
-                    if key.fileobj is self._listener:
-                        self._accept(sel)
-                    elif key.fileobj is self._wake_r:
-                        self._take_replies(sel)
-                    elif key.data.out:
-                        self._write(sel, key.data)
-                    else:
-                        self._read(sel, key.data)
+                    try:
+                        self._event(sel, key)
+                    except Exception:  # a bug: drop this client, keep serving the others
+                        log.exception("socket %s: serving failed", self.path)
+                        if isinstance(key.data, _Client) and key.fileobj in sel.get_map():
+                            self._close(sel, key.data)
                 now = time.monotonic()
                 for key in list(sel.get_map().values()):
                     c = key.data
@@ -232,6 +233,16 @@ class Server:
             for key in list(sel.get_map().values()):
                 key.fileobj.close()
             sel.close()
+
+    def _event(self, sel: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
+        if key.fileobj is self._listener:
+            self._accept(sel)
+        elif key.fileobj is self._wake_r:
+            self._take_replies(sel)
+        elif key.data.out:
+            self._write(sel, key.data)
+        else:
+            self._read(sel, key.data)
 
     def _accept(self, sel: selectors.BaseSelector) -> None:
         while True:

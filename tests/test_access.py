@@ -40,8 +40,10 @@ from fairshare.cli.shrview import Source, run_continuous
 from fairshare.cli.shrview import main as shrview
 from fairshare.consts import consts_from_mapping, load_consts, save_consts
 from fairshare.display.shrview import ViewRequest
+from fairshare.server import Server
 from udb import directives
 from udb.cli.udbsee import main as udbsee
+from udb.errors import UdbError
 from udb.image import open_image
 from udb.remote import Reader, call, connect
 from udb.session import dispose_all, open_udb, write_session
@@ -468,6 +470,26 @@ def test_the_daemon_refuses_a_second_daemon_on_its_socket(site):
         .endswith(f"{site.sock}: another shrdaemon is listening there")
     )
     assert _ask(site.sock, "hello")["ok"]
+
+
+def test_the_daemon_replaces_a_stale_socket_but_never_a_file(tmp_path):
+    engine = open_udb(f"sqlite:///{tmp_path / 'u.sqlite'}")
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(stale))
+    s.close()  # bound, never listening: what a killed daemon leaves
+    srv = Server(str(stale), engine, "h", None, tmp_path / "auth")
+    srv.start()
+    try:
+        assert _ask(str(stale), "hello")["ok"]
+    finally:
+        srv.stop()
+    assert not stale.exists()
+    precious = tmp_path / "precious"
+    precious.write_text("keep me")
+    with pytest.raises(UdbError, match="exists and is not a socket: not replaced"):
+        Server(str(precious), engine, "h", None, tmp_path / "auth").start()
+    assert precious.read_text() == "keep me"
 
 
 # -- without a daemon ---------------------------------------------------------------------------
