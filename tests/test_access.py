@@ -512,6 +512,9 @@ def test_without_a_daemon_a_readable_udb_is_read_read_only(tmp_path):
         assert "me" in out
         code, out = run_as(ME, shrtree, [*args, "-l"])
         assert code == 0 and "stored state" in out
+        code, out = run_as(ME, udbsee, [*args, "me", "Proj3"])
+        assert code == 0 and "stored state" in out
+        assert "create:me:" in out and "passwd" not in out  # not even Proj3's *
         assert sorted(p.name for p in base.iterdir()) == ["udb.sqlite"]  # nothing created
         db.chmod(0o600)  # unreadable and no daemon: one line, exit 2
         for cmd, extra in ((shrinfo, []), (shrview, ["-dm"]), (udbsee, ["-a"])):

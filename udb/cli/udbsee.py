@@ -44,8 +44,8 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
     With no NAME and no -a, show the entry whose uid is the caller's.  The
     output of "udbsee -a" loaded by "udbgen -" into an empty UDB reproduces
     the UDB (password hashes are never shown, so they are not carried over).
-    Users other than root, who read the UDB through shrdaemon, see no password
-    field, and of other users' entries no CPU quota, quota used or comment.
+    Nobody but root sees a password field; users who read the UDB through
+    shrdaemon see no CPU quota, quota used or comment of other users' entries.
     """
     verb, fields = "create", None
     if field_list is not None:
@@ -83,12 +83,14 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
 
 
 def fields_for(reader: Reader, fields: list[str] | None) -> Callable[[Entry], list[str] | None]:
-    """The fields to show of an entry: `fields` (None: all), less, for a caller reading
-    through the daemon (not root), the password and other users' private fields."""
-    if not reader.through_daemon or reader.viewer == 0:
+    """The fields to show of an entry: `fields` (None: all), less the password for
+    anyone but root, and less other users' private fields for a caller reading through
+    the daemon (who cannot read the UDB itself; udb.image blanked them)."""
+    if reader.viewer == 0:
         return lambda _e: fields
-    wanted = list(fields or udbdir.FIELDS)
-    mine = [f for f in wanted if f != "passwd"]
+    mine = [f for f in (fields or udbdir.FIELDS) if f != "passwd"]
+    if not reader.through_daemon:
+        return lambda _e: mine
     theirs = [f for f in mine if f not in PRIVATE]
     return lambda e: mine if e.uid == reader.viewer else theirs
 
