@@ -305,6 +305,10 @@ def test_newacct_takes_only_the_callers_accounts_for_the_callers_session(site):
 
         said = forked(name_their_session, uid=ME)
         assert f"session {sid} is not yours" in said
+        assert any(
+            f"uid {ME} " in line and f"newacct refused: session {sid} is not yours" in line
+            for line in site.log_lines()
+        )
     finally:
         victim.kill()
         victim.wait()
