@@ -10,8 +10,8 @@ Which way a command reaches the UDB (`reach`):
 - else through the daemon, when one answers at the socket: readers get the UDB as
   the caller may see it (`udb.image`), writers send their change for the daemon to
   check and apply;
-- else, for readers, a readable SQLite file read-only, saying on stderr that it
-  shows the stored state;
+- else, for readers, a readable SQLite file read-only (a database server: as the
+  caller's credentials allow), saying on stderr that it shows the stored state;
 - else one line naming the UDB and the socket, exit status 2.
 """
 
@@ -167,11 +167,13 @@ class Reader:
         try:
             self._fetch()
         except NoDaemon as err:
-            if not self._readable():
+            sqlite = make_url(self.via.url).get_backend_name() == "sqlite"
+            if sqlite and not self._readable():
                 raise NoDaemon(f"cannot read UDB {display_name(self.via.url)} and {err}") from None
             self.via.socket = None
             self.stored = True
-            self.engine = open_readonly(self.via.url)
+            # A database server decides itself whether the caller may read it.
+            self.engine = open_readonly(self.via.url) if sqlite else open_udb(self.via.url)
             click.echo(
                 f"{click.get_current_context().info_name}: {err}; showing the stored state "
                 f"of UDB {display_name(self.via.url)} (read-only)",
@@ -179,12 +181,8 @@ class Reader:
             )
 
     def _readable(self) -> bool:
-        u = make_url(self.via.url)
-        return (
-            u.get_backend_name() == "sqlite"
-            and u.database not in (None, "", ":memory:")
-            and os.access(u.database, os.R_OK)
-        )
+        database = make_url(self.via.url).database
+        return database not in (None, "", ":memory:") and os.access(database, os.R_OK)
 
     def refresh(self) -> Engine:
         """A fresh copy from the daemon (directly: the same engine); returns it."""
