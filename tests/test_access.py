@@ -528,5 +528,12 @@ def test_without_a_daemon_a_readable_udb_is_read_read_only(tmp_path):
             assert f"cannot read UDB {db}" in out and "no such socket" in out
         code, out = run_as(ME, newacct, ["--socket", sock])
         assert code == 2 and "no such socket" in out
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(sock)  # what a killed daemon leaves: a socket nobody listens on
+        dead.close()
+        os.chmod(sock, 0o666)
+        code, out = run_as(ME, shrinfo, args)
+        assert code == 2 and len(out.strip().splitlines()) == 1, out
+        assert f"{sock}: connection refused: shrdaemon is not running" in out
     finally:
         remove(base)
