@@ -167,13 +167,15 @@ class SessionAccounts:
 
     def refresh(self, sample: Sample, acids: Mapping[int, Sequence[int]]) -> None:
         """Forget the sessions no process of `sample` belongs to (when sessions are
-        known) and the records whose user no longer has the account."""
+        known) and the records whose user no longer has the account (when `acids` is
+        known: the daemon reads it in Share by Account mode only, and in Share by User
+        mode a choice is kept, unused, for when the mode changes)."""
         live = {p.sid for p in sample.processes if p.sid > 0}
         with self._lock:
             self._by_sid = {
                 sid: rec
                 for sid, rec in self._by_sid.items()
-                if (not live or sid in live) and rec.acid in acids.get(rec.uid, ())
+                if (not live or sid in live) and (not acids or rec.acid in acids.get(rec.uid, ()))
             }
 
     def __call__(self, p: ProcessSample) -> int | None:

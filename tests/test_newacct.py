@@ -192,6 +192,8 @@ def test_a_record_moves_only_the_processes_of_the_uid_that_made_it():
     assert hook(sample.processes[0]) is None  # ME's process: the record is UIDS[0]'s
     assert hook(ProcessSample(9, 0.0, UIDS[0], sid=700)) == 3002
     assert not hook.clear(700, ME)  # nor may ME clear it
+    hook.refresh(sample, {})  # Share by User mode: no acids known, the choice is kept
+    assert hook.sessions[700].acid == 3002
     assert hook.clear(700, UIDS[0])
 
 
