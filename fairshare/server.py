@@ -172,7 +172,9 @@ class Server:
                 if not stat.S_ISSOCK(path.lstat().st_mode):
                     raise UdbError(f"{self.path}: exists and is not a socket: not replaced")
                 if _answers(self.path):
-                    raise UdbError(f"{self.path}: another shrdaemon is listening there")
+                    raise UdbError(
+                        f"{self.path}: another shrdaemon is listening there: give another --socket"
+                    )
                 path.unlink()  # a stale socket left by a daemon that died
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.bind(self.path)

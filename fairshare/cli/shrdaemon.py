@@ -111,7 +111,7 @@ def detach() -> None:
     default=DEFAULT_SOCKET,
     show_default=True,
     help="Serve the commands of users other than root on this Unix socket "
-    "(see shrdaemon-protocol(7)).",
+    "(see shrdaemon-protocol(7)); '' serves none.",
 )
 @click.option(
     "--auth",
@@ -186,13 +186,18 @@ def main(
             log.info("enforcer %s: %s", choice.name, choice.reason)
         log.info("UDB %s, host %s, lock %s", display_name(url), host, lock.path)
         daemon = make_daemon(engine, choice, host, enforce_min_uid)
-        server = Server(socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth))
-        server.start()
+        server = None
+        if socket_:
+            server = Server(socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth))
+            server.start()
+        else:
+            log.info("--socket '': serving no requests (only root's commands can be used)")
         try:
             daemon.install_signal_handlers()
             run_logged(daemon, cycles)
         finally:
-            server.stop()
+            if server is not None:
+                server.stop()
     finally:
         lock.release()
     if show:
