@@ -366,7 +366,7 @@ class Server:
         except Exception:  # a bug: the daemon keeps serving everyone else
             log.exception("%s: %s failed", peer, c.request)
             reply = _error("internal error (see the daemon's log)")
-        c.out = json.dumps(reply).encode() + b"\n"
+        c.out = _encode(reply)
         with self._lock:
             self._replies.append(c)
         try:
@@ -388,8 +388,7 @@ class Server:
         }
 
     def udb(self, peer: Peer, req: dict) -> dict:
-        image = make_image(self.engine, peer.uid)
-        return {"uid": peer.uid, "image": base64.b64encode(image).decode()}
+        return {"uid": peer.uid, "image": base64.b64encode(make_image(self.engine, peer.uid))}
 
     def cycle(self, peer: Peer, req: dict) -> dict:
         host = _text(req, "host", optional=True)
@@ -460,6 +459,21 @@ def _text(req: dict, key: str, optional: bool = False) -> str | None:
     if not isinstance(value, str) or len(value) > 256:
         raise BadRequest(f"{key}: expected a string")
     return value
+
+
+def _encode(reply: dict) -> bytes:
+    """The reply's line.  A bytes value (base64 text, which needs no escaping) is put in
+    as it is, so a large image is not scanned and copied by the JSON encoder while this
+    thread holds the GIL the scheduling cycle also needs."""
+    raw = {k: v for k, v in reply.items() if isinstance(v, bytes)}
+    head = json.dumps({k: v for k, v in reply.items() if k not in raw}).encode()
+    if not raw:
+        return head + b"\n"
+    parts = [head[:-1]]
+    for k, v in raw.items():
+        parts += [b", ", json.dumps(k).encode(), b': "', v, b'"']
+    parts.append(b"}\n")
+    return b"".join(parts)
 
 
 def _error(message: str) -> dict:

@@ -68,9 +68,10 @@ def make_image(engine: Engine, viewer: int) -> bytes:
         if viewer != 0:
             dst.execute("PRAGMA secure_delete = ON")
             dst.execute("BEGIN")
-            dst.execute("UPDATE entries SET passwd = ''")
+            dst.execute("UPDATE entries SET passwd = '' WHERE passwd != ''")
             dst.execute(
-                "UPDATE entries SET cpuquota = 0, cpuquotaused = 0, comment = '' WHERE uid != ?",
+                "UPDATE entries SET cpuquota = 0, cpuquotaused = 0, comment = '' WHERE uid != ? "
+                "AND (cpuquota != 0 OR cpuquotaused != 0 OR comment != '')",
                 (viewer,),
             )
             for table in WITHHELD:

@@ -5,8 +5,8 @@ For UDBs of 1,000, 10,000 and 100,000 users, starts the socket server
 a `hello` and a `cycle` request (connect, ask, answer); a `udb` request (the
 filtered image made, sent and opened by the client) with the image's size; and a
 stand-in for the scheduling cycle (numpy work in the main thread) alone and while
-4 client processes ask for the UDB without pause, with the ratio of the two (on a
-2-core machine the clients compete for the CPUs too, so the ratio is an upper bound
+a client process asks for the UDB without pause, with the ratio of the two (on a
+2-core machine the client competes for the CPUs too, so the ratio is an upper bound
 on what serving costs the cycle).
 Run: python tests/bench/bench_server.py [--sizes 1000,10000]
 """
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tree import median_time  # noqa: E402
 
 #: Client processes asking for the UDB without pause during the "under load" cycles.
-CLIENTS = 4
+CLIENTS = 1
 
 
 def make_udb(path: Path, users: int) -> None:
