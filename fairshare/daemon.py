@@ -49,10 +49,10 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from fairshare.admin import load_effective_consts
-from fairshare.collect import Collector, ProcessSample, Sample
+from fairshare.collect import WEAKEST_NICE, Collector, ProcessSample, Sample
 from fairshare.consts import GLOBALUSAGE, NOSCHED, NOSHARE, Consts, load_consts
 from fairshare.cycle import Consumption, run_cycle
-from fairshare.enforce.base import Enforcer, LnodeTarget
+from fairshare.enforce.base import Enforcer, LnodeTarget, safe_name
 from fairshare.lnode import (
     LnodeTable,
     WriteBack,
@@ -72,11 +72,11 @@ from udb.session import entries_serial, read_session
 
 log = logging.getLogger("shrdaemon")
 
-#: The weakest nice: processes there are not charged (the guide's rule), unless the
-#: nice enforcer put them there itself.  Other nice values are charged per CPU tick at
-#: the guide's graded rate (fairshare.nicetables.TICKS), except under the nice enforcer,
-#: whose nice values are its own doing and are all charged at nice 0's rate.
-WEAKEST_NICE = 19
+#: Processes at the weakest nice (fairshare.collect.WEAKEST_NICE) are not charged (the
+#: guide's rule), unless the nice enforcer put them there itself.  Other nice values are
+#: charged per CPU tick at the guide's graded rate (fairshare.nicetables.TICKS), except
+#: under the nice enforcer, whose nice values are its own doing and are all charged at
+#: nice 0's rate.
 #: Rebuild the tree at least this often (cycles) even when the fingerprint is unchanged,
 #: so quota changes and edits the fingerprint cannot see are picked up.
 RELOAD_EVERY = 15
@@ -136,6 +136,7 @@ class Lnodes:
     unknown: int | None  # the unknown leaf's node
     idle: int | None  # the Idle leaf's node
     leaf_of_id: dict[int, int] = field(default_factory=dict)  # uid (acid) -> its leaf node
+    leaf_of_group: dict[str, int] = field(default_factory=dict)  # lnode cgroup -> leaf node
     entry: dict[int, EntryState] = field(default_factory=dict)  # active leaf -> its entry
     warned: set[int] = field(default_factory=set)  # leaves sent SIGXCPU this activation
 
@@ -174,8 +175,16 @@ def load_lnodes(session, mode: str) -> Lnodes:
         idle = None
     leaves = np.flatnonzero(tree.leaf_mask).tolist()
     leaf_of_id = dict(zip(tree.ids[leaves].tolist(), leaves, strict=True))
+    leaf_of_group = {safe_name(tree.names[n]): n for n in leaves}
     return Lnodes(
-        tree, new_table(tree), entries_fingerprint(session), acids, unknown, idle, leaf_of_id
+        tree,
+        new_table(tree),
+        entries_fingerprint(session),
+        acids,
+        unknown,
+        idle,
+        leaf_of_id,
+        leaf_of_group,
     )
 
 
@@ -217,6 +226,7 @@ class Daemon:
         options: Options | None = None,
         account_of: Callable[[ProcessSample], int | None] | None = None,
         signal_process: Callable[[int, int], None] = os.kill,
+        process_events=None,
     ) -> None:
         self.engine = engine
         self.collector = collector
@@ -226,6 +236,9 @@ class Daemon:
         self.options = options or Options()
         self.account_of = account_of
         self.signal_process = signal_process
+        # fairshare.enforce.events.ProcessEvents (or None): new sessions are placed as
+        # soon as they change uid, not at the next cycle.
+        self.process_events = process_events
         self.wake = threading.Event()
         self.stopping = False
         self.reload_requested = False
@@ -314,6 +327,8 @@ class Daemon:
         self._log_tree()
         self.site = SiteState.new(self.lnodes.tree.size)
         self._sync_enforcer(self.consts)
+        if self.process_events is not None and hasattr(self.enforcer, "place"):
+            self.process_events.start(self.place_new)
         now = self.clock.monotonic()
         self._next_writeback = now + self.consts.writeback
         self._next_checkpoint = now + self.consts.checkpoint
@@ -325,7 +340,9 @@ class Daemon:
         self.consts = consts
         self._sync_enforcer(consts)
         sample = self.collector.sample(
-            io=consts.cost_bio > 0 or consts.cost_sio > 0, syscalls=consts.cost_syscall > 0
+            io=consts.cost_bio > 0 or consts.cost_sio > 0,
+            syscalls=consts.cost_syscall > 0,
+            mem=consts.cost_mem > 0,
         )
         ln = self.lnodes
         refresh = getattr(self.account_of, "refresh", None)
@@ -407,6 +424,8 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Undo the enforcement, write every lnode back, drop the published table."""
+        if self.process_events is not None:
+            self.process_events.stop()
         if self._enforcer_is_set_up:
             self.enforcer.teardown()
             self._enforcer_is_set_up = False
@@ -520,6 +539,19 @@ class Daemon:
             node = ln.leaf_of_id.get(p.uid)
         return ln.unknown if node is None else node
 
+    def place_new(self, pid: int, uid: int) -> None:
+        """Put process `pid`, which has just become uid `uid`'s, in its lnode's cgroup now
+        (called from the process-events thread).  Share by User only: in Share by
+        Account the session's account is known from the next sample."""
+        ln = self.lnodes
+        if ln is None or not self.scheduling or uid < self.options.enforce_min_uid:
+            return
+        if ln.tree.mode == "account":
+            return
+        node = self.leaf_of(ln, ProcessSample(pid=pid, create_time=0.0, uid=uid))
+        if node is not None:
+            self.enforcer.place(pid, ln.tree.names[node])
+
     def _consumption(
         self, ln: Lnodes, sample: Sample
     ) -> tuple[Consumption, dict[int, list[ProcessSample]]]:
@@ -528,34 +560,46 @@ class Daemon:
         c = Consumption.zeros(n)
         procs: dict[int, list[ProcessSample]] = {}
         charge_weakest = self.enforcer.name == "nice" and self.scheduling
-        nodes, cpu, bio, sio, sysc, mem, run, nice = [], [], [], [], [], [], [], []
-        for p in sample.processes:
-            node = self.leaf_of(ln, p)
-            if node is None:
-                continue
+        leaf_of = self.leaf_of
+        mine = [(node, p) for p in sample.processes if (node := leaf_of(ln, p)) is not None]
+        for node, p in mine:
             procs.setdefault(node, []).append(p)
-            charged = charge_weakest or p.nice < WEAKEST_NICE
-            nodes.append(node)
-            cpu.append(p.cpu if charged else 0.0)
-            bio.append(p.bio if charged else 0.0)
-            sio.append(p.sio if charged else 0.0)
-            sysc.append(p.syscalls if charged else 0.0)
-            mem.append(p.mem if charged else 0.0)
-            run.append(p.runnable)
-            nice.append(0 if charge_weakest else p.nice)
-        if nodes:
-            idx = np.array(nodes, dtype=np.int64)
-            c.cpu = np.bincount(idx, weights=cpu, minlength=n)
-            graded = np.asarray(cpu) * tick_rates(nice)
-            c.cpu_charged = np.bincount(idx, weights=graded, minlength=n)
-            c.bio = np.bincount(idx, weights=bio, minlength=n)
-            c.sio = np.bincount(idx, weights=sio, minlength=n)
-            c.syscalls = np.bincount(idx, weights=sysc, minlength=n)
-            c.mem = np.bincount(idx, weights=mem, minlength=n)
+        charged = [charge_weakest or p.nice < WEAKEST_NICE for _node, p in mine]
+        # The guide's graded tick rate of each process (nice 0's under the nice enforcer).
+        rate = tick_rates([0 if charge_weakest else p.nice for _node, p in mine])
+        # CPU the kernel counted per lnode cgroup: a process in an lnode cgroup is
+        # charged through the counter, not its own, less what the guide does not charge:
+        # all of a nice-19 process's CPU, part of another niced one's (the collector
+        # re-reads such processes every sample, so their own CPU is known).
+        counted = dict(sample.groups)
+        graded_counted = dict(counted)
+        for (_node, p), ch, r in zip(mine, charged, rate, strict=True):
+            if p.group in counted and p.cpu > 0:
+                if not ch:
+                    counted[p.group] = max(counted[p.group] - p.cpu, 0.0)
+                graded_counted[p.group] = max(graded_counted[p.group] - p.cpu * (1 - r), 0.0)
+        if mine:
+            idx = np.array([node for node, _p in mine], dtype=np.int64)
+
+            def total(values) -> np.ndarray:
+                return np.bincount(idx, weights=np.asarray(values, dtype=float), minlength=n)
+
+            pc = list(zip(mine, charged, strict=True))
+            own = np.array([p.cpu if ch and not p.group else 0.0 for (_n, p), ch in pc])
+            c.cpu = total(own)
+            c.cpu_charged = total(own * rate)
+            c.bio = total([p.bio if ch else 0.0 for (_n, p), ch in pc])
+            c.sio = total([p.sio if ch else 0.0 for (_n, p), ch in pc])
+            c.syscalls = total([p.syscalls if ch else 0.0 for (_n, p), ch in pc])
+            c.mem = total([p.mem if ch else 0.0 for (_n, p), ch in pc])
             c.refs = np.bincount(idx, minlength=n).astype(np.int64)
-            c.nrun = np.bincount(idx, weights=np.array(run, dtype=float), minlength=n).astype(
-                np.int64
-            )
+            c.nrun = total([p.runnable for _n, p in mine]).astype(np.int64)
+        for name, used in counted.items():
+            node = ln.leaf_of_group.get(name)
+            if node is not None:
+                c.cpu[node] += used
+                if c.cpu_charged is not None:
+                    c.cpu_charged[node] += graded_counted[name]
         if ln.idle is not None and sample.idle > 0:
             c.cpu[ln.idle] += sample.idle
             if c.cpu_charged is not None:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from fairshare.collect import GroupReading
 from fairshare.collect.procfs import (
     CLK_TCK,
     PAGE,
@@ -162,3 +163,121 @@ def test_context_switches_only_when_they_cost(tmp_path):
     c.sample(syscalls=True)  # first reading with syscalls on: a baseline, not 17
     (tmp_path / "4242" / "status").write_bytes(STATUS.replace(b"\t7\n", b"\t20\n"))
     assert c.sample(syscalls=True).processes[0].syscalls == 3.0
+
+
+def proc_counters(pid, ctime, cpu, ccpu=0.0, ppid=1, group=""):
+    return Counters(
+        pid, ctime, 1000, cpu, 0.0, 0.0, 0.0, 0.0, True, 0, False, ppid=ppid, ccpu=ccpu, group=group
+    )
+
+
+def test_children_born_and_reaped_between_samples_are_charged_to_the_parent():
+    t = DeltaTracker()
+    t.update([proc_counters(10, 100.0, 1.0, ccpu=5.0)], idle=0.0, mono=0.0, now=1000.0)
+    # Between the samples shell 10 ran and reaped children that used 2.5 s: no sample
+    # saw them, the shell's cutime + cstime did.
+    s = t.update([proc_counters(10, 100.0, 1.5, ccpu=7.5)], idle=0.0, mono=4.0, now=1004.0)
+    assert s.processes[0].cpu == pytest.approx(0.5 + 2.5)
+
+
+def test_a_child_seen_by_a_sample_is_not_charged_twice_when_reaped():
+    t = DeltaTracker()
+    shell = proc_counters(10, 100.0, 1.0)
+    t.update([shell, proc_counters(11, 999.0, 0.0, ppid=10)], idle=0.0, mono=0.0, now=1000.0)
+    s = t.update(
+        [proc_counters(10, 100.0, 1.0), proc_counters(11, 999.0, 3.0, ppid=10)],
+        idle=0.0,
+        mono=4.0,
+        now=1004.0,
+    )
+    assert [p.cpu for p in s.processes] == [0.0, 3.0]
+    # 11 used 0.5 s more, exited (a zombie is not listed) and then its parent reaped it:
+    # the shell's cutime grows by all 3.5 s, of which only the last 0.5 s is new.
+    s = t.update([proc_counters(10, 100.0, 1.0)], idle=0.0, mono=8.0, now=1008.0)
+    assert s.processes[0].cpu == 0.0  # not reaped yet
+    s = t.update([proc_counters(10, 100.0, 1.0, ccpu=3.5)], idle=0.0, mono=12.0, now=1012.0)
+    assert s.processes[0].cpu == pytest.approx(0.5)
+    # What was owed is used up: the next reaped child is charged in full.
+    s = t.update([proc_counters(10, 100.0, 1.0, ccpu=4.5)], idle=0.0, mono=16.0, now=1016.0)
+    assert s.processes[0].cpu == pytest.approx(1.0)
+
+
+def test_a_child_counted_by_its_cgroup_forfeits_its_parents_next_reap():
+    t = DeltaTracker()
+    t.update(
+        [proc_counters(10, 100.0, 1.0), proc_counters(11, 999.0, 2.0, ppid=10, group="u")],
+        idle=0.0,
+        mono=0.0,
+        now=1000.0,
+        groups={"u": 2.0},
+    )
+    s = t.update(
+        [proc_counters(10, 100.0, 1.0, ccpu=9.0)], idle=0.0, mono=4.0, now=1004.0, groups={"u": 9.0}
+    )
+    assert s.processes[0].cpu == 0.0  # its cgroup's counter has it: 7 s
+    assert s.groups == {"u": 7.0}
+
+
+def test_group_counters_give_deltas_and_a_new_cgroup_counts_from_zero():
+    t = DeltaTracker()
+    s = t.update([], idle=0.0, mono=0.0, now=1000.0, groups={"a": 50.0})
+    assert s.groups == {"a": 0.0}  # a baseline
+    s = t.update([], idle=0.0, mono=4.0, now=1004.0, groups={"a": 53.0, "b": 1.5})
+    assert s.groups == {"a": 3.0, "b": 1.5}  # b was made since the previous sample
+    s = t.update([], idle=0.0, mono=8.0, now=1008.0, groups={"a": 0.5, "b": 2.0})
+    assert s.groups == {"a": 0.5, "b": 0.5}  # a was removed and made again
+
+
+def test_processes_in_lnode_cgroups_are_read_only_when_needed(tmp_path):
+    fake_proc(tmp_path, 4242, 61001)
+    fake_proc(tmp_path, 4243, 61001)
+    nice_0 = STAT.replace(b" 20 5 1 0 ", b" 20 0 1 0 ")
+    (tmp_path / "4242" / "stat").write_bytes(nice_0)  # (the fake STAT is at nice 5)
+    reads = []
+    members = {"u": GroupReading(10.0, frozenset({4242}))}
+    c = ProcfsCollector(
+        proc=str(tmp_path), pids=lambda: [4242, 4243], groups=lambda full=True: members
+    )
+    real = c._read
+
+    def counting(pid, *a):
+        reads.append(pid)
+        return real(pid, *a)
+
+    c._read = counting
+    c.sample(io=False, syscalls=False)  # first sample: every process is read
+    reads.clear()
+    s = c.sample(io=False, syscalls=False)
+    assert reads == [4243]  # 4242 is in a cgroup whose counter has its CPU
+    assert {p.pid: p.group for p in s.processes} == {4242: "u", 4243: ""}
+    assert s.groups == {"u": 0.0}
+    members["u"] = GroupReading(12.0, frozenset({4242}))
+    reads.clear()
+    assert c.sample(io=True, syscalls=False).groups == {"u": 2.0}
+    assert reads == [4242, 4243]  # I/O costs something: everything is read
+    (tmp_path / "4242" / "stat").write_bytes(STAT)  # reniced to 5 (seen at the next read)
+    c.sample(io=True, syscalls=False)
+    reads.clear()
+    c.sample(io=False, syscalls=False)
+    assert reads == [4242, 4243]  # at nice 5 its CPU is graded: read every sample
+
+
+def test_children_born_in_an_lnode_cgroup_are_counted_there_between_full_reads(tmp_path):
+    fake_proc(tmp_path, 4242, 61001)
+    pids = [4242]
+    full_reads = []
+
+    def groups(full: bool) -> dict:
+        full_reads.append(full)
+        return {"u": GroupReading(5.0, frozenset({4242}) if full else frozenset())}
+
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: list(pids), groups=groups)
+    c.sample(io=False, syscalls=False)
+    # 4243, forked by 4242 since, is in u's cgroup; 4244, a child of init, is not.
+    fake_proc(tmp_path, 4243, 61001)
+    (tmp_path / "4243" / "stat").write_bytes(STAT.replace(b") R 1 ", b") R 4242 "))
+    fake_proc(tmp_path, 4244, 61001)
+    pids += [4243, 4244]
+    s = c.sample(io=False, syscalls=False)
+    assert full_reads == [True, False]
+    assert {p.pid: p.group for p in s.processes} == {4242: "u", 4243: "u", 4244: ""}

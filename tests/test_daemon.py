@@ -39,16 +39,18 @@ class Script:
         self.calls = 0
         self.last = None
         self.on_sample = None
+        self.groups = lambda i: {}  # lnode cgroup counters' deltas of sample i
 
-    def sample(self, io: bool = True, syscalls: bool = True) -> Sample:
+    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True) -> Sample:
         now = self.clock.now
         elapsed = 0.0 if self.last is None else now - self.last
         procs = self.plan(self.calls) if self.last is not None else []
+        groups = self.groups(self.calls) if self.last is not None else {}
         self.last = now
         self.calls += 1
         if self.on_sample:
             self.on_sample(self.calls)
-        return Sample(self.clock.time(), elapsed, procs, self.idle if elapsed else 0.0)
+        return Sample(self.clock.time(), elapsed, procs, self.idle if elapsed else 0.0, groups)
 
 
 class Recorder:
@@ -180,6 +182,44 @@ def test_under_the_nice_enforcer_every_nice_is_charged_at_nice_0s_rate(engine):
     cycle(d, clock)
     _, rows = published(d)
     assert rows["alice"].charge == PER_CPU_S and rows["bob"].charge == PER_CPU_S
+
+
+def test_lnode_cgroup_counters_charge_what_no_process_sample_saw(engine):
+    # alice's cgroup counted 3 s: her shell (0.2 s by its own counters, ignored) and
+    # short-lived children no sample saw; 0.5 s of it was her nice-19 process's.
+    # bob is not in a cgroup yet (a new session): his own counters charge him.
+    def plan(i):
+        return [
+            ProcessSample(7, EPOCH, 1001, cpu=0.2, group="alice"),
+            ProcessSample(9, EPOCH, 1001, cpu=0.5, nice=19, group="alice"),
+            proc(8, 1002, 1.0),
+        ]
+
+    d, clock, col, *_ = make(engine, plan)
+    col.groups = lambda i: {"alice": 3.0, "gone-lnode": 9.0}
+    d.start()
+    cycle(d, clock)
+    _, rows = published(d)
+    assert rows["alice"].cpu_seconds == pytest.approx(2.5) and rows["alice"].refs == 2
+    assert rows["bob"].cpu_seconds == 1.0
+    assert "unknown" not in rows  # a cgroup of no leaf (gone-lnode) is charged to no one
+
+
+def test_lnode_cgroup_counters_are_graded_by_the_nice_of_what_ran_there(engine):
+    # Of alice's 4 s counted, 2 s were a nice-10 process's (75% a tick): 2 + 1.5 charged.
+    def plan(i):
+        return [
+            ProcessSample(7, EPOCH, 1001, cpu=0.0, group="alice"),
+            ProcessSample(9, EPOCH, 1001, cpu=2.0, nice=10, group="alice"),
+        ]
+
+    d, clock, col, *_ = make(engine, plan)
+    col.groups = lambda i: {"alice": 4.0}
+    d.start()
+    cycle(d, clock)
+    _, rows = published(d)
+    assert rows["alice"].cpu_seconds == pytest.approx(4.0)
+    assert rows["alice"].charge == pytest.approx(3.5 * PER_CPU_S)
 
 
 def test_share_by_account_default_acid_and_the_newacct_hook(udb_url):

@@ -164,7 +164,11 @@ def split(seconds: float) -> tuple[float, float]:
 
 def cleanup_cgroups() -> None:
     """Remove a fair-share cgroup a failed daemon left (processes back to the root)."""
-    for mount in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
+    for mount in (
+        Path("/sys/fs/cgroup/cpu"),
+        Path("/sys/fs/cgroup/cpuacct"),
+        Path("/sys/fs/cgroup"),
+    ):
         top = mount / "fairshare"
         if not top.is_dir():
             continue
@@ -228,7 +232,7 @@ def prove(tmp_path, enforcer: str, shares: tuple[int, int], session: bool, tol: 
             daemon.kill()
             daemon.wait()
         stop_children(children)
-        left = Path("/sys/fs/cgroup/cpu/fairshare").exists()
+        left = any(Path(f"/sys/fs/cgroup/{h}/fairshare").exists() for h in ("cpu", "cpuacct"))
         cleanup_cgroups()
     assert not left, "the daemon left its cgroups behind"
 
@@ -307,3 +311,119 @@ def test_kill_9_then_restart_recovers_the_checkpoint(tmp_path):
         f"{e.shcharge:.6g} ({charge:.6g}), {e.cpuquotaused:.2f} CPU s ({cpu_s:.2f})"
     )
     assert (e.shusage, e.shextime, e.shcharge, e.cpuquotaused) == (usage, when, charge, cpu_s)
+
+
+# -- short-lived processes are charged ---------------------------------------------------------
+
+#: One loop running short CPU-bound children one after another (each about 10-50 ms on
+#: an idle core, far shorter than the sampling period), reaped by the loop.
+FORK_LOOP = "while :; do sh -c 'i=0; while [ $i -lt 4000 ]; do i=$((i+1)); done'; done"
+
+
+def uid_total(uid: int) -> float:
+    """CPU seconds of `uid` as the kernel counts it: utime + stime + cutime + cstime of
+    all its processes (zombies too).  Its loops reap their children, so this grows by
+    every child's CPU however short it lived."""
+    total = 0.0
+    for p in psutil.pids():
+        try:
+            if os.stat(f"/proc/{p}").st_uid != uid:
+                continue
+            stat = Path(f"/proc/{p}/stat").read_bytes()
+        except OSError:
+            continue
+        rest = stat[stat.rindex(b")") + 2 :].split()
+        total += sum(int(x) for x in rest[11:15]) / CLK_TCK
+    return total
+
+
+def fork_heavy(uid: int, loops: int) -> subprocess.Popen:
+    script = " ".join(f"({FORK_LOOP}) &" for _ in range(loops)) + " wait"
+    return subprocess.Popen(
+        ["/bin/sh", "-c", f"trap 'kill 0' TERM; {script}"],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        cwd="/",
+        start_new_session=True,
+        preexec_fn=term_with_parent,
+    )
+
+
+def stop_fork_heavy(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+    kill_test_uids()
+
+
+def test_per_process_sampling_charges_reaped_children(tmp_path):
+    """Without cgroup counters (nice, none) a fork-heavy user's short-lived children are
+    charged through their parents' cutime + cstime: within 10% of the kernel's total."""
+    from fairshare.collect.procfs import ProcfsCollector
+
+    loops = fork_heavy(UID_A, 2)
+    try:
+        time.sleep(1.0)
+        c = ProcfsCollector()
+        c.sample(io=False, syscalls=False)
+        before = uid_total(UID_A)
+        charged = 0.0
+        for _ in range(8):
+            time.sleep(0.5)
+            s = c.sample(io=False, syscalls=False)
+            charged += sum(p.cpu for p in s.processes if p.uid == UID_A)
+        truth = uid_total(UID_A) - before
+    finally:
+        stop_fork_heavy(loops)
+    print(f"\nfork-heavy uid, per-process sampling: charged {charged:.2f} s of {truth:.2f} s")
+    assert truth > 0.5, "the loops got almost no CPU"
+    assert charged == pytest.approx(truth, rel=0.10, abs=0.1)
+
+
+def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
+    """With the cgroup enforcer, the fork-heavy user's lnode is charged from its cgroup's
+    kernel counter: within 10% of the kernel's per-process total for that uid."""
+    from fairshare.collect.procfs import ProcfsCollector
+    from fairshare.daemon import Daemon, Options
+    from fairshare.enforce.detect import make_enforcer
+    from fairshare.store import LnodeStore
+
+    skip_if_a_daemon_runs()
+    choice = detect("auto")
+    if choice.name not in ("cgroup1", "cgroup2") or (choice.name == "cgroup1" and not choice.acct):
+        pytest.skip(f"no cgroup CPU counter here ({choice.reason})")
+    engine = open_udb(make_udb(tmp_path, 1, 1))
+    enforcer = make_enforcer(choice)
+    d = Daemon(
+        engine,
+        ProcfsCollector(groups=enforcer.read_groups),
+        enforcer,
+        LnodeStore(engine, "real-test"),
+        options=Options(enforce_min_uid=1000),
+    )
+    loops = fork_heavy(UID_A, 2)
+    try:
+        d.start()
+        time.sleep(0.5)
+        d.step()  # places the loops in ta's cgroup: their children are born there
+        node = d.lnodes.tree.find("ta")
+        time.sleep(0.5)
+        d.step()
+        start, before = float(d.lnodes.table.cpu_seconds[node]), uid_total(UID_A)
+        for _ in range(8):
+            time.sleep(0.5)
+            d.step()
+        charged = float(d.lnodes.table.cpu_seconds[node]) - start
+        truth = uid_total(UID_A) - before
+        groups = enforcer.read_groups()
+    finally:
+        d.shutdown()
+        stop_fork_heavy(loops)
+        cleanup_cgroups()
+    print(f"\nfork-heavy uid, {choice.name} counters: charged {charged:.2f} s of {truth:.2f} s")
+    assert "ta" in groups and groups["ta"].cpu > 0
+    assert truth > 0.5, "the loops got almost no CPU"
+    assert charged == pytest.approx(truth, rel=0.10, abs=0.1)

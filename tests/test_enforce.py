@@ -14,6 +14,7 @@ import psutil
 import pytest
 from machine_lock import machine_lock, skip_if_a_daemon_runs
 
+from fairshare.collect import GroupReading
 from fairshare.enforce.base import LnodeTarget, safe_name
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 from fairshare.enforce.cgroup2 import Cgroup2Enforcer
@@ -72,6 +73,11 @@ def test_detect_this_layout_picks_cgroup1_and_says_why(tmp_path):
     c = detect("auto", euid=0, mounts_text=mounts)
     assert c.name == "cgroup1" and c.mount == Path("/sys/fs/cgroup/cpu")
     assert "lacks the cpu controller" in c.reason and "cgroup v1 cpu hierarchy" in c.reason
+    assert c.acct == Path("/sys/fs/cgroup/cpuacct")
+    assert "CPU counted by cpuacct at /sys/fs/cgroup/cpuacct" in c.reason
+    no_acct = "".join(ln for ln in MOUNTS_V1.splitlines(True) if "cpuacct" not in ln)
+    c = detect("cgroup1", euid=0, mounts_text=no_acct)
+    assert c.acct is None and "no cpuacct hierarchy: CPU sampled per process" in c.reason
 
 
 def test_detect_falls_back_to_nice_then_none():
@@ -134,6 +140,15 @@ def test_cgroup2_writes_weights_idle_and_places_processes(tmp_path):
     )
     assert (fs / "alice" / "cgroup.procs").read_text() == "sentinel"
     assert (fs / "alice" / "cpu.weight").read_text() == "sentinel"
+    # Each lnode's CPU from its cpu.stat (usage_usec), and who is in it.
+    (fs / "alice" / "cgroup.procs").write_text("101\n104\n")
+    (fs / "alice" / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\n")
+    (fs / "bob" / "cgroup.procs").write_text("")
+    (fs / "bob" / "cpu.stat").write_text("usage_usec 25\n")
+    got = e.read_groups()
+    assert got["alice"] == GroupReading(1.5, frozenset({101, 104}))
+    assert got["bob"] == GroupReading(25e-6, frozenset())
+    assert "carol" not in got  # no cpu.stat: unreadable, left out
 
 
 def test_cgroup2_idle_flag_written_when_the_kernel_has_it(tmp_path):
@@ -173,7 +188,47 @@ def test_cgroup1_shares_on_a_fake_tree(tmp_path):
     e.apply([LnodeTarget("u1", (5,), 0.75, 1), LnodeTarget("u2", (6,), 0.25, 1)])
     assert (mount / "fairshare" / "u1" / "cpu.shares").read_text() == "262144"
     assert (mount / "fairshare" / "u2" / "cpu.shares").read_text() == "87381"  # 262144 / 3
-    assert e._origin == {5: "/", 6: "/"}
+    assert e._origin == {5: ("/",), 6: ("/",)}
+    assert e.read_groups() == {}  # no cpuacct hierarchy: no counter, CPU sampled per process
+
+
+def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_path):
+    cpu, acct = tmp_path / "cpu", tmp_path / "cpuacct"
+    for m in (cpu, acct):
+        m.mkdir()
+        (m / "cgroup.procs").write_text("")
+    (acct / "users").mkdir()
+    (acct / "users" / "cgroup.procs").write_text("")
+    proc = fake_proc(tmp_path, [5, 6, 7], "2:cpuacct:/users\n1:cpu:/\n")
+    e = Cgroup1Enforcer(cpu, proc=proc, acct=acct)
+    e.setup()
+    e.apply([LnodeTarget("u1", (5,), 0.5, 1), LnodeTarget("u 2", (6,), 0.5, 1)])
+    for m in (cpu, acct):  # made, and the processes placed, in both hierarchies
+        assert (m / "fairshare" / "u1" / "cgroup.procs").read_text() == "5"
+        assert (m / "fairshare" / "u_2" / "cgroup.procs").read_text() == "6"
+    assert e._origin[5] == ("/", "/users")
+    # The kernel's counters (ns) and members, as cgroupfs would show them:
+    (acct / "fairshare" / "u1" / "cpuacct.usage").write_text("2500000000\n")
+    (acct / "fairshare" / "u1" / "cgroup.procs").write_text("5\n9\n")
+    (acct / "fairshare" / "u_2" / "cpuacct.usage").write_text("0\n")
+    got = e.read_groups()
+    assert got == {
+        "u1": GroupReading(2.5, frozenset({5, 9})),
+        "u_2": GroupReading(0.0, frozenset({6})),
+    }
+    # A new session of u3 between cycles: its cgroup is made at the top weight at once.
+    e.place(7, "u3")
+    assert (cpu / "fairshare" / "u3" / "cpu.shares").read_text() == "262144"
+    assert (acct / "fairshare" / "u3" / "cgroup.procs").read_text() == "7"
+    # The next cycle, sampled before the placement, does not know u3: it is kept.
+    e.apply([LnodeTarget("u1", (5,), 1.0, 1)])
+    assert "u3" in e._weight  # (u_2 stays listed only because a fake dir cannot go)
+    # u 2's process is back where it came from in each hierarchy (a fake tree keeps the
+    # emptied directories: its files are not cgroupfs's).
+    assert (acct / "users" / "cgroup.procs").read_text() == "6"
+    assert (cpu / "cgroup.procs").read_text() == "6"
+    e.teardown()
+    assert (acct / "users" / "cgroup.procs").read_text() == "5"
 
 
 # -- the real cgroup v1 hierarchy ------------------------------------------------------------
@@ -263,6 +318,40 @@ def nice_per_process():
         for p in (a, b, c):
             p.kill()
             p.wait()
+
+
+@needs_root
+@pytest.mark.root
+def test_nice_restores_children_that_inherited_our_nice():
+    with machine_lock():
+        skip_if_a_daemon_runs()
+        # A user's shell, reniced by us; a child it forks afterwards inherits that nice
+        # and must go back to the shell's original value too, not stay where we put it.
+        shell = subprocess.Popen(
+            ["/bin/sh", "-c", "read x; /bin/sleep 60 & echo $!; wait"],
+            user=61001, group=61001, extra_groups=[], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, cwd="/",
+        )  # fmt: skip
+        try:
+            e = NiceEnforcer(autogroup=False)
+            e.apply([LnodeTarget("alice", (shell.pid,), 0.1, 1), LnodeTarget("bob", (), 0.9, 1)])
+            assert os.getpriority(os.PRIO_PROCESS, shell.pid) > 0
+            shell.stdin.write("go\n")
+            shell.stdin.flush()
+            kid = int(shell.stdout.readline())
+            inherited = os.getpriority(os.PRIO_PROCESS, kid)
+            assert inherited == os.getpriority(os.PRIO_PROCESS, shell.pid)
+            e.apply(
+                [LnodeTarget("alice", (shell.pid, kid), 0.1, 2), LnodeTarget("bob", (), 0.9, 1)]
+            )
+            e.teardown()
+            assert os.getpriority(os.PRIO_PROCESS, shell.pid) == 0
+            assert os.getpriority(os.PRIO_PROCESS, kid) == 0
+        finally:
+            for p in psutil.Process(shell.pid).children():
+                p.kill()
+            shell.kill()
+            shell.wait()
 
 
 @needs_root

@@ -287,17 +287,22 @@ def show_published(store: LnodeStore, as_json: bool) -> None:
 
 
 def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
-    """A Daemon on the real machine with the chosen enforcer."""
+    """A Daemon on the real machine with the chosen enforcer: a cgroup enforcer's
+    counters give the CPU of the processes in lnode cgroups, and the kernel's process
+    events place new sessions at once."""
     from fairshare.collect.procfs import ProcfsCollector
+    from fairshare.enforce.events import ProcessEvents
     from fairshare.newacct import SessionAccounts
 
+    enforcer = make_enforcer(choice)
     return Daemon(
         engine,
-        ProcfsCollector(),
-        make_enforcer(choice),
+        ProcfsCollector(groups=getattr(enforcer, "read_groups", None)),
+        enforcer,
         LnodeStore(engine, host),
         options=Options(enforce_min_uid=enforce_min_uid),
         account_of=SessionAccounts(),  # newacct's accounts, per session
+        process_events=ProcessEvents() if hasattr(enforcer, "place") else None,
     )
 
 

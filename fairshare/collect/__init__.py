@@ -2,14 +2,29 @@
 
 A collector's `sample()` returns a `Sample`: one `ProcessSample` per live
 process with its resource deltas since the previous sample, plus the idle CPU
-time.  Two backends: `procfs.ProcfsCollector` (the real machine, via psutil)
-and `sim.SimCollector` (the simulator's machine).
+time, plus, where processes sit in per-lnode cgroups, each lnode cgroup's CPU
+from the kernel's own counter (which includes every process that ever ran
+there, however short-lived).  Two backends: `procfs.ProcfsCollector` (the real
+machine, via psutil) and `sim.SimCollector` (the simulator's machine).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Protocol
+
+#: The weakest nice: processes there are not charged (the guide's rule), unless the
+#: nice enforcer put them there itself.
+WEAKEST_NICE = 19
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReading:
+    """One lnode cgroup as the kernel counts it: `cpu` the CPU seconds every process
+    that ever ran in it used (cumulative), `pids` the processes in it now."""
+
+    cpu: float
+    pids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +36,10 @@ class ProcessSample:
     `syscalls` context switches (the nearest count Linux keeps per process
     of the system calls that made it wait or yield); `mem` MiB-seconds of
     resident memory; `runnable` whether it was running or runnable at
-    sample time; `nice` its nice value.
+    sample time; `nice` its nice value.  `cpu` includes the CPU of the children
+    it reaped since the previous sample that no sample saw (cutime + cstime).
+    `group`: the lnode cgroup the process is in, whose kernel counter
+    (`Sample.groups`) has its CPU; its own `cpu` is then not charged.
     """
 
     pid: int
@@ -36,25 +54,29 @@ class ProcessSample:
     nice: int = 0
     kernel: bool = False  # a kernel thread: charged, never moved or reniced
     sid: int = 0  # session id (field 6 of /proc/PID/stat; newacct's accounts are per session)
+    group: str = ""  # the lnode cgroup counting its CPU ("" none: charge `cpu`)
 
 
 @dataclass(frozen=True)
 class Sample:
     """Everything one sample saw: `time` (epoch s), `elapsed` (s since the
-    previous sample, 0 for the first), the processes, and `idle` (CPU seconds
-    no process used over `elapsed`, summed over all CPUs)."""
+    previous sample, 0 for the first), the processes, `idle` (CPU seconds
+    no process used over `elapsed`, summed over all CPUs), and `groups`: CPU
+    seconds each lnode cgroup's kernel counter grew by over `elapsed`, keyed by
+    the cgroup's name (the enforcer's `safe_name` of the lnode)."""
 
     time: float
     elapsed: float
     processes: list[ProcessSample] = field(default_factory=list)
     idle: float = 0.0
+    groups: dict[str, float] = field(default_factory=dict)
 
 
 class Collector(Protocol):
     """A source of samples (the real machine or the simulator)."""
 
-    def sample(self, io: bool = True, syscalls: bool = True) -> Sample:
+    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True) -> Sample:
         """The processes alive now and their consumption since the previous call
-        (`io` False: block and stream I/O, `syscalls` False: system calls, may be left at
-        0 because nothing charges them)."""
+        (`io` False: block and stream I/O, `syscalls` False: system calls, `mem` False:
+        memory, may be left at 0 because nothing charges them)."""
         ...

@@ -17,14 +17,15 @@ everything it used.
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
 import psutil
 
-from fairshare.collect import ProcessSample, Sample
+from fairshare.collect import GroupReading, ProcessSample, Sample
 
 MIB = 1024.0 * 1024.0
 BLOCK = 4096.0
@@ -50,12 +51,17 @@ class Counters:
     kernel: bool
     sid: int = 0  # session id (newacct's per-session accounts)
     zombie: bool = False  # exited, not yet reaped: no longer attached to its lnode
+    ppid: int = 0
+    ccpu: float = 0.0  # CPU s of its reaped children (cutime + cstime)
+    group: str = ""  # the lnode cgroup whose kernel counter has its CPU ("" none)
+    start: int = 0  # start tick after boot (with pid, the key of its status cache)
 
 
 @dataclass(frozen=True, slots=True)
 class StatFields:
     """What /proc/PID/stat gives: state letter, ppid, session id, CPU ticks
-    (user + system), nice, start tick after boot, resident pages."""
+    (user + system), CPU ticks of its reaped children (cutime + cstime), nice,
+    start tick after boot, resident pages."""
 
     state: bytes
     ppid: int
@@ -64,6 +70,7 @@ class StatFields:
     nice: int
     start: int
     rss_pages: int
+    child_ticks: int = 0
 
 
 def parse_stat(stat: bytes) -> StatFields:
@@ -78,6 +85,7 @@ def parse_stat(stat: bytes) -> StatFields:
         nice=int(rest[16]),
         start=int(rest[19]),
         rss_pages=int(rest[21]),
+        child_ticks=int(rest[13]) + int(rest[14]),
     )
 
 
@@ -120,6 +128,9 @@ def make_counters(
         kernel=pid == 2 or st.ppid == 2,
         sid=st.sid,
         zombie=st.state in (b"Z", b"X", b"x"),
+        ppid=st.ppid,
+        ccpu=st.child_ticks / CLK_TCK,
+        start=st.start,
     )
 
 
@@ -142,11 +153,18 @@ def _status_field(status: bytes, key: bytes) -> int:
     return int(status[i + len(key) :].split(None, 1)[0])
 
 
-def _read(path: str) -> bytes:
+def read_bytes(path: str) -> bytes:
+    """The whole of a small kernel file (/proc, cgroupfs)."""
     # os.open/os.read: half the cost of open().read() for these small files.
     fd = os.open(path, os.O_RDONLY)
     try:
-        return os.read(fd, 65536)
+        data = os.read(fd, 65536)
+        if len(data) == 65536:  # rare: a large cgroup.procs
+            parts = [data]
+            while chunk := os.read(fd, 65536):
+                parts.append(chunk)
+            data = b"".join(parts)
+        return data
     finally:
         os.close(fd)
 
@@ -158,14 +176,14 @@ def read_process(
     has exited and awaits its parent (a zombie charges nothing and holds no lnode)."""
     base = f"{proc}/{pid}"
     try:
-        stat = _read(f"{base}/stat")
-        status = _read(f"{base}/status")
+        stat = read_bytes(f"{base}/stat")
+        status = read_bytes(f"{base}/status")
     except OSError:
         return None
     io_text = b""
     if io:
         try:
-            io_text = _read(f"{base}/io")
+            io_text = read_bytes(f"{base}/io")
         except OSError:
             pass
     try:
@@ -182,61 +200,131 @@ def machine_idle() -> float:
 
 
 class DeltaTracker:
-    """Turns successive cumulative readings into per-interval deltas (pure bookkeeping)."""
+    """Turns successive cumulative readings into per-interval deltas (pure bookkeeping).
+
+    A process's charge for an interval is its own CPU since the previous reading plus
+    the CPU of the children it reaped meanwhile (its cutime + cstime delta), less what
+    those children had already been charged for: when a process we read disappears,
+    its last reading (own and reaped-children CPU) is owed back by its parent, whose
+    cutime + cstime grows by all of it when it reaps the child.  So a child that lived
+    and died between two samples is charged to its parent's lnode, and a child we
+    sampled is not charged twice.  The CPU of a child whose last reading is stale (a
+    process counted by its cgroup's counter is not re-read every sample) is unknown:
+    its parent's next reaped-children CPU is then not charged at all.
+    """
 
     def __init__(self) -> None:
         self._prev: dict[tuple[int, float], Counters] = {}
         self._prev_idle: float | None = None
         self._prev_mono: float | None = None
         self._prev_time: float | None = None
+        self._owed: dict[tuple[int, float], float] = {}  # parent -> CPU s already charged
+        self._groups: dict[str, float] = {}  # lnode cgroup -> its counter (CPU s)
+        self._kept: dict[tuple[int, float], ProcessSample] = {}  # of readings passed again
 
-    def update(self, readings: Iterable[Counters], idle: float, mono: float, now: float) -> Sample:
+    def update(
+        self,
+        readings: Iterable[Counters],
+        idle: float,
+        mono: float,
+        now: float,
+        groups: Mapping[str, float] | None = None,
+        mem: bool = True,
+    ) -> Sample:
         """A Sample of the deltas between `readings` and the previous call's.
 
         `idle` is the machine's cumulative idle CPU seconds, `mono` a monotonic
-        clock reading (s) and `now` the wall-clock time (epoch s).
+        clock reading (s) and `now` the wall-clock time (epoch s); `groups` the
+        cumulative CPU seconds of each lnode cgroup's kernel counter; `mem` False
+        leaves memory at 0 (nothing charges it).  A reading passed again (the very
+        object of the previous call: a process not re-read) has used nothing new.
         """
         first = self._prev_mono is None
         elapsed = 0.0 if first else max(mono - self._prev_mono, 0.0)
         since = self._prev_time
         current: dict[tuple[int, float], Counters] = {}
-        out: list[ProcessSample] = []
         for c in readings:
-            key = (c.pid, c.create_time)
-            current[key] = c
-            old = self._prev.get(key)
+            current[(c.pid, c.create_time)] = c
+        self._owe_for_the_gone(current)
+        out: list[ProcessSample] = []
+        owed = self._owed
+        prev, kept, still = self._prev, self._kept, {}
+        for key, c in current.items():
+            old = prev.get(key)
+            if c is old and not mem:  # the cheap path of most processes in lnode cgroups
+                ps = kept.get(key)
+                if ps is None:
+                    ps = ProcessSample(
+                        c.pid, c.create_time, c.uid, runnable=c.runnable, nice=c.nice,
+                        kernel=c.kernel, sid=c.sid, group=c.group,
+                    )  # fmt: skip
+                still[key] = ps
+                out.append(ps)
+                continue
             if old is not None:
                 d_cpu = max(c.cpu - old.cpu, 0.0)
+                reaped = max(c.ccpu - old.ccpu, 0.0)
                 d_blocks = max(c.io_blocks - old.io_blocks, 0.0)
                 d_calls = max(c.io_calls - old.io_calls, 0.0)
                 d_ctx = max(c.ctx - old.ctx, 0.0) if c.ctx >= 0 and old.ctx >= 0 else 0.0
-                mem = c.rss * elapsed
+                used = c.rss * elapsed
             elif since is not None and c.create_time >= since:
                 # Born since the previous sample: all it used is new.
-                d_cpu, d_blocks, d_calls, d_ctx = c.cpu, c.io_blocks, c.io_calls, max(c.ctx, 0.0)
-                mem = c.rss * max(now - c.create_time, 0.0)
+                d_cpu, reaped = c.cpu, c.ccpu
+                d_blocks, d_calls, d_ctx = c.io_blocks, c.io_calls, max(c.ctx, 0.0)
+                used = c.rss * max(now - c.create_time, 0.0)
             else:
-                d_cpu = d_blocks = d_calls = d_ctx = mem = 0.0
+                d_cpu = reaped = d_blocks = d_calls = d_ctx = used = 0.0
+            if reaped > 0 and key in owed:
+                back = min(reaped, owed[key])
+                reaped -= back
+                owed[key] -= back
+                if owed[key] <= 0 or math.isinf(owed[key]):  # unknown: this reap forfeits
+                    del owed[key]
             out.append(
                 ProcessSample(
                     pid=c.pid,
                     create_time=c.create_time,
                     uid=c.uid,
-                    cpu=d_cpu,
+                    cpu=d_cpu + reaped,
                     bio=d_blocks,
                     sio=d_calls,
                     syscalls=d_ctx,
-                    mem=mem,
+                    mem=used if mem else 0.0,
                     runnable=c.runnable,
                     nice=c.nice,
                     kernel=c.kernel,
                     sid=c.sid,
+                    group=c.group,
                 )
             )
         d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)
-        self._prev = current
+        d_groups = {}
+        for name, v in (groups or {}).items():
+            old = self._groups.get(name)
+            if first:
+                d_groups[name] = 0.0
+            else:  # a cgroup new (or made anew) since the previous sample: all of it is new
+                d_groups[name] = v - old if old is not None and v >= old else v
+        self._groups = dict(groups or {})
+        self._prev, self._kept = current, still
         self._prev_idle, self._prev_mono, self._prev_time = idle, mono, now
-        return Sample(time=now, elapsed=elapsed, processes=out, idle=d_idle)
+        return Sample(time=now, elapsed=elapsed, processes=out, idle=d_idle, groups=d_groups)
+
+    def _owe_for_the_gone(self, current: Mapping[tuple[int, float], Counters]) -> None:
+        """Record what each process gone since the previous reading was charged, against
+        its parent; forget what is owed by parents that are gone too."""
+        owed = {k: v for k, v in self._owed.items() if k in current}
+        gone = self._prev.keys() - current.keys()
+        key_of = {c.pid: k for k, c in self._prev.items()} if gone else {}
+        for key in gone:
+            old = self._prev[key]
+            parent = key_of.get(old.ppid)
+            if parent is None or parent not in current:
+                continue
+            known = math.inf if old.group else old.cpu + old.ccpu
+            owed[parent] = owed.get(parent, 0.0) + known
+        self._owed = owed
 
 
 class ProcfsCollector:
@@ -247,6 +335,17 @@ class ProcfsCollector:
     seen before, when the owner of /proc/PID changed (a setuid), when context
     switches cost something, and for every process every `STATUS_EVERY` samples;
     /proc/PID/io only when I/O costs something.
+
+    With `groups` (the cgroup enforcers' `read_groups`: each lnode cgroup's CPU
+    counter and the pids in it), the CPU of the processes in lnode cgroups comes
+    from those counters, so when neither I/O nor system calls cost anything such a
+    process is read from /proc only when first seen in its cgroup, while at a nice
+    other than 0 (its CPU is charged at its nice's graded rate, so the daemon must
+    know it), and every `STATUS_EVERY` samples; in between its last reading
+    stands (its state, nice, memory and session).  Everything else is read every
+    sample.  Who is in which cgroup is read in full every `STATUS_EVERY` samples;
+    in between it is what was read then, plus the processes the enforcer moved in,
+    plus the children born since into their parent's cgroup (a fork inherits it).
     """
 
     #: Re-read every process's status (its real uid) at least this often (samples).
@@ -258,34 +357,81 @@ class ProcfsCollector:
         mono: Callable[[], float] = time.monotonic,
         proc: str = "/proc",
         pids: Callable[[], list[int]] = psutil.pids,
+        groups: Callable[[bool], Mapping[str, GroupReading]] | None = None,
     ) -> None:
         self._wall, self._mono, self._proc, self._pids = wall, mono, proc, pids
+        self._groups = groups
         self._tracker = DeltaTracker()
         self._uids: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, start) -> owner, uid
+        self._kept: dict[int, Counters] = {}  # pid -> last reading, processes in lnode cgroups
+        self._member: dict[int, str] = {}  # pid -> the lnode cgroup it is in
+        self._seen: set[int] = set()  # the pids of the previous sample
         self._samples = 0
 
-    def sample(self, io: bool = True, syscalls: bool = True) -> Sample:
+    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True) -> Sample:
         """Every live process with its consumption since the previous call.
 
-        `io` False skips /proc/PID/io and `syscalls` False the context switches
-        (left at 0) when they cost nothing.
+        `io` False skips /proc/PID/io, `syscalls` False the context switches and
+        `mem` False the memory (left at 0) when they cost nothing.
         """
         boot = psutil.boot_time()
         self._samples += 1
         refresh = syscalls or self._samples % self.STATUS_EVERY == 1
+        groups = self._groups(refresh) if self._groups is not None else {}
+        member = {} if refresh else self._member
+        for name, g in groups.items():
+            for pid in g.pids:
+                member[pid] = name
+        lean = not (io or syscalls or refresh)
         uids: dict[tuple[int, int], tuple[int, int]] = {}
-        readings = []
+        kept: dict[int, Counters] = {}
+        now_member: dict[int, str] = {}
+        readings: list[Counters] = []
+        outside: list[int] = []  # indexes of fresh readings in no known lnode cgroup
         for pid in self._pids():
-            c = self._read(pid, boot, io, syscalls, refresh, uids)
-            if c is not None:
-                readings.append(c)
-        self._uids = uids
-        return self._tracker.update(readings, machine_idle(), self._mono(), self._wall())
+            group = member.get(pid, "")
+            c = self._kept.get(pid) if lean and group else None
+            if c is None or c.group != group or c.nice != 0:
+                c = self._read(pid, boot, io, syscalls, refresh, uids)
+                if c is None:
+                    continue
+                if group:
+                    c = replace(c, group=group)
+                elif not refresh:
+                    outside.append(len(readings))
+            if group:
+                kept[pid] = c
+                now_member[pid] = group
+            readings.append(c)
+        if outside and self._seen:
+            self._inherit(readings, outside, now_member, kept)
+        self._uids, self._kept, self._member = uids, kept, now_member
+        self._seen = {c.pid for c in readings}
+        cpu = {name: g.cpu for name, g in groups.items()}
+        return self._tracker.update(
+            readings, machine_idle(), self._mono(), self._wall(), cpu, mem=mem
+        )
+
+    def _inherit(self, readings, outside, member, kept) -> None:
+        """Children born since the previous sample are in their parent's cgroup (every
+        cgroup.procs is read only every STATUS_EVERY samples): mark them so."""
+        born = {readings[i].pid: i for i in outside if readings[i].pid not in self._seen}
+        changed = True
+        while changed:  # a child's parent may itself be new this sample
+            changed = False
+            for pid, i in list(born.items()):
+                group = member.get(readings[i].ppid)
+                if group:
+                    readings[i] = replace(readings[i], group=group)
+                    member[pid] = group
+                    kept[pid] = readings[i]
+                    del born[pid]
+                    changed = True
 
     def _read(self, pid, boot, io, syscalls, refresh, uids) -> Counters | None:
         base = f"{self._proc}/{pid}"
         try:
-            st = parse_stat(_read(f"{base}/stat"))
+            st = parse_stat(read_bytes(f"{base}/stat"))
             owner = os.stat(base).st_uid
         except (OSError, ValueError, IndexError):
             return None
@@ -296,7 +442,7 @@ class ProcfsCollector:
         ctx = -1
         if refresh or known is None or known[0] != owner:
             try:
-                uid, n = parse_status(_read(f"{base}/status"))
+                uid, n = parse_status(read_bytes(f"{base}/status"))
             except (OSError, ValueError, IndexError):
                 return None
             if syscalls:
@@ -307,7 +453,7 @@ class ProcfsCollector:
         counts = (0.0, 0.0)
         if io:
             try:
-                counts = parse_io(_read(f"{base}/io"))
+                counts = parse_io(read_bytes(f"{base}/io"))
             except (OSError, ValueError):
                 pass
         return make_counters(pid, st, uid, ctx, counts, boot)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairshare.collect import ProcessSample, Sample
+from fairshare.enforce.base import safe_name
 from fairshare.sim import SimMachine, Workload, enforcer_weights
 from fairshare.tree import ShareTree
 
@@ -87,13 +88,17 @@ class SimWorld:
 
 
 class SimCollector:
-    """Samples the simulated machine: runs it since the last sample, reports per process."""
+    """Samples the simulated machine: runs it since the last sample, reports per process.
+
+    Under the cgroup model each lnode's CPU also comes as its cgroup's counter
+    (`Sample.groups`, keyed like the real cgroup enforcers' directories), with its
+    processes marked as counted there, as the real collector reports them."""
 
     def __init__(self, world: SimWorld) -> None:
         self.world = world
         self._last: float | None = None
 
-    def sample(self, io: bool = True, syscalls: bool = True) -> Sample:
+    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True) -> Sample:
         """The workloads' processes with the CPU the machine gave them since the last call."""
         w = self.world
         now = w.clock.now
@@ -102,7 +107,12 @@ class SimCollector:
         self._last = now
         on = w.running(now)
         procs: list[ProcessSample] = []
+        groups: dict[str, float] = {}
+        counted = w.model == "cgroup"
         for i, wl in enumerate(w.workloads):
+            group = safe_name(w.names[i]) if counted else ""
+            if counted:
+                groups[group] = groups.get(group, 0.0) + float(got[i])
             if not on[i] and got[i] == 0:
                 continue
             per = got[i] / wl.procs
@@ -114,10 +124,13 @@ class SimCollector:
                         uid=w.uids[i],
                         cpu=per,
                         runnable=bool(on[i] and wl.demand > 0),
+                        group=group,
                     )
                 )
         idle = max(w.machine.cpus * elapsed - float(got.sum()), 0.0)
-        return Sample(time=w.clock.time(), elapsed=elapsed, processes=procs, idle=idle)
+        return Sample(
+            time=w.clock.time(), elapsed=elapsed, processes=procs, idle=idle, groups=groups
+        )
 
 
 def world_for(

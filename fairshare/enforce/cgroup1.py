@@ -1,5 +1,11 @@
 """The cgroup v1 enforcer: ``cpu.shares`` in MOUNT/fairshare/<lnode> (MOUNT is the
-cpu hierarchy, e.g. /sys/fs/cgroup/cpu).  Background lnodes get the minimum, 2."""
+cpu hierarchy, e.g. /sys/fs/cgroup/cpu).  Background lnodes get the minimum, 2.
+
+Each lnode's CPU is read from ``cpuacct.usage`` (ns) of its cgroup in the cpuacct
+hierarchy: MOUNT itself where cpu and cpuacct are mounted together, else ACCT
+(e.g. /sys/fs/cgroup/cpuacct), where the lnode cgroups are made too.  Without a
+cpuacct hierarchy there is no counter and the daemon samples per process.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,9 @@ class Cgroup1Enforcer(CgroupEnforcer):
     """Lnode cgroups weighted by cpu.shares (2..262144, proportional to e_share)."""
 
     name = "cgroup1"
-    v2 = False
+    controller = "cpu"
+    counter_file = "cpuacct.usage"
+    counter_controller = "cpuacct"
 
     def weights(self, e_share: np.ndarray, background: np.ndarray) -> list[tuple]:
         """(cpu.shares,) per lnode."""
@@ -24,3 +32,7 @@ class Cgroup1Enforcer(CgroupEnforcer):
     def write_weight(self, cgroup: Path, values: tuple) -> None:
         """Write cpu.shares."""
         (cgroup / "cpu.shares").write_text(str(values[0]))
+
+    def parse_counter(self, text: bytes) -> float:
+        """CPU seconds from cpuacct.usage (nanoseconds)."""
+        return int(text) / 1e9

@@ -4,7 +4,8 @@ The cpu controller must be enabled in the subtree_control of the mount root
 and of MOUNT/fairshare before the lnode cgroups can be weighted; processes
 live only in the lnode cgroups (leaves), never in MOUNT/fairshare itself.
 Background lnodes (past MAXUSAGE) get ``cpu.idle = 1``: they run only on CPU
-no one else wants, whatever their weight.
+no one else wants, whatever their weight.  Each lnode's CPU is read from its
+``cpu.stat`` (usage_usec).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class Cgroup2Enforcer(CgroupEnforcer):
     """Lnode cgroups weighted by cpu.weight (1..10000, proportional to e_share)."""
 
     name = "cgroup2"
-    v2 = True
+    controller = None
+    counter_file = "cpu.stat"
 
     def prepare_parent(self) -> None:
         """Turn the cpu controller on down to the lnode cgroups."""
@@ -42,6 +44,14 @@ class Cgroup2Enforcer(CgroupEnforcer):
         """(cpu.weight, cpu.idle) per lnode."""
         w = cgroup2_weights(e_share, background)
         return [(int(x), int(b)) for x, b in zip(w, background, strict=True)]
+
+    def parse_counter(self, text: bytes) -> float:
+        """CPU seconds from cpu.stat's usage_usec line."""
+        for line in text.splitlines():
+            key, _, value = line.partition(b" ")
+            if key == b"usage_usec":
+                return int(value) / 1e6
+        raise ValueError("cpu.stat has no usage_usec")
 
     def write_weight(self, cgroup: Path, values: tuple) -> None:
         """Write cpu.weight and cpu.idle (kernels before 5.15 have no cpu.idle)."""

@@ -5,19 +5,31 @@ parent, so their weights compete directly with each other (the kernel only
 weighs siblings against each other).  A process is placed by writing its
 pid to the lnode cgroup's ``cgroup.procs`` (the whole thread group moves);
 the cgroup it came from is remembered so that `teardown` can put it back.
+Children inherit their parent's cgroup, so once a session's shell is placed,
+everything it starts runs in the lnode cgroup from its first instruction.
 Writes are made only when something changed, so a steady cycle costs no
 system calls beyond the new processes.
+
+The kernel counts the CPU of every process that ever ran in a cgroup, however
+short-lived: cgroup v2 in ``cpu.stat`` (usage_usec), cgroup v1 in the cpuacct
+controller's ``cpuacct.usage`` (ns).  Where cgroup v1 mounts cpuacct apart from
+cpu, the lnode cgroups are made in both hierarchies and processes placed in
+both; `read_groups` gives the daemon's collector these counters.  `place` puts
+one new process in its lnode's cgroup between cycles (fairshare.enforce.events).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from fairshare.collect import GroupReading
+from fairshare.collect.procfs import read_bytes
 from fairshare.enforce.base import LnodeTarget, arrays, safe_name
 
 log = logging.getLogger("shrdaemon")
@@ -26,34 +38,56 @@ log = logging.getLogger("shrdaemon")
 PARENT = "fairshare"
 
 
-def cgroup_of(pid: int, v2: bool, proc: str = "/proc") -> str | None:
-    """The path (relative to the mount) of the cpu cgroup `pid` is in, None if gone."""
+def cgroup_of(pid: int, controller: str | None, proc: str = "/proc") -> str | None:
+    """The path (relative to its mount) of the cgroup `pid` is in: in the cgroup v1
+    hierarchy of `controller`, or the cgroup v2 one when `controller` is None; None
+    if the process is gone."""
     try:
         text = Path(f"{proc}/{pid}/cgroup").read_text()
     except OSError:
         return None
     for line in text.splitlines():
-        _hid, controllers, path = line.split(":", 2)
-        if v2 and _hid == "0" and controllers == "":
+        hid, controllers, path = line.split(":", 2)
+        if controller is None and hid == "0" and controllers == "":
             return path
-        if not v2 and "cpu" in controllers.split(","):
+        if controller is not None and controller in controllers.split(","):
             return path
     return None
 
 
 class CgroupEnforcer:
-    """One cgroup per active lnode under MOUNT/fairshare; subclasses write the weight."""
+    """One cgroup per active lnode under MOUNT/fairshare; subclasses write the weight
+    and read the CPU counter.
+
+    `acct` is the hierarchy whose counter `read_groups` reads (cgroup v1's cpuacct
+    mount when it is not the cpu one; None: `mount` itself, or no counter at all
+    when the subclass has none there)."""
 
     name = "cgroup"
-    v2 = False
+    #: The cgroup v1 controller that places processes (None: cgroup v2).
+    controller: str | None = None
+    #: The file with the CPU counter, and the controller that keeps it (cgroup v1).
+    counter_file = ""
+    counter_controller: str | None = None
 
-    def __init__(self, mount: Path, proc: str = "/proc") -> None:
+    def __init__(self, mount: Path, proc: str = "/proc", acct: Path | None = None) -> None:
         self.mount = Path(mount)
         self.parent = self.mount / PARENT
         self.proc = proc
+        # (mount, controller) of each hierarchy the lnode cgroups are made in; the last
+        # one keeps the CPU counter.
+        self.hierarchies: list[tuple[Path, str | None]] = [(self.mount, self.controller)]
+        if acct is not None and Path(acct) != self.mount:
+            self.hierarchies.append((Path(acct), self.counter_controller))
+        self.counted = acct is not None or self.controller is None
+        self._lock = threading.Lock()  # `place` runs on the process-events thread
         self._placed: dict[int, str] = {}  # pid -> lnode cgroup name it was put in
-        self._origin: dict[int, str] = {}  # pid -> cgroup path it came from
+        self._origin: dict[int, tuple[str, ...]] = {}  # pid -> its cgroup per hierarchy
         self._weight: dict[str, tuple] = {}  # cgroup name -> last knob values written
+        self._members: dict[int, str] = {}  # pid -> lnode cgroup, at the last read_groups
+        self._fresh: set[str] = set()  # cgroups `place` used since the last read_groups
+        self._moved: dict[str, set[int]] = {}  # cgroup -> pids moved in since read_groups
+        self._up = False
 
     # -- what the versions differ in ----------------------------------------------------
 
@@ -65,6 +99,10 @@ class CgroupEnforcer:
         """Write one lnode's knob values into its cgroup."""
         raise NotImplementedError
 
+    def parse_counter(self, text: bytes) -> float:
+        """CPU seconds from the text of the counter file."""
+        raise NotImplementedError
+
     def prepare_parent(self) -> None:
         """Whatever the parent needs before children can use the cpu controller."""
 
@@ -73,91 +111,159 @@ class CgroupEnforcer:
     def setup(self) -> None:
         """Create MOUNT/fairshare, adopting one a crashed daemon left: its lnode cgroups
         are reused when their lnodes are active and removed when they are not."""
-        self.parent.mkdir(exist_ok=True)
-        self.prepare_parent()
-        for d in self.parent.iterdir():
-            if d.is_dir():
-                self._weight[d.name] = ()  # unknown weight: rewritten if the lnode is wanted
+        with self._lock:
+            for mount, _ctl in self.hierarchies:
+                (mount / PARENT).mkdir(exist_ok=True)
+            self.prepare_parent()
+            for mount, _ctl in self.hierarchies:
+                for d in (mount / PARENT).iterdir():
+                    if d.is_dir():
+                        self._weight[d.name] = ()  # unknown weight: rewritten if wanted
+            self._up = True
 
     def apply(self, targets: Sequence[LnodeTarget]) -> None:
         """Create missing lnode cgroups, write changed weights, move new processes in,
         and remove the cgroups of lnodes that are no longer targets."""
         e_share, _nrun, background = arrays(targets)
         values = self.weights(e_share, background) if targets else []
-        wanted = set()
-        for t, v in zip(targets, values, strict=True):
-            name = safe_name(t.name)
-            wanted.add(name)
-            cg = self.parent / name
-            if name not in self._weight:
-                cg.mkdir(exist_ok=True)
-            if self._weight.get(name) != v:
-                self.write_weight(cg, v)
-                self._weight[name] = v
-            for pid in t.pids:
-                if self._placed.get(pid) != name:
-                    self._move(pid, cg, name)
-        alive = {pid for t in targets for pid in t.pids}
-        for pid in [p for p in self._placed if p not in alive]:
-            del self._placed[pid]
-            self._origin.pop(pid, None)
-        for name in [n for n in self._weight if n not in wanted]:
-            if self._remove(self.parent / name, self.mount):
-                del self._weight[name]
+        with self._lock:
+            wanted = set()
+            for t, v in zip(targets, values, strict=True):
+                name = safe_name(t.name)
+                wanted.add(name)
+                self._make(name, v)
+                for pid in t.pids:
+                    if self._placed.get(pid) != name and self._members.get(pid) != name:
+                        self._move(pid, name)
+            # A cgroup `place` used since the sample holds a process the sample did not
+            # see: it stays until the next cycle decides.
+            for name in [n for n in self._weight if n not in wanted and n not in self._fresh]:
+                if self._remove(name):
+                    del self._weight[name]
+            alive = {pid for t in targets for pid in t.pids}
+            for pid in [p for p in self._placed if p not in alive]:
+                del self._placed[pid]
+                self._origin.pop(pid, None)
+
+    def place(self, pid: int, lnode: str) -> None:
+        """Move `pid` into `lnode`'s cgroup now, between cycles (a process that has just
+        become the lnode's).  A cgroup not yet made is made at the top weight, which the
+        next cycle corrects: a newcomer is owed more than it has used."""
+        with self._lock:
+            if not self._up:
+                return
+            name = safe_name(lnode)
+            top = self.weights(np.ones(1), np.zeros(1, dtype=bool))[0]
+            self._make(name, self._weight.get(name) or top)
+            self._fresh.add(name)
+            if self._placed.get(pid) != name:
+                self._move(pid, name)
+
+    def read_groups(self, members: bool = True) -> dict[str, GroupReading]:
+        """Each lnode cgroup's CPU counter (CPU seconds of every process that ran in it)
+        and the pids in it now (`members` False: only the pids this enforcer moved in
+        since the previous call, sparing a read of every cgroup.procs); empty when
+        there is no counter or nothing is set up."""
+        with self._lock:
+            self._fresh.clear()
+            moved, self._moved = self._moved, {}
+            if not (self._up and self.counted):
+                return {}
+            mount = self.hierarchies[-1][0] / PARENT
+            out = {}
+            for name in self._weight:
+                d = f"{mount}/{name}"
+                try:
+                    cpu = self.parse_counter(read_bytes(f"{d}/{self.counter_file}"))
+                    if members:
+                        pids = frozenset(int(p) for p in read_bytes(f"{d}/cgroup.procs").split())
+                    else:
+                        pids = frozenset(moved.get(name, ()))
+                except (OSError, ValueError):
+                    continue
+                out[name] = GroupReading(cpu, pids)
+            if members:
+                self._members = {pid: name for name, g in out.items() for pid in g.pids}
+            else:
+                for name, pids in moved.items():
+                    for pid in pids:
+                        self._members[pid] = name
+            return out
 
     def teardown(self) -> None:
         """Move every process in our cgroups back where it came from and remove them."""
-        if not self.parent.is_dir():
-            return
-        for cg in [d for d in self.parent.iterdir() if d.is_dir()]:
-            self._remove(cg, None)
-        try:
-            self.parent.rmdir()
-        except OSError as err:
-            log.warning("could not remove %s: %s", self.parent, err)
-        self._placed.clear()
-        self._origin.clear()
-        self._weight.clear()
+        with self._lock:
+            self._up = False
+            names = set(self._weight)
+            for mount, _ctl in self.hierarchies:
+                if (mount / PARENT).is_dir():
+                    names |= {d.name for d in (mount / PARENT).iterdir() if d.is_dir()}
+            for name in names:
+                self._remove(name)
+            for mount, _ctl in self.hierarchies:
+                try:
+                    (mount / PARENT).rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    log.warning("could not remove %s: %s", mount / PARENT, err)
+            self._placed.clear()
+            self._origin.clear()
+            self._weight.clear()
+            self._members.clear()
 
-    # -- helpers ---------------------------------------------------------------------------
+    # -- helpers (called with the lock held) -----------------------------------------------
 
-    def _move(self, pid: int, cg: Path, name: str) -> None:
+    def _make(self, name: str, values: tuple) -> None:
+        if name not in self._weight:
+            for mount, _ctl in self.hierarchies:
+                (mount / PARENT / name).mkdir(exist_ok=True)
+        if self._weight.get(name) != values:
+            self.write_weight(self.parent / name, values)
+            self._weight[name] = values
+
+    def _move(self, pid: int, name: str) -> None:
         if pid not in self._origin:
-            origin = cgroup_of(pid, self.v2, self.proc)
-            if origin is None:
+            origin = tuple(cgroup_of(pid, ctl, self.proc) for _m, ctl in self.hierarchies)
+            if any(o is None for o in origin):
                 return
-            if not origin.startswith(f"/{PARENT}/"):
+            if not origin[0].startswith(f"/{PARENT}/"):
                 self._origin[pid] = origin
         try:
-            (cg / "cgroup.procs").write_text(str(pid))
+            for mount, _ctl in self.hierarchies:
+                (mount / PARENT / name / "cgroup.procs").write_text(str(pid))
             self._placed[pid] = name
+            self._moved.setdefault(name, set()).add(pid)
         except OSError as err:
             if err.errno not in (errno.ESRCH, errno.ENOENT):
-                log.warning("could not move pid %d into %s: %s", pid, cg, err)
+                log.warning("could not move pid %d into %s: %s", pid, name, err)
 
-    def _remove(self, cg: Path, fallback: Path | None) -> bool:
-        """Empty `cg` (processes to their origin, else `fallback`, else the mount root)
-        and remove it; True if it is gone."""
-        try:
-            pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
-        except OSError:
-            pids = []
-        for pid in pids:
-            origin = self._origin.get(pid)
-            dest = self.mount / origin.lstrip("/") if origin else (fallback or self.mount)
-            if not (dest / "cgroup.procs").exists():
-                dest = self.mount
+    def _remove(self, name: str) -> bool:
+        """Empty lnode cgroup `name` in every hierarchy (processes to their origin, else
+        the mount root) and remove it; True if it is gone."""
+        gone = True
+        for i, (mount, _ctl) in enumerate(self.hierarchies):
+            cg = mount / PARENT / name
             try:
-                (dest / "cgroup.procs").write_text(str(pid))
+                pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                origin = self._origin.get(pid)
+                dest = mount / origin[i].lstrip("/") if origin else mount
+                if not (dest / "cgroup.procs").exists():
+                    dest = mount
+                try:
+                    (dest / "cgroup.procs").write_text(str(pid))
+                except OSError as err:
+                    if err.errno != errno.ESRCH:
+                        log.warning("could not move pid %d back to %s: %s", pid, dest, err)
+            try:
+                cg.rmdir()
+            except FileNotFoundError:
+                pass
             except OSError as err:
-                if err.errno != errno.ESRCH:
-                    log.warning("could not move pid %d back to %s: %s", pid, dest, err)
-        try:
-            cg.rmdir()
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as err:
-            if err.errno != errno.EBUSY:
-                log.warning("could not remove %s: %s", cg, err)
-            return False
+                if err.errno != errno.EBUSY:
+                    log.warning("could not remove %s: %s", cg, err)
+                gone = False
+        return gone

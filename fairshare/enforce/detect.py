@@ -25,11 +25,13 @@ class Mount:
 
 @dataclass(frozen=True)
 class Choice:
-    """The enforcer to run (`name`), where its cgroup hierarchy is, and why."""
+    """The enforcer to run (`name`), where its cgroup hierarchy is, and why; `acct`:
+    cgroup v1's cpuacct hierarchy, whose counters give each lnode's CPU."""
 
     name: str
     reason: str
     mount: Path | None = None
+    acct: Path | None = None
 
 
 def cgroup_mounts(mounts_text: str) -> list[Mount]:
@@ -65,6 +67,14 @@ def cgroup1_cpu(mounts: list[Mount]) -> tuple[Path | None, str]:
     return None, "no cgroup v1 cpu hierarchy is mounted"
 
 
+def cgroup1_cpuacct(mounts: list[Mount]) -> Path | None:
+    """The cgroup v1 hierarchy with the cpuacct controller (may be the cpu one), or None."""
+    for m in mounts:
+        if m.fstype == "cgroup" and "cpuacct" in m.options:
+            return m.path
+    return None
+
+
 def detect(
     requested: str = "auto",
     *,
@@ -94,6 +104,13 @@ def detect(
     mounts = cgroup_mounts(mounts_text)
     v2, why2 = cgroup2_cpu(mounts)
     v1, why1 = cgroup1_cpu(mounts)
+    acct = cgroup1_cpuacct(mounts)
+    if v1 is not None:
+        why1 += (
+            f", CPU counted by cpuacct at {acct}"
+            if acct is not None
+            else ", no cpuacct hierarchy: CPU sampled per process"
+        )
     if requested == "cgroup2":
         if v2 is None:
             raise OptionError(f"--enforcer cgroup2: {why2}")
@@ -101,13 +118,13 @@ def detect(
     if requested == "cgroup1":
         if v1 is None:
             raise OptionError(f"--enforcer cgroup1: {why1}")
-        return Choice("cgroup1", f"--enforcer cgroup1: {why1}", v1)
+        return Choice("cgroup1", f"--enforcer cgroup1: {why1}", v1, acct)
     if requested == "nice":
         return Choice("nice", "--enforcer nice: per-session/per-process nice values")
     if v2 is not None:
         return Choice("cgroup2", f"auto: {why2}", v2)
     if v1 is not None:
-        return Choice("cgroup1", f"auto: {why2}; using the {why1}", v1)
+        return Choice("cgroup1", f"auto: {why2}; using the {why1}", v1, acct)
     return Choice("nice", f"auto: {why2}; {why1}; falling back to nice values")
 
 
@@ -120,7 +137,7 @@ def make_enforcer(choice: Choice):
     if choice.name == "cgroup1":
         from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 
-        return Cgroup1Enforcer(choice.mount)
+        return Cgroup1Enforcer(choice.mount, acct=choice.acct)
     if choice.name == "nice":
         from fairshare.enforce.nice import NiceEnforcer
 

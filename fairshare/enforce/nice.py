@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -73,10 +73,20 @@ def read_autogroup(pid: int, proc: str = "/proc") -> tuple[str, int] | None:
         return None
 
 
+def parent_of(pid: int, proc: str = "/proc") -> int | None:
+    """The parent pid of `pid` (field 4 of /proc/PID/stat), None if it is gone."""
+    try:
+        stat = Path(f"{proc}/{pid}/stat").read_bytes()
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class _Changed:
     original: int  # the value before we touched it
     ours: int  # the value we set last
+    given: set[int] = field(default_factory=set)  # every value we set (children inherit)
 
 
 class NiceEnforcer:
@@ -188,7 +198,7 @@ class NiceEnforcer:
             return
         ch = self._procs.get(pid)
         if ch is None or current != ch.ours:  # new, or the user changed it since
-            ch = _Changed(original=current, ours=current)
+            ch = _Changed(original=self._original(pid, current), ours=current)
         value = max(target, ch.original)  # never below what the user chose
         if value != current:
             try:
@@ -196,7 +206,17 @@ class NiceEnforcer:
             except OSError:
                 return
         ch.ours = value
+        if value != ch.original:
+            ch.given.add(value)
         self._procs[pid] = ch
+
+    def _original(self, pid: int, current: int) -> int:
+        """The nice `pid` had before this enforcer: `current`, unless it inherited a value
+        we gave its parent (a child forked after we reniced its shell), then the parent's."""
+        parent = self._procs.get(parent_of(pid, self.proc) or 0)
+        if parent is not None and current in parent.given:
+            return parent.original
+        return current
 
     def _renice_group(self, group: str, pid: int, target: int) -> None:
         now = read_autogroup(pid, self.proc)
