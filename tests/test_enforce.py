@@ -328,7 +328,7 @@ def test_nice_restores_children_that_inherited_our_nice():
         # A user's shell, reniced by us; a child it forks afterwards inherits that nice
         # and must go back to the shell's original value too, not stay where we put it.
         shell = subprocess.Popen(
-            ["/bin/sh", "-c", "read x; /bin/sleep 60 & echo $!; wait"],
+            ["/bin/sh", "-c", "for i in 1 2; do read x; /bin/sleep 60 & echo $!; done; wait"],
             user=61001, group=61001, extra_groups=[], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, cwd="/",
         )  # fmt: skip
@@ -344,9 +344,15 @@ def test_nice_restores_children_that_inherited_our_nice():
             e.apply(
                 [LnodeTarget("alice", (shell.pid, kid), 0.1, 2), LnodeTarget("bob", (), 0.9, 1)]
             )
+            # One more child after the last cycle: no cycle saw it, teardown finds it.
+            shell.stdin.write("go\n")
+            shell.stdin.flush()
+            unseen = int(shell.stdout.readline())
+            assert os.getpriority(os.PRIO_PROCESS, unseen) > 0
             e.teardown()
             assert os.getpriority(os.PRIO_PROCESS, shell.pid) == 0
             assert os.getpriority(os.PRIO_PROCESS, kid) == 0
+            assert os.getpriority(os.PRIO_PROCESS, unseen) == 0
         finally:
             for p in psutil.Process(shell.pid).children():
                 p.kill()

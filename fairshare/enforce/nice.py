@@ -174,7 +174,9 @@ class NiceEnforcer:
                 )
 
     def teardown(self) -> None:
-        """Restore every nice value we changed that is still ours."""
+        """Restore every nice value we changed that is still ours, and those of the
+        processes forked since by processes we reniced, which inherited our value."""
+        self._adopt_unseen_children()
         for pid, ch in self._procs.items():
             try:
                 if os.getpriority(os.PRIO_PROCESS, pid) == ch.ours:
@@ -209,6 +211,34 @@ class NiceEnforcer:
         if value != ch.original:
             ch.given.add(value)
         self._procs[pid] = ch
+
+    def _adopt_unseen_children(self) -> None:
+        """Record, as ours, the descendants of reniced processes that no cycle saw and
+        whose nice is one we gave their parent (one pass over /proc, at teardown)."""
+        if not self._procs:
+            return
+        children: dict[int, list[int]] = {}
+        try:
+            names = os.listdir(self.proc)
+        except OSError:
+            return
+        for name in names:
+            if name.isdigit() and int(name) not in self._procs:
+                parent = parent_of(int(name), self.proc)
+                if parent is not None:
+                    children.setdefault(parent, []).append(int(name))
+        todo = list(self._procs)
+        while todo:
+            pid = todo.pop()
+            ch = self._procs[pid]
+            for kid in children.pop(pid, ()):
+                try:
+                    nice = os.getpriority(os.PRIO_PROCESS, kid)
+                except OSError:
+                    continue
+                if nice in ch.given:
+                    self._procs[kid] = _Changed(original=ch.original, ours=nice, given={nice})
+                    todo.append(kid)
 
     def _original(self, pid: int, current: int) -> int:
         """The nice `pid` had before this enforcer: `current`, unless it inherited a value
