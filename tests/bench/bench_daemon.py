@@ -214,7 +214,7 @@ def main() -> int:
         share = (cpu1 - cpu0) / (wall1 - wall0)
         print(
             f"the loop at delta 4 s: {cpu1 - cpu0:.3f} s CPU in {wall1 - wall0:.1f} s over "
-            f"{len(marks) - 2} cycles = {share:.2%} of one core (target < {TARGET:.0%}, "
+            f"{len(marks) - 2} cycles = {share:.2%} of one core (target < {TARGET:.1%}, "
             f"ratio {share / TARGET:.2f})"
         )
     return 0
