@@ -103,7 +103,7 @@ class ProcessEvents:
             fprog = struct.pack("=HxxxxxxQ", len(prog) // 8, ctypes.addressof(code))
             sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
             sock.send(control_message(PROC_CN_MCAST_LISTEN))
-            sock.settimeout(1.0)
+            sock.settimeout(0.25)  # how soon `stop` is noticed
         except OSError as err:
             log.info(
                 "process events unavailable (%s): new sessions are placed at the next cycle",
