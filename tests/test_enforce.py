@@ -490,3 +490,46 @@ def test_lock_second_holder_is_told_who_has_it(tmp_path):
     lock.acquire()
     assert path.read_text().strip() == str(os.getpid())
     lock.release()
+
+
+# -- process events ------------------------------------------------------------------------
+
+
+def uid_event(what: int, tgid: int, ruid: int) -> bytes:
+    from fairshare.enforce import events as ev
+
+    data = ev.UID_EVENT.pack(tgid + 1, tgid, ruid, ruid)
+    body = ev.EVENT_HDR.pack(what, 0, 123) + data
+    cn = ev.CN_MSG.pack(ev.CN_IDX_PROC, ev.CN_VAL_PROC, 0, 0, len(body), 0) + body
+    return ev.NLMSG_HDR.pack(ev.NLMSG_HDR.size + len(cn), 3, 0, 0, 0) + cn
+
+
+def test_uid_events_are_parsed_and_other_events_ignored():
+    from fairshare.enforce.events import PROC_EVENT_UID, parse_uid_events
+
+    fork = 0x00000001
+    msgs = uid_event(PROC_EVENT_UID, 4242, 61001) + uid_event(fork, 77, 0)
+    msgs += uid_event(PROC_EVENT_UID, 4343, 0)
+    assert parse_uid_events(msgs) == [(4242, 61001), (4343, 0)]
+    assert parse_uid_events(b"") == []
+
+
+@needs_root
+@pytest.mark.root
+def test_the_kernel_reports_a_setuid():
+    from fairshare.enforce.events import ProcessEvents
+
+    got = []
+    ev = ProcessEvents()
+    if not ev.start(lambda pid, uid: got.append((pid, uid))):
+        pytest.skip("no process events connector in this kernel")
+    try:
+        child = sleeper(61003)
+        deadline = time.monotonic() + 5
+        while (child.pid, 61003) not in got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        child.kill()
+        child.wait()
+    finally:
+        ev.stop()
+    assert (child.pid, 61003) in got
