@@ -370,16 +370,16 @@ def test_per_process_sampling_charges_reaped_children(tmp_path):
         c = ProcfsCollector()
         c.sample(io=False, syscalls=False)
         before = uid_total(UID_A)
-        charged = 0.0
-        for _ in range(8):
+        charged, truth, deadline = 0.0, 0.0, time.monotonic() + 60
+        while truth < 2.0 and time.monotonic() < deadline:  # 2 CPU s, however loaded
             time.sleep(0.5)
             s = c.sample(io=False, syscalls=False)
             charged += sum(p.cpu for p in s.processes if p.uid == UID_A)
-        truth = uid_total(UID_A) - before
+            truth = uid_total(UID_A) - before
     finally:
         stop_fork_heavy(loops)
     print(f"\nfork-heavy uid, per-process sampling: charged {charged:.2f} s of {truth:.2f} s")
-    assert truth > 0.5, "the loops got almost no CPU"
+    assert truth >= 2.0, "the loops got less than 2 CPU s in a minute"
     assert charged == pytest.approx(truth, rel=0.10, abs=0.1)
 
 
@@ -413,11 +413,12 @@ def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
         time.sleep(0.5)
         d.step()
         start, before = float(d.lnodes.table.cpu_seconds[node]), uid_total(UID_A)
-        for _ in range(8):
+        truth, deadline = 0.0, time.monotonic() + 60
+        while truth < 2.0 and time.monotonic() < deadline:  # 2 CPU s, however loaded
             time.sleep(0.5)
             d.step()
+            truth = uid_total(UID_A) - before
         charged = float(d.lnodes.table.cpu_seconds[node]) - start
-        truth = uid_total(UID_A) - before
         groups = enforcer.read_groups()
     finally:
         d.shutdown()
@@ -425,5 +426,5 @@ def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
         cleanup_cgroups()
     print(f"\nfork-heavy uid, {choice.name} counters: charged {charged:.2f} s of {truth:.2f} s")
     assert "ta" in groups and groups["ta"].cpu > 0
-    assert truth > 0.5, "the loops got almost no CPU"
+    assert truth >= 2.0, "the loops got less than 2 CPU s in a minute"
     assert charged == pytest.approx(truth, rel=0.10, abs=0.1)
