@@ -104,6 +104,13 @@ class Consts:
         return bool(self.flags & SHAREBYACCT)
 
     @property
+    def scheduling(self) -> bool:
+        """Whether the shares are enforced: False while NOSHARE (fair share off) or
+        NOSCHED (charges gathered, not used for scheduling) is set, when the machine
+        runs as plain Linux does.  The daemon and shrsim both follow this rule."""
+        return not self.flags & (NOSCHED | NOSHARE)
+
+    @property
     def mode(self) -> str:
         """The share tree mode for fairshare.tree.build_tree: "account" or "user"."""
         return "account" if self.share_by_account else "user"

@@ -1,7 +1,10 @@
 """The shrdaemon loop: collect, charge, run the cycle, enforce, publish, remember.
 
 `Daemon` is driven by what it is given: a collector (the real machine or the
-simulator), an enforcer, a store on the UDB and a clock.  Each cycle it
+simulator), an enforcer, a store on the UDB, a clock, and the one OsActions object
+(fairshare.actions) through which it and its enforcer change processes: signals,
+nice values, cgroup files.  The simulated daemon gets the simulated machine's
+actions, so it cannot reach a real process.  Each cycle it
 
 1. re-reads the constants (so a shradmin change acts within one delta) and, when
    the UDB's entries changed (a cheap fingerprint query), or on SIGHUP, rebuilds
@@ -13,7 +16,9 @@ simulator), an enforcer, a store on the UDB and a clock.  Each cycle it
 3. activates new lnodes with their stored usage aged since shextime, and runs the
    pure `fairshare.cycle.run_cycle`;
 4. applies CPU quotas (SIGXCPU at the quota, SIGKILL past quota + threshold),
-   hands the effective shares to the enforcer and publishes the lnode table;
+   hands the effective shares to the enforcer, applies the UDB's nice of each
+   lnode to its processes as a floor (beside cgroup enforcement; the nice enforcer
+   folds it into its own values; none changes nothing), and publishes the lnode table;
 5. every `writeback` seconds adds what every lnode accrued to the UDB (increments, so
    hosts sharing one UDB never erase each other's charges) and releases the lnodes whose
    processes have all gone; with GLOBALUSAGE it then refreshes the site-wide usage and
@@ -48,11 +53,13 @@ import numpy as np
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import InterfaceError, OperationalError
 
+from fairshare.actions import OsActions
 from fairshare.admin import load_effective_consts
 from fairshare.collect import WEAKEST_NICE, Collector, ProcessSample, Sample
-from fairshare.consts import GLOBALUSAGE, NOSCHED, NOSHARE, Consts, load_consts
+from fairshare.consts import GLOBALUSAGE, Consts, load_consts
 from fairshare.cycle import Consumption, run_cycle
 from fairshare.enforce.base import Enforcer, LnodeTarget, safe_name
+from fairshare.enforce.renice import Renicer
 from fairshare.lnode import (
     LnodeTable,
     WriteBack,
@@ -214,7 +221,9 @@ def carry_over(old: Lnodes, new: Lnodes, now: float) -> list[tuple[int, WriteBac
 
 
 class Daemon:
-    """The fair-share daemon's loop over injected collector, enforcer, store and clock."""
+    """The fair-share daemon's loop over injected collector, enforcer, store, clock and
+    OS actions (there is no default for `actions`: whoever builds a daemon says which
+    machine it changes, and its enforcer must change that same one)."""
 
     def __init__(
         self,
@@ -222,20 +231,27 @@ class Daemon:
         collector: Collector,
         enforcer: Enforcer,
         store: LnodeStore,
+        actions: OsActions,
         clock: Clock | None = None,
         options: Options | None = None,
         account_of: Callable[[ProcessSample], int | None] | None = None,
-        signal_process: Callable[[int, int], None] = os.kill,
         process_events=None,
     ) -> None:
+        theirs = getattr(enforcer, "actions", actions)
+        if theirs is not actions:
+            raise ValueError(
+                f"the {enforcer.name} enforcer acts on the {theirs.name} machine, "
+                f"the daemon on the {actions.name} one"
+            )
         self.engine = engine
         self.collector = collector
         self.enforcer = enforcer
         self.store = store
+        self.actions = actions
+        self.user_nice = Renicer(actions)  # the UDB's nice beside cgroup enforcement
         self.clock = clock or SystemClock()
         self.options = options or Options()
         self.account_of = account_of
-        self.signal_process = signal_process
         # fairshare.enforce.events.ProcessEvents (or None): new sessions are placed as
         # soon as they change uid, not at the next cycle.
         self.process_events = process_events
@@ -362,7 +378,9 @@ class Daemon:
         self._udb("serve shrsync requests", serve_requests, self, sample.time)
         self._quotas(ln, consts)
         if self.scheduling:
-            self.enforcer.apply(self._targets(ln))
+            targets = self._targets(ln)
+            self.enforcer.apply(targets)
+            self._apply_user_nice(targets)
         header = CycleHeader(
             time=sample.time,
             delta=consts.delta,
@@ -428,6 +446,7 @@ class Daemon:
             self.process_events.stop()
         if self._enforcer_is_set_up:
             self.enforcer.teardown()
+            self.user_nice.restore()
             self._enforcer_is_set_up = False
             log.debug("%s enforcement undone", self.enforcer.name)
         if self.lnodes is not None:
@@ -462,7 +481,7 @@ class Daemon:
 
     def _sync_enforcer(self, consts: Consts) -> None:
         """Keep the enforcer off while NOSCHED or NOSHARE is set, on otherwise."""
-        wanted = not (consts.flags & (NOSCHED | NOSHARE))
+        wanted = consts.scheduling
         if wanted and not self._enforcer_is_set_up:
             self.enforcer.setup()
             self._enforcer_is_set_up = True
@@ -470,6 +489,7 @@ class Daemon:
                 log.info("NOSCHED/NOSHARE cleared: %s enforcement resumes", self.enforcer.name)
         elif not wanted and self._enforcer_is_set_up:
             self.enforcer.teardown()
+            self.user_nice.restore()
             self._enforcer_is_set_up = False
             log.info("NOSCHED/NOSHARE set: accounting only, %s undone", self.enforcer.name)
         self.scheduling = wanted
@@ -642,9 +662,21 @@ class Daemon:
                     nrun=int(t.nrun[node]),
                     background=bool(t.background[node]),
                     runnable=frozenset(p.pid for p in procs if p.runnable),
+                    nice=st.nice if (st := ln.entry.get(node)) is not None else 0,
                 )
             )
         return out
+
+    def _apply_user_nice(self, targets: list[LnodeTarget]) -> None:
+        """Raise (or, from the default 0, set) every target process's nice to its
+        lnode's UDB nice, where the enforcer leaves that to the daemon (see
+        fairshare.enforce.renice for how it combines with a nice the user chose)."""
+        if not getattr(self.enforcer, "udb_nice", False):
+            return
+        self.user_nice.forget({pid for t in targets for pid in t.pids})
+        for t in targets:
+            for pid in t.pids:
+                self.user_nice.renice(pid, udb_nice=t.nice)
 
     def _quotas(self, ln: Lnodes, consts: Consts) -> None:
         """SIGXCPU to an lnode's processes at its CPU quota, SIGKILL past the threshold."""
@@ -683,7 +715,7 @@ class Daemon:
                 continue
             for p in procs:
                 try:
-                    self.signal_process(p.pid, sig)
+                    self.actions.signal(p.pid, sig)
                 except ProcessLookupError:
                     pass
 
@@ -761,7 +793,7 @@ def simulated_daemon(
     import math
     import tomllib
 
-    from fairshare.collect.sim import SimClock, SimCollector, world_for
+    from fairshare.collect.sim import SimClock, SimCollector, SimOs, world_for
     from fairshare.consts import consts_from_mapping, save_consts
     from fairshare.enforce.sim import SimEnforcer
     from fairshare.sim import load_scenario
@@ -801,12 +833,14 @@ def simulated_daemon(
     if epoch is None:  # the run of `cycles` (or the scenario's length) ends about now
         epoch = time.time() - (cycles or length) * consts.delta
     clock = SimClock(epoch)
-    world = world_for(tree, workloads, cpus, sc.enforcer, clock)
+    world = world_for(tree, workloads, cpus, sc.enforcer, clock, end=sc.duration)
+    actions = SimOs(world)  # the daemon's only way to change a process: the simulated one
     daemon = Daemon(
         engine,
         SimCollector(world),
-        SimEnforcer(world),
+        SimEnforcer(actions),
         LnodeStore(engine, host),
+        actions,
         clock=clock,
         options=Options(enforce_min_uid=0, cpus=cpus),
         account_of=(lambda p: p.uid) if consts.share_by_account else None,

@@ -178,13 +178,46 @@ def enforcer_weights(
     return model(e_share, background, nrun)
 
 
+def workload_weights(
+    enforcer: str,
+    w_lnode: np.ndarray,
+    idle_lnode: np.ndarray,
+    nrun_lnode: np.ndarray,
+    col: np.ndarray,
+    count: np.ndarray,
+    runnable: np.ndarray,
+    nice: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(total weight, idle class) of each workload's `count` processes at nice `nice`.
+
+    `w_lnode`, `idle_lnode`, `nrun_lnode` are `enforcer_weights`' per-process weight,
+    idle class and runnable count per lnode; `col` is each workload's lnode, `runnable`
+    how many of its processes are runnable.  A process's own nice (the one it was
+    started with, or the UDB's the daemon applied) acts as on Linux: under "nice" the
+    process runs at the larger of the enforcer's nice and its own (the smaller weight);
+    under "cgroup" it splits its lnode's cgroup weight with the lnode's other runnable
+    processes by nice weight; under "none" it weighs NICE_TO_WEIGHT[nice] / 1024.
+    """
+    own = NICE_TO_WEIGHT[np.asarray(nice, dtype=np.int64) + 20].astype(float)
+    w = np.asarray(w_lnode, dtype=float)[col]
+    if enforcer == "nice":
+        per = np.minimum(w, own)
+    elif enforcer == "cgroup":
+        total_w = w * np.maximum(np.asarray(nrun_lnode, dtype=float)[col], 1.0)
+        lnode_nw = np.bincount(col, weights=runnable * own, minlength=len(w_lnode))[col]
+        per = np.where(lnode_nw > 0, total_w * own / np.where(lnode_nw > 0, lnode_nw, 1.0), w)
+    else:
+        per = w * own / NICE_TO_WEIGHT[20]
+    return count * per, np.asarray(idle_lnode, dtype=bool)[col]
+
+
 # -- scenarios -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Workload:
     """`procs` processes of lnode `name` from `start` to `stop` (s), each wanting `demand`
-    CPUs (1 = CPU-bound, 0 = attached but never runnable)."""
+    CPUs (1 = CPU-bound, 0 = attached but never runnable), started at nice `nice`."""
 
     name: str
     procs: int
@@ -192,6 +225,7 @@ class Workload:
     stop: float
     demand: float = 1.0
     host: str = ""  # in a site scenario, the host it runs on
+    nice: int = 0
 
 
 @dataclass
@@ -330,8 +364,10 @@ def parse_scenario(
             return ScenarioError(source, where, 1, f"workload {i + 1}: {key}: {message}")
 
         for key in item:
-            if key not in ("name", "procs", "start", "stop", "demand", "host"):
-                raise wfail(key, "unknown key; expected name, procs, start, stop, demand, host")
+            if key not in ("name", "procs", "start", "stop", "demand", "host", "nice"):
+                raise wfail(
+                    key, "unknown key; expected name, procs, start, stop, demand, host, nice"
+                )
         host = _workload_host(item, hosts, wfail)
         name = item.get("name")
         node = tree.find(name) if isinstance(name, str) else None
@@ -350,7 +386,12 @@ def parse_scenario(
             raise wfail("demand", f"expected a number from 0 to 1, got {demand!r}")
         if not 0.0 <= demand <= 1.0:
             raise wfail("demand", f"expected a number from 0 to 1, got {demand!r}")
-        workloads.append(Workload(name, procs, start, min(stop, total), float(demand), host))
+        nice = item.get("nice", 0)
+        if isinstance(nice, bool) or not isinstance(nice, int) or not -20 <= nice <= 19:
+            raise wfail("nice", f"expected a nice value from -20 to 19, got {nice!r}")
+        workloads.append(
+            Workload(name, procs, start, min(stop, total), float(demand), host=host, nice=nice)
+        )
     shusage = {tree.node(n): v for n, v in shusage.items() if tree.find(n) is not None}
     return Scenario(
         source, float(cpus), total, warmup, consts, tree, workloads, enforcer, shusage, hosts

@@ -86,6 +86,7 @@ class EntryState:
     shextime: float
     cpuquota: float
     cpuquotaused: float
+    nice: int = 0  # the entry's default nice (-20..19), a floor for its processes' nice
 
 
 @dataclass(frozen=True)
@@ -157,11 +158,18 @@ class LnodeStore:
             return s.scalar(select(LnodeCycle.cycle).where(LnodeCycle.host == self.host))
 
     def entry_states(self, uids: Iterable[int]) -> dict[int, EntryState]:
-        """The usage, exit time and quota fields of the entries with these uids."""
+        """The usage, exit time, quota and nice fields of the entries with these uids."""
         uids = sorted(set(uids))
         if not uids:
             return {}
-        cols = (Entry.uid, Entry.shusage, Entry.shextime, Entry.cpuquota, Entry.cpuquotaused)
+        cols = (
+            Entry.uid,
+            Entry.shusage,
+            Entry.shextime,
+            Entry.cpuquota,
+            Entry.cpuquotaused,
+            Entry.nice,
+        )
         with read_session(self.engine) as s:
             rows = s.execute(select(*cols).where(Entry.uid.in_(uids))).all()
         return {r.uid: EntryState(*r) for r in rows}

@@ -1,13 +1,18 @@
-"""A collector for tests that drive a Daemon on a simulated clock.
+"""A collector and OS actions for tests that drive a Daemon on a simulated clock.
 
 `BusyProcesses(clock, procs)` samples the processes in `procs` (ProcessSamples) as
 if each had used one CPU the whole time since the last sample.  A test may put
 other processes in `procs` between samples, even from another thread (the list
 is read once per sample); `given` totals the CPU seconds handed to each pid.
+
+`RecordedOs()` is the OsActions (fairshare.actions) of those made-up processes: it
+records the signals sent and keeps each pid's nice, and has no kernel files, so a
+daemon given it never reaches a real process.
 """
 
 from __future__ import annotations
 
+import errno
 from collections import defaultdict
 from dataclasses import replace
 
@@ -30,3 +35,29 @@ class BusyProcesses:
         for p in procs:
             self.given[p.pid] += elapsed
         return Sample(now, elapsed, procs, 0.0)
+
+
+class RecordedOs:
+    name = "recorded"
+
+    def __init__(self, nice: dict[int, int] | None = None):
+        self.sent: list[tuple[int, int]] = []  # (pid, signal)
+        self.nice: dict[int, int] = dict(nice or {})  # pid -> nice (0 if never set)
+
+    def signal(self, pid: int, sig: int) -> None:
+        self.sent.append((pid, int(sig)))
+
+    def get_nice(self, pid: int) -> int:
+        return self.nice.get(pid, 0)
+
+    def set_nice(self, pid: int, nice: int) -> None:
+        self.nice[pid] = nice
+
+    def write_file(self, path, text: str) -> None:
+        raise OSError(errno.EROFS, "no kernel files here", str(path))
+
+    def mkdir(self, path) -> None:
+        raise OSError(errno.EROFS, "no kernel files here", str(path))
+
+    def rmdir(self, path) -> None:
+        raise OSError(errno.EROFS, "no kernel files here", str(path))

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from busy import RecordedOs
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
@@ -95,18 +96,18 @@ def make(engine, plan, idle=0.0, **kw):
     clock = SimClock(EPOCH)
     col = Script(clock, plan, idle)
     enf = Recorder()
-    sent = []
+    actions = RecordedOs()
     d = Daemon(
         engine,
         col,
         enf,
         LnodeStore(engine, host="test"),
+        actions,
         clock=clock,
         options=Options(enforce_min_uid=1000),
-        signal_process=lambda pid, sig: sent.append((pid, sig)),
         **kw,
     )
-    return d, clock, col, enf, sent
+    return d, clock, col, enf, actions.sent
 
 
 def cycle(d, clock, n=1):

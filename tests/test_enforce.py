@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from busy import RecordedOs
 from machine_lock import machine_lock, skip_if_a_daemon_runs
 
 from fairshare.collect import GroupReading
@@ -451,10 +452,15 @@ def test_nice_renices_processes_in_no_autogroup_one_by_one(tmp_path):
 def test_make_enforcer_names():
     from fairshare.enforce.detect import Choice
 
-    assert make_enforcer(Choice("none", "x")).name == "none"
-    assert make_enforcer(Choice("nice", "x")).name == "nice"
-    assert make_enforcer(Choice("cgroup1", "x", CPU_V1)).name == "cgroup1"
-    assert make_enforcer(Choice("cgroup2", "x", Path("/x"))).name == "cgroup2"
+    actions = RecordedOs()
+    for choice, name in [
+        (Choice("none", "x"), "none"),
+        (Choice("nice", "x"), "nice"),
+        (Choice("cgroup1", "x", CPU_V1), "cgroup1"),
+        (Choice("cgroup2", "x", Path("/x")), "cgroup2"),
+    ]:
+        e = make_enforcer(choice, actions)
+        assert e.name == name and e.actions is actions
 
 
 # -- the lock ----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 from asuser import UIDS, forked
-from busy import BusyProcesses
+from busy import BusyProcesses, RecordedOs
 from click.testing import CliRunner
 
 from fairshare.cli.newacct import main as newacct
@@ -152,6 +152,7 @@ def test_the_daemon_charges_the_new_account_from_its_next_cycle(udb):
     engine = open_udb(udb)
     clock = SimClock(1_000_000.0)
     hook = SessionAccounts()
+    actions = RecordedOs()
     d = Daemon(
         engine,
         BusyProcesses(
@@ -161,8 +162,9 @@ def test_the_daemon_charges_the_new_account_from_its_next_cycle(udb):
                 ProcessSample(8, 0.0, ME, runnable=True, sid=701),
             ],
         ),
-        NoEnforcer(),
+        NoEnforcer(actions),
         LnodeStore(engine, "test"),
+        actions,
         clock=clock,
         options=Options(),
         account_of=hook,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from asuser import needs_root
-from busy import BusyProcesses
+from busy import BusyProcesses, RecordedOs
 from click.testing import CliRunner
 from conftest import ACME, ROOT, load
 from sqlalchemy import select, text
@@ -63,8 +63,15 @@ def running(udb_url):
         save_consts(s, Consts(writeback=4.0))  # release gone lnodes at every cycle
     clock = SimClock(1_000_000.0)
     col = BusyProcesses(clock, [*OTHERS, ALICE])
+    actions = RecordedOs()
     d = Daemon(
-        engine, col, NoEnforcer(), LnodeStore(engine, "test"), clock=clock, options=Options()
+        engine,
+        col,
+        NoEnforcer(actions),
+        LnodeStore(engine, "test"),
+        actions,
+        clock=clock,
+        options=Options(),
     )
     d.start()
     return engine, d, col, clock
@@ -178,7 +185,6 @@ def test_two_shrdist_runs_on_one_group_serialise_and_both_apply(udb_url):
     daemon, _model, _length = simulated_daemon(
         engine, str(ROOT / "examples" / "scenarios" / "06_acme.toml"), epoch=1_000_000.0
     )
-    daemon.signal_process = lambda pid, sig: None
     daemon.start()
     stop = threading.Event()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from asuser import UIDS, needs_root, open_up, remove, run_as, shared_dir
-from busy import BusyProcesses
+from busy import BusyProcesses, RecordedOs
 from click.testing import CliRunner
 from conftest import ACME, load
 from sqlalchemy import func, select
@@ -262,11 +262,13 @@ def test_running_daemon_uses_the_new_shares_from_its_next_cycle(udb_url):
             ]
         )
     clock = SimClock(1_000_000.0)
+    actions = RecordedOs()
     d = Daemon(
         engine,
         BusyProcesses(clock, [ProcessSample(7, 0.0, 1001), ProcessSample(8, 0.0, 1002)]),
-        NoEnforcer(),
+        NoEnforcer(actions),
         LnodeStore(engine, "test"),
+        actions,
         clock=clock,
         options=Options(),
     )

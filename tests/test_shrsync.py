@@ -55,10 +55,21 @@ def sim(tmp_path, udb_url):
     path.write_text(SCENARIO)
     engine = open_udb(udb_url)
     daemon, _model, _length = simulated_daemon(engine, str(path), epoch=1_000_000.0)
-    sent = []
-    daemon.signal_process = lambda pid, sig: sent.append(sig)
     daemon.start()
-    return engine, daemon, sent
+    return engine, daemon, Signals(daemon.actions.world)
+
+
+class Signals:
+    """The signals the simulated processes received, in order (the pids left out)."""
+
+    def __init__(self, world):
+        self.world = world
+
+    def __eq__(self, other):
+        return [sig for _pid, sig in self.world.signals] == list(other)
+
+    def __repr__(self):
+        return repr([signal.Signals(sig).name for _pid, sig in self.world.signals])
 
 
 def cycles(daemon, n=1):

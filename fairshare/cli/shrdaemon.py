@@ -17,7 +17,8 @@ import sys
 
 import click
 
-from fairshare.consts import NOSCHED, NOSHARE, load_consts
+from fairshare.actions import RealOs
+from fairshare.consts import load_consts
 from fairshare.daemon import Daemon, Options
 from fairshare.dist import auth_path
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
@@ -176,7 +177,7 @@ def main(
     lock.acquire()
     try:
         choice = detect(enforcer)
-        if choice.name != "none" and consts.flags & (NOSCHED | NOSHARE):
+        if choice.name != "none" and not consts.scheduling:
             log.info(
                 "enforcer none: NOSCHED or NOSHARE is set, accounting only (%s when cleared: %s)",
                 choice.name,
@@ -294,12 +295,14 @@ def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
     from fairshare.enforce.events import ProcessEvents
     from fairshare.newacct import SessionAccounts
 
-    enforcer = make_enforcer(choice)
+    actions = RealOs()
+    enforcer = make_enforcer(choice, actions)
     return Daemon(
         engine,
         ProcfsCollector(groups=getattr(enforcer, "read_groups", None)),
         enforcer,
         LnodeStore(engine, host),
+        actions,
         options=Options(enforce_min_uid=enforce_min_uid),
         account_of=SessionAccounts(),  # newacct's accounts, per session
         process_events=ProcessEvents() if hasattr(enforcer, "place") else None,

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
+from fairshare.actions import OsActions
+
 log = logging.getLogger("shrdaemon")
 
 
@@ -25,7 +27,8 @@ log = logging.getLogger("shrdaemon")
 class LnodeTarget:
     """One lnode to enforce: `e_share` (fraction of the machine), `nrun` its
     runnable processes, `pids` the processes to place, `runnable` those of
-    them that were runnable at the sample."""
+    them that were runnable at the sample, `nice` the UDB's nice of its user or
+    account (a floor for its processes' nice, fairshare.enforce.renice)."""
 
     name: str
     pids: tuple[int, ...]
@@ -33,6 +36,7 @@ class LnodeTarget:
     nrun: int
     background: bool = False
     runnable: frozenset[int] = field(default_factory=frozenset)
+    nice: int = 0
 
 
 class Enforcer(Protocol):
@@ -40,6 +44,12 @@ class Enforcer(Protocol):
 
     #: "cgroup2", "cgroup1", "nice", "none" or "sim"
     name: str
+    #: Where its changes go: the daemon's own OsActions (fairshare.actions), no other.
+    actions: OsActions
+    #: Whether the daemon applies the UDB's nice beside this enforcer (cgroup v1/v2 and
+    #: the simulator's cgroup model); False for the nice enforcer, which folds it into
+    #: its own values, and for none, which changes nothing.
+    udb_nice: bool
 
     def setup(self) -> None:
         """Prepare the machine (create the fair-share cgroup root, ...)."""

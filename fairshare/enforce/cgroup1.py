@@ -31,7 +31,7 @@ class Cgroup1Enforcer(CgroupEnforcer):
 
     def write_weight(self, cgroup: Path, values: tuple) -> None:
         """Write cpu.shares."""
-        (cgroup / "cpu.shares").write_text(str(values[0]))
+        self.actions.write_file(cgroup / "cpu.shares", str(values[0]))
 
     def parse_counter(self, text: bytes) -> float:
         """CPU seconds from cpuacct.usage (nanoseconds)."""

@@ -15,17 +15,18 @@ from pathlib import Path
 
 import numpy as np
 
+from fairshare.actions import REAL_OS, OsActions
 from fairshare.enforce.cgroupfs import CgroupEnforcer
 from fairshare.enforce.mapping import cgroup2_weights
 
 log = logging.getLogger("shrdaemon")
 
 
-def enable_cpu(cgroup: Path) -> None:
+def enable_cpu(cgroup: Path, actions: OsActions = REAL_OS) -> None:
     """Enable the cpu controller for `cgroup`'s children (no-op when already on)."""
     control = cgroup / "cgroup.subtree_control"
     if "cpu" not in control.read_text().split():
-        control.write_text("+cpu")
+        actions.write_file(control, "+cpu")
 
 
 class Cgroup2Enforcer(CgroupEnforcer):
@@ -37,8 +38,8 @@ class Cgroup2Enforcer(CgroupEnforcer):
 
     def prepare_parent(self) -> None:
         """Turn the cpu controller on down to the lnode cgroups."""
-        enable_cpu(self.mount)
-        enable_cpu(self.parent)
+        enable_cpu(self.mount, self.actions)
+        enable_cpu(self.parent, self.actions)
 
     def weights(self, e_share: np.ndarray, background: np.ndarray) -> list[tuple]:
         """(cpu.weight, cpu.idle) per lnode."""
@@ -56,9 +57,9 @@ class Cgroup2Enforcer(CgroupEnforcer):
     def write_weight(self, cgroup: Path, values: tuple) -> None:
         """Write cpu.weight and cpu.idle (kernels before 5.15 have no cpu.idle)."""
         weight, idle = values
-        (cgroup / "cpu.weight").write_text(str(weight))
+        self.actions.write_file(cgroup / "cpu.weight", str(weight))
         idle_file = cgroup / "cpu.idle"
         if idle_file.exists():
-            idle_file.write_text(str(idle))
+            self.actions.write_file(idle_file, str(idle))
         elif idle:
             log.warning("%s: this kernel has no cpu.idle; background runs at weight 1", cgroup)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fairshare.actions import REAL_OS, OsActions
 from fairshare.collect import GroupReading
 from fairshare.collect.procfs import read_bytes
 from fairshare.enforce.base import LnodeTarget, arrays, safe_name
@@ -70,7 +71,16 @@ class CgroupEnforcer:
     counter_file = ""
     counter_controller: str | None = None
 
-    def __init__(self, mount: Path, proc: str = "/proc", acct: Path | None = None) -> None:
+    udb_nice = True  # the daemon applies the UDB's nice inside the lnode cgroups
+
+    def __init__(
+        self,
+        mount: Path,
+        proc: str = "/proc",
+        acct: Path | None = None,
+        actions: OsActions = REAL_OS,
+    ) -> None:
+        self.actions = actions  # every write and mkdir/rmdir goes through it
         self.mount = Path(mount)
         self.parent = self.mount / PARENT
         self.proc = proc
@@ -113,7 +123,7 @@ class CgroupEnforcer:
         are reused when their lnodes are active and removed when they are not."""
         with self._lock:
             for mount, _ctl in self.hierarchies:
-                (mount / PARENT).mkdir(exist_ok=True)
+                self.actions.mkdir(mount / PARENT)
             self.prepare_parent()
             for mount, _ctl in self.hierarchies:
                 for d in (mount / PARENT).iterdir():
@@ -202,7 +212,7 @@ class CgroupEnforcer:
                 self._remove(name)
             for mount, _ctl in self.hierarchies:
                 try:
-                    (mount / PARENT).rmdir()
+                    self.actions.rmdir(mount / PARENT)
                 except FileNotFoundError:
                     pass
                 except OSError as err:
@@ -217,7 +227,7 @@ class CgroupEnforcer:
     def _make(self, name: str, values: tuple) -> None:
         if name not in self._weight:
             for mount, _ctl in self.hierarchies:
-                (mount / PARENT / name).mkdir(exist_ok=True)
+                self.actions.mkdir(mount / PARENT / name)
         if self._weight.get(name) != values:
             self.write_weight(self.parent / name, values)
             self._weight[name] = values
@@ -231,7 +241,7 @@ class CgroupEnforcer:
                 self._origin[pid] = origin
         try:
             for mount, _ctl in self.hierarchies:
-                (mount / PARENT / name / "cgroup.procs").write_text(str(pid))
+                self.actions.write_file(mount / PARENT / name / "cgroup.procs", str(pid))
             self._placed[pid] = name
             self._moved.setdefault(name, set()).add(pid)
         except OSError as err:
@@ -254,12 +264,12 @@ class CgroupEnforcer:
                 if not (dest / "cgroup.procs").exists():
                     dest = mount
                 try:
-                    (dest / "cgroup.procs").write_text(str(pid))
+                    self.actions.write_file(dest / "cgroup.procs", str(pid))
                 except OSError as err:
                     if err.errno != errno.ESRCH:
                         log.warning("could not move pid %d back to %s: %s", pid, dest, err)
             try:
-                cg.rmdir()
+                self.actions.rmdir(cg)
             except FileNotFoundError:
                 pass
             except OSError as err:

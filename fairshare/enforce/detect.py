@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fairshare.actions import OsActions
 from udb.errors import OptionError
 
 ENFORCERS = ("auto", "cgroup2", "cgroup1", "nice", "none")
@@ -128,20 +129,21 @@ def detect(
     return Choice("nice", f"auto: {why2}; {why1}; falling back to nice values")
 
 
-def make_enforcer(choice: Choice):
-    """The enforcer object for `choice` (not yet set up)."""
+def make_enforcer(choice: Choice, actions: OsActions):
+    """The enforcer object for `choice` (not yet set up), changing the machine only
+    through `actions`."""
     if choice.name == "cgroup2":
         from fairshare.enforce.cgroup2 import Cgroup2Enforcer
 
-        return Cgroup2Enforcer(choice.mount)
+        return Cgroup2Enforcer(choice.mount, actions=actions)
     if choice.name == "cgroup1":
         from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 
-        return Cgroup1Enforcer(choice.mount, acct=choice.acct)
+        return Cgroup1Enforcer(choice.mount, acct=choice.acct, actions=actions)
     if choice.name == "nice":
         from fairshare.enforce.nice import NiceEnforcer
 
-        return NiceEnforcer()
+        return NiceEnforcer(actions=actions)
     from fairshare.enforce.none import NoEnforcer
 
-    return NoEnforcer()
+    return NoEnforcer(actions)

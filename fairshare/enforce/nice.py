@@ -20,9 +20,11 @@ enforcer can do then is set the nice of a whole autogroup
 
 With autogroup off, every process gets the per-process nice of its lnode
 (e_share / nrun through the kernel's 1.25-per-step weights).  A nice value a
-user chose is never lowered (the value applied is the larger of the two),
-and `teardown` restores every value this enforcer changed and that nobody
-has changed since.
+user chose is never lowered, and the UDB's nice of the lnode (LnodeTarget.nice)
+is a floor: the value applied is the larger of the enforcer's and the user's
+floor (fairshare.enforce.renice.user_floor).  `teardown` restores every value this
+enforcer changed and that nobody has changed since.  Every change goes through the
+OsActions object the enforcer is given (fairshare.actions).
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fairshare.actions import REAL_OS, OsActions
 from fairshare.enforce.base import LnodeTarget, arrays
 from fairshare.enforce.mapping import nice_values
+from fairshare.enforce.renice import user_floor
 
 log = logging.getLogger("shrdaemon")
 
@@ -93,10 +97,14 @@ class NiceEnforcer:
     """Autogroup nice per single-lnode session, per-process nice elsewhere."""
 
     name = "nice"
+    udb_nice = False  # folded into its own values: the larger of the two
 
-    def __init__(self, autogroup: bool | None = None, proc: str = "/proc") -> None:
+    def __init__(
+        self, autogroup: bool | None = None, proc: str = "/proc", actions: OsActions = REAL_OS
+    ) -> None:
         self.autogroup = autogroup_enabled() if autogroup is None else autogroup
         self.proc = proc
+        self.actions = actions  # every renice and autogroup write goes through it
         self._procs: dict[int, _Changed] = {}  # pid -> per-process nice we changed
         self._groups: dict[str, tuple[int, _Changed]] = {}  # autogroup -> (a pid, change)
         self._group_of: dict[int, tuple[str, int]] = {}  # pid -> (autogroup, its nice)
@@ -122,7 +130,7 @@ class NiceEnforcer:
         if not self.autogroup:
             for t, n in zip(targets, per_process, strict=True):
                 for pid in t.pids:
-                    self._renice(pid, int(n))
+                    self._renice(pid, int(n), t.nice)
             return
         self._apply_autogroups(targets, e_share, nrun, background, per_process)
 
@@ -158,12 +166,13 @@ class NiceEnforcer:
         share = e_share[owner] * np.maximum(run, 1) / np.maximum(nrun[owner], 1)
         nices = nice_values(share, np.ones(len(owner), dtype=np.int64), background[owner])
         for g, n in zip(pure, nices[: len(pure)], strict=True):
-            self._renice_group(g, members[g][0][0], int(n))
-        for (pid, _i), n in zip(loose, nices[len(pure) :], strict=True):
-            self._renice(pid, int(n))
+            pid, i = members[g][0]
+            self._renice_group(g, pid, int(n), targets[i].nice)
+        for (pid, i), n in zip(loose, nices[len(pure) :], strict=True):
+            self._renice(pid, int(n), targets[i].nice)
         for g in mixed:
             for pid, i in members[g]:
-                self._renice(pid, int(per_process[i]))
+                self._renice(pid, int(per_process[i]), targets[i].nice)
         if len(mixed) != self._mixed_reported:
             self._mixed_reported = len(mixed)
             if mixed:
@@ -179,8 +188,8 @@ class NiceEnforcer:
         self._adopt_unseen_children()
         for pid, ch in self._procs.items():
             try:
-                if os.getpriority(os.PRIO_PROCESS, pid) == ch.ours:
-                    os.setpriority(os.PRIO_PROCESS, pid, ch.original)
+                if self.actions.get_nice(pid) == ch.ours:
+                    self.actions.set_nice(pid, ch.original)
             except OSError:
                 pass
         for g, (pid, ch) in self._groups.items():
@@ -193,18 +202,19 @@ class NiceEnforcer:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _renice(self, pid: int, target: int) -> None:
+    def _renice(self, pid: int, target: int, udb_nice: int = 0) -> None:
         try:
-            current = os.getpriority(os.PRIO_PROCESS, pid)
+            current = self.actions.get_nice(pid)
         except OSError:
             return
         ch = self._procs.get(pid)
         if ch is None or current != ch.ours:  # new, or the user changed it since
             ch = _Changed(original=self._original(pid, current), ours=current)
-        value = max(target, ch.original)  # never below what the user chose
+        # never below what the user chose, nor below the UDB's nice
+        value = max(target, user_floor(ch.original, udb_nice))
         if value != current:
             try:
-                os.setpriority(os.PRIO_PROCESS, pid, value)
+                self.actions.set_nice(pid, value)
             except OSError:
                 return
         ch.ours = value
@@ -233,7 +243,7 @@ class NiceEnforcer:
             ch = self._procs[pid]
             for kid in children.pop(pid, ()):
                 try:
-                    nice = os.getpriority(os.PRIO_PROCESS, kid)
+                    nice = self.actions.get_nice(kid)
                 except OSError:
                     continue
                 if nice in ch.given:
@@ -248,7 +258,7 @@ class NiceEnforcer:
             return parent.original
         return current
 
-    def _renice_group(self, group: str, pid: int, target: int) -> None:
+    def _renice_group(self, group: str, pid: int, target: int, udb_nice: int = 0) -> None:
         now = read_autogroup(pid, self.proc)
         if now is None or now[0] != group:
             return
@@ -256,7 +266,7 @@ class NiceEnforcer:
         ch = held[1] if held else None
         if ch is None or now[1] != ch.ours:
             ch = _Changed(original=now[1], ours=now[1])
-        value = max(target, ch.original)
+        value = max(target, user_floor(ch.original, udb_nice))
         if value != now[1] and not self._write_group(pid, value):
             return
         ch.ours = value
@@ -264,7 +274,7 @@ class NiceEnforcer:
 
     def _write_group(self, pid: int, nice: int) -> bool:
         try:
-            Path(f"{self.proc}/{pid}/autogroup").write_text(str(nice))
+            self.actions.write_file(Path(f"{self.proc}/{pid}/autogroup"), str(nice))
             return True
         except OSError as err:
             log.warning("nice: could not set autogroup nice of pid %d: %s", pid, err)

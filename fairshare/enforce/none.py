@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fairshare.actions import REAL_OS, OsActions
 from fairshare.enforce.base import LnodeTarget
 
 
 class NoEnforcer:
-    """Leaves every process where it is, at the nice value it has."""
+    """Leaves every process where it is, at the nice value it has (the UDB's nice too)."""
 
     name = "none"
+    udb_nice = False
+
+    def __init__(self, actions: OsActions = REAL_OS) -> None:
+        self.actions = actions  # never used: nothing is changed
 
     def setup(self) -> None:
         """Nothing to prepare."""

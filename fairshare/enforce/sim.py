@@ -5,17 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairshare.collect.sim import SimWorld
+from fairshare.collect.sim import SimOs
 from fairshare.enforce.base import LnodeTarget, arrays
 
 
 class SimEnforcer:
-    """Sets per-lnode weights on the simulated machine."""
+    """Sets per-lnode weights on the simulated machine of its SimOs actions."""
 
     name = "sim"
 
-    def __init__(self, world: SimWorld) -> None:
-        self.world = world
+    def __init__(self, actions: SimOs) -> None:
+        self.actions = actions
+        self.world = actions.world
+        # As the real enforcers: the UDB's nice is applied beside the cgroup model and
+        # folded into the nice model's values (the world takes the larger nice); none
+        # changes nothing.
+        self.udb_nice = self.world.model != "none"
 
     def setup(self) -> None:
         """Nothing to prepare."""

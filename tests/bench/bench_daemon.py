@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from machine_lock import machine_lock  # noqa: E402  (tests/machine_lock.py)
 
+from fairshare.actions import REAL_OS  # noqa: E402
 from fairshare.collect.procfs import ProcfsCollector  # noqa: E402
 from fairshare.consts import Consts, save_consts  # noqa: E402
 from fairshare.daemon import Daemon, Options  # noqa: E402
@@ -141,7 +142,7 @@ def main() -> int:
         choice = detect("auto")
         print(f"{len(kids)} processes across {USERS} uids; enforcer {choice.name}: {choice.reason}")
         spent: dict[str, float] = defaultdict(float)
-        real_enforcer = make_enforcer(choice)
+        real_enforcer = make_enforcer(choice, REAL_OS)
         groups = getattr(real_enforcer, "read_groups", None)  # the cgroups' CPU counters
         collector = Timed(ProcfsCollector(groups=groups), ["sample"], spent, "collect")
         enforcer = Timed(real_enforcer, ["apply"], spent, "enforce")
@@ -156,7 +157,9 @@ def main() -> int:
                 spent["cycle.run_cycle"] += time.process_time() - t
 
         daemon_module.run_cycle = timed_cycle
-        d = Daemon(engine, collector, enforcer, store, options=Options(enforce_min_uid=1000))
+        d = Daemon(
+            engine, collector, enforcer, store, REAL_OS, options=Options(enforce_min_uid=1000)
+        )
         per_cycle, parts = [], defaultdict(list)
         try:
             d.start()
@@ -200,12 +203,13 @@ def main() -> int:
             marks.append((time.process_time(), time.monotonic()))
 
         loop_store.publish = marked
-        loop_enforcer = make_enforcer(choice)
+        loop_enforcer = make_enforcer(choice, REAL_OS)
         d = Daemon(
             engine,
             ProcfsCollector(groups=getattr(loop_enforcer, "read_groups", None)),
             loop_enforcer,
             loop_store,
+            REAL_OS,
             options=Options(enforce_min_uid=1000),
         )
         cycles = max(3, int(args.loop_seconds // 4) + 1)

@@ -1,0 +1,87 @@
+"""Per-process nice values the daemon sets, remembered so they can be undone.
+
+Two things set a process's nice: the nice enforcer (a value from the lnode's
+e_share) and the UDB's `nice` field of the process's user or account (its default
+nice, see man/shrdaemon.8).  Both combine them with the nice the process had before
+the daemon touched it by `user_floor`; the daemon applies the UDB's nice beside the
+cgroup enforcers through a `Renicer`, and the nice enforcer folds it into its own
+bookkeeping (which also follows children that inherited a value it set):
+
+- the user's floor (`user_floor`): a process still at the default nice 0 gets the
+  UDB's nice (which may be negative, a boost); a process at any other nice (the
+  user, or its parent, chose it) keeps it, raised to the UDB's nice if that is higher;
+- the value set is the larger of the enforcer's target and that floor, so neither
+  the daemon nor the UDB ever lowers a nice the user chose;
+- `restore` puts back the original of every process whose nice is still the one
+  set here (a user who reniced since keeps their own).
+
+Every change goes through the OsActions object (fairshare.actions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fairshare.actions import OsActions
+
+#: The strongest nice value: a target of NICE_LOWEST means "only the user's floor".
+NICE_LOWEST = -20
+
+
+def user_floor(own: int, udb_nice: int) -> int:
+    """The lowest nice the daemon may give a process whose own nice is `own`, for a
+    user (or account) whose UDB nice is `udb_nice`: the UDB nice when `own` is the
+    default 0, else the larger of the two."""
+    return udb_nice if own == 0 else max(own, udb_nice)
+
+
+@dataclass
+class Changed:
+    """A nice value the daemon changed: what it was before, and what we set last."""
+
+    original: int
+    ours: int
+
+
+class Renicer:
+    """Sets per-process nice values through `actions`, remembering the originals."""
+
+    def __init__(self, actions: OsActions) -> None:
+        self.actions = actions
+        self.changed: dict[int, Changed] = {}  # pid -> its change
+
+    def renice(self, pid: int, target: int = NICE_LOWEST, udb_nice: int = 0) -> int | None:
+        """Give `pid` the larger of `target` and its user floor (`user_floor` of its
+        original nice and `udb_nice`); returns the nice it has now, None if gone."""
+        try:
+            current = self.actions.get_nice(pid)
+        except OSError:
+            self.changed.pop(pid, None)
+            return None
+        ch = self.changed.get(pid)
+        if ch is None or current != ch.ours:  # new, or the user changed it since
+            ch = Changed(original=current, ours=current)
+        value = max(target, user_floor(ch.original, udb_nice))
+        if value != current:
+            try:
+                self.actions.set_nice(pid, value)
+            except OSError:
+                return current
+        ch.ours = value
+        self.changed[pid] = ch
+        return value
+
+    def forget(self, alive: set[int]) -> None:
+        """Drop what we remember of processes not in `alive` (they are gone)."""
+        for pid in [p for p in self.changed if p not in alive]:
+            del self.changed[pid]
+
+    def restore(self) -> None:
+        """Put back the original nice of every process still at the value we set."""
+        for pid, ch in self.changed.items():
+            try:
+                if ch.ours != ch.original and self.actions.get_nice(pid) == ch.ours:
+                    self.actions.set_nice(pid, ch.original)
+            except OSError:
+                pass
+        self.changed.clear()
