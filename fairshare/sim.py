@@ -242,6 +242,7 @@ class Scenario:
     enforcer: str = "cgroup"
     shusage: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> usage, ext
     hosts: dict[str, float] = field(default_factory=dict)  # a site: host name -> CPUs
+    nice: dict[int, int] = field(default_factory=dict)  # node -> its entry's UDB nice
 
     @property
     def delta(self) -> float:
@@ -326,7 +327,7 @@ def parse_scenario(
     if total <= 0:
         raise fail("duration", "expected a positive duration")
 
-    rows, shusage, stored = _load_udb(doc, text, source, base or Path("."), fail, udb)
+    rows, shusage, stored, udb_nice = _load_udb(doc, text, source, base or Path("."), fail, udb)
     overrides = doc.get("consts", {})
     if not isinstance(overrides, dict):
         raise fail("consts", "expected a [consts] table")
@@ -393,8 +394,19 @@ def parse_scenario(
             Workload(name, procs, start, min(stop, total), float(demand), host=host, nice=nice)
         )
     shusage = {tree.node(n): v for n, v in shusage.items() if tree.find(n) is not None}
+    nice = {tree.node(n): v for n, v in udb_nice.items() if tree.find(n) is not None}
     return Scenario(
-        source, float(cpus), total, warmup, consts, tree, workloads, enforcer, shusage, hosts
+        source,
+        float(cpus),
+        total,
+        warmup,
+        consts,
+        tree,
+        workloads,
+        enforcer,
+        shusage,
+        hosts,
+        nice,
     )
 
 
@@ -441,13 +453,15 @@ def _wduration(item: dict, key: str, default: float, wfail) -> float:
 def _read_udb(engine):
     with read_session(engine) as s:
         rows = s.execute(select(*TREE_COLUMNS)).all()
-        usage = s.execute(select(Entry.name, Entry.shusage, Entry.shextime)).all()
+        usage = s.execute(select(Entry.name, Entry.shusage, Entry.shextime, Entry.nice)).all()
         consts = load_consts(s)
-    return rows, {n: (u, x) for n, u, x in usage if u > 0}, consts
+    shusage = {n: (u, x) for n, u, x, _nice in usage if u > 0}
+    return rows, shusage, consts, {n: nice for n, _u, _x, nice in usage if nice}
 
 
 def _load_udb(doc: dict, text: str, source: str, base: Path, fail, udb: str | None):
-    """(tree rows, {name: (shusage, shextime)}, base constants) for the scenario.
+    """(tree rows, {name: (shusage, shextime)}, base constants, {name: UDB nice}) for
+    the scenario.
 
     From its `udb` directives file or inline `directives` (loaded into a temporary
     SQLite UDB with udbgen's own code; base constants the defaults), else from the
@@ -488,10 +502,10 @@ def _load_udb(doc: dict, text: str, source: str, base: Path, fail, udb: str | No
                 run(engine, directives)
             except DirectiveError as err:
                 raise ScenarioError(dsource, err.line + offset, err.col, err.message) from None
-            rows, usage, _ = _read_udb(engine)
+            rows, usage, _, udb_nice = _read_udb(engine)
         finally:
             engine.dispose()
-    return rows, usage, Consts()
+    return rows, usage, Consts(), udb_nice
 
 
 # -- running ---------------------------------------------------------------------------
@@ -645,6 +659,23 @@ class _Recorder:
         )
 
 
+def workload_nice(sc: Scenario, workloads: list[Workload], enforcer: str) -> np.ndarray:
+    """The nice each workload's processes run at: its own, raised to its lnode's UDB nice
+    as the daemon applies it (fairshare.enforce.renice.user_floor) unless `enforcer` is
+    none, which changes nothing."""
+    from fairshare.enforce.renice import user_floor
+
+    return np.array(
+        [
+            w.nice
+            if enforcer == "none"
+            else user_floor(w.nice, sc.nice.get(sc.tree.node(w.name), 0))
+            for w in workloads
+        ],
+        dtype=np.int64,
+    )
+
+
 def run_scenario(
     sc: Scenario, enforcer: str | None = None, window: float | None = None
 ) -> SimResult:
@@ -654,14 +685,17 @@ def run_scenario(
     Each cycle: workloads starting create lnodes (usage = stored shusage aged) and those
     ending release them (write-back kept for a later return); the enforcer's weights
     from the last cycle's e_share decide how the machine shares CPU for `delta`
-    seconds; that consumption goes through run_cycle.
+    seconds; that consumption goes through run_cycle.  As in shrdaemon, NOSCHED or
+    NOSHARE (Consts.scheduling) leaves the machine to plain Linux: the enforcer is none.
+    Each workload runs at its own nice, raised to its lnode's UDB nice as the daemon
+    does (fairshare.enforce.renice.user_floor) unless the enforcer is none.
     """
-    enforcer = enforcer or sc.enforcer
+    tree, consts, delta = sc.tree, sc.consts, sc.delta
+    enforcer = (enforcer or sc.enforcer) if consts.scheduling else "none"
     if enforcer not in ENFORCERS:
         raise ValueError(f"enforcer must be one of {ENFORCERS}, not {enforcer!r}")
     if sc.hosts:
         return run_site(sc, enforcer, window)
-    tree, consts, delta = sc.tree, sc.consts, sc.delta
     nsteps = max(1, math.ceil(sc.duration / delta - 1e-9))
     if window is None:
         first = min(int(round(sc.warmup / delta)), nsteps - 1)
@@ -677,6 +711,7 @@ def run_scenario(
     w_procs = np.array([w.procs for w in wl], dtype=float)
     w_runnable = np.array([w.procs if w.demand > 0 else 0 for w in wl], dtype=float)
     w_demand = np.array([w.demand for w in wl])
+    w_nice = workload_nice(sc, wl, enforcer)
     w_start = np.array([math.ceil(w.start / delta - 1e-9) for w in wl])
     w_stop = np.array([math.ceil(w.stop / delta - 1e-9) for w in wl])
     events = sorted(set(w_start.tolist()) | set(w_stop.tolist()))
@@ -688,7 +723,7 @@ def run_scenario(
     stored: dict[int, tuple[float, float]] = dict(sc.shusage)
     present = np.zeros(nl, dtype=bool)
     nrun_l = np.zeros(nl)
-    count = cap = np.zeros(len(wl))
+    count = cap = run_w = np.zeros(len(wl))
     next_event = 0
     for step in range(nsteps):
         if next_event < len(events) and step == events[next_event]:
@@ -697,6 +732,7 @@ def run_scenario(
             now = step * delta
             running = (w_start <= step) & (step < w_stop)
             count = w_procs * running
+            run_w = w_runnable * running
             cap = count * np.minimum(w_demand, 1.0)
             refs_l = np.bincount(w_col, weights=count, minlength=nl)
             nrun_l = np.bincount(w_col, weights=w_runnable * running, minlength=nl)
@@ -717,7 +753,10 @@ def run_scenario(
         m_now = table.m_share
         e_now = table.e_share[lnode_arr]  # 0 for lnodes without processes
         w_lnode, idle = enforcer_weights(enforcer, e_now, table.background[lnode_arr], nrun_l)
-        got = machine.share(count, cap, count * w_lnode[w_col], idle[w_col])
+        weight, w_idle = workload_weights(
+            enforcer, w_lnode, idle, nrun_l, w_col, count, run_w, w_nice
+        )
+        got = machine.share(count, cap, weight, w_idle)
         cpu_l = np.bincount(w_col, weights=got, minlength=nl) * delta
         cons.cpu[lnode_arr] = cpu_l
         table = run_cycle(tree, table, cons, consts, delta)
@@ -743,6 +782,7 @@ class _SiteHost:
         self.procs = np.array([w.procs for w in self.wl], dtype=float)
         self.runnable = np.array([w.procs if w.demand > 0 else 0 for w in self.wl], dtype=float)
         self.demand = np.array([w.demand for w in self.wl])
+        self.nice = workload_nice(sc, self.wl, enforcer)
         self.start = np.array([math.ceil(w.start / d - 1e-9) for w in self.wl], dtype=int)
         self.stop = np.array([math.ceil(w.stop / d - 1e-9) for w in self.wl], dtype=int)
         self.machine = SimMachine(cpus)
@@ -752,7 +792,7 @@ class _SiteHost:
         nl = len(self.lnodes)
         self.present = np.zeros(nl, dtype=bool)
         self.nrun = np.zeros(nl)
-        self.count = self.cap = np.zeros(len(self.wl))
+        self.count = self.cap = self.run_w = np.zeros(len(self.wl))
         self.cpu = np.zeros(tree.size)  # CPU s per node over the last cycle
 
     def step(self, sc: Scenario, step: int, stored: dict, written: list) -> None:
@@ -762,6 +802,7 @@ class _SiteHost:
             now = step * delta
             running = (self.start <= step) & (step < self.stop)
             self.count = self.procs * running
+            self.run_w = self.runnable * running
             self.cap = self.count * np.minimum(self.demand, 1.0)
             nl = len(self.lnodes)
             refs = np.bincount(self.col, weights=self.count, minlength=nl)
@@ -780,7 +821,10 @@ class _SiteHost:
                 self._cycle(tree, consts, 0.0)
         e_now = self.table.e_share[self.arr]
         w, idle = enforcer_weights(self.enforcer, e_now, self.table.background[self.arr], self.nrun)
-        got = self.machine.share(self.count, self.cap, self.count * w[self.col], idle[self.col])
+        weight, w_idle = workload_weights(
+            self.enforcer, w, idle, self.nrun, self.col, self.count, self.run_w, self.nice
+        )
+        got = self.machine.share(self.count, self.cap, weight, w_idle)
         cpu_l = np.bincount(self.col, weights=got, minlength=len(self.lnodes)) * delta
         self.cons.cpu[self.arr] = cpu_l
         self.cpu[:] = 0.0

@@ -22,6 +22,8 @@ from fairshare.sim import (
 )
 from udb.session import open_udb, write_session
 
+ROOT = Path(__file__).resolve().parent.parent
+
 TWO_USERS = """
 cpus = 2
 duration = "40m"
@@ -287,3 +289,102 @@ procs = 1
     just_after = (r.times > 600) & (r.times <= 720)
     assert r.delivered[just_after, j] == pytest.approx(0.5, abs=0.02)
     assert run_scenario(sc, "none").lnode("alice").delivered == pytest.approx(0.8, abs=0.01)
+
+
+# -- NOSCHED and NOSHARE: plain Linux, in shrsim as in shrdaemon --simulate -------------------
+
+
+def _scenario_01(tmp_path, flag: str) -> Path:
+    """Scenario 01 (alice 2 processes, bob 8, on 2 CPUs) with `flag` set, 20 minutes."""
+    text = (ROOT / "examples" / "scenarios" / "01_equal_shares.toml").read_text()
+    text = text.replace('duration = "2h"', 'duration = "20m"').replace('warmup = "1h"', "")
+    text = text.replace('halflife = "15m"', f'halflife = "15m"\nflags = "{flag}"')
+    path = tmp_path / f"01_{flag}.toml"
+    path.write_text(text)
+    return path
+
+
+def _daemon_split(path: Path, url: str, enforcer: str) -> dict[str, float]:
+    """Delivered share per lnode when shrdaemon --simulate runs `path` to its end."""
+    from fairshare.daemon import simulated_daemon
+
+    d, _model, length = simulated_daemon(open_udb(url), str(path), enforcer, epoch=0.0)
+    d.start()
+    for _ in range(length):
+        d.clock.sleep(d.consts.delta, d.wake)
+        d.step()
+    t, tree = d.lnodes.table, d.lnodes.tree
+    cpu = {n: float(t.cpu_seconds[tree.node(n)]) for n in ("alice", "bob")}
+    return {n: v / sum(cpu.values()) for n, v in cpu.items()}
+
+
+@pytest.mark.parametrize("flag", ["NOSCHED", "NOSHARE"])
+@pytest.mark.parametrize("enforcer", ["cgroup", "nice"])
+def test_nosched_and_noshare_give_plain_linux_in_shrsim_and_the_daemon(tmp_path, flag, enforcer):
+    path = _scenario_01(tmp_path, flag)
+    result = run_scenario(parse_scenario(path.read_text(), str(path)), enforcer)
+    assert result.enforcer == "none"
+    assert result.lnode("alice").delivered == pytest.approx(0.2, abs=1e-9)
+    assert result.lnode("bob").delivered == pytest.approx(0.8, abs=1e-9)
+    url = f"sqlite:///{tmp_path / 'udb.sqlite'}"
+    split = _daemon_split(path, url, "nice" if enforcer == "nice" else "cgroup2")
+    assert split["alice"] == pytest.approx(0.2, abs=1e-9)
+    assert split["bob"] == pytest.approx(0.8, abs=1e-9)
+
+
+def test_shrsim_nosched_reports_enforcer_none(tmp_path):
+    r = CliRunner().invoke(shrsim, [str(_scenario_01(tmp_path, "NOSCHED")), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["enforcer"] == "none"
+    assert out["lnodes"]["alice"]["delivered"] == pytest.approx(0.2)
+
+
+# -- a workload's nice and the UDB's --------------------------------------------------------
+
+NICED = """
+cpus = 1
+duration = "20m"
+warmup = "10m"
+enforcer = "none"
+directives = \"\"\"
+create:alice:uid:1001:shares:1:nice:5:
+create:bob:uid:1002:shares:1:
+\"\"\"
+[[workload]]
+name = "alice"
+procs = 1
+[[workload]]
+name = "bob"
+procs = 1
+nice = 3
+"""
+
+
+def test_plain_linux_weighs_a_workloads_nice_and_ignores_the_udbs():
+    sc = parse_scenario(NICED, "niced.toml")
+    assert [w.nice for w in sc.workloads] == [0, 3]
+    result = run_scenario(sc)
+    # none changes nothing: alice stays at nice 0 (1024), bob runs at his own 3 (526)
+    assert result.lnode("alice").delivered == pytest.approx(1024 / (1024 + 526))
+
+
+def test_the_udb_nice_is_a_floor_under_nice_and_ranks_inside_the_cgroup():
+    """Under the nice enforcer alice (UDB nice 5) never runs below nice 5 and bob never
+    below his own 3, whatever their usage says: she gets what nice 5 against nice 3 gives.
+    Under cgroup enforcement nice only ranks processes inside an lnode's cgroup, so the
+    lnodes still get their due 50/50."""
+
+    def alice(model, text=NICED):
+        sc = parse_scenario(text.replace('"none"', f'"{model}"'), "niced.toml")
+        return run_scenario(sc).lnode("alice").delivered
+
+    assert alice("nice") == pytest.approx(335 / (335 + 526))
+    assert alice("nice", NICED.replace(":nice:5:", ":")) > 0.55  # without it she leads
+    assert alice("cgroup") == pytest.approx(0.5, abs=1e-6)
+
+
+def test_workload_nice_errors():
+    bad = NICED.replace("nice = 3", "nice = 25")
+    with pytest.raises(ScenarioError, match="nice: expected a nice value from -20 to 19"):
+        parse_scenario(bad, "bad.toml")
