@@ -634,3 +634,28 @@ def test_stored_rendering(published, utc, letter):
     assert result.exit_code == 0
     expected = (DATA / f"shrview_d{letter}.txt").read_text()
     assert result.stdout == expected
+
+
+def test_the_quick_start_shows_the_last_cycle_with_the_workload_running(tmp_path):
+    """After shrdaemon --simulate runs the ACME scenario to its end, -da and -ds show the
+    users still busy (the old daemon's last sample fell just after the end: Nrun 0,
+    Pri% 0 and Share_pri 0 for everyone)."""
+    from fairshare.cli.shrdaemon import main as shrdaemon
+
+    acme = Path(__file__).resolve().parent.parent / "examples"
+    text = (acme / "scenarios" / "06_acme.toml").read_text()
+    text = text.replace('"../acme/acme.udb"', f'"{acme / "acme" / "acme.udb"}"')
+    text = text.replace('duration = "2h"', 'duration = "10m"').replace('warmup = "1h"', "")
+    path = tmp_path / "acme.toml"
+    path.write_text(text)
+    url = f"sqlite:///{tmp_path / 'acme.sqlite'}"
+    r = CliRunner().invoke(shrdaemon, ["--udb", url, "--simulate", str(path)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["--udb", url, "--host", "simulator", "-da", "--json"])
+    assert r.exit_code == 0, r.output
+    users = [x for x in json.loads(r.stdout)["lnodes"] if x["kind"] == "user"]
+    assert len(users) == 16
+    assert all(u["nrun"] == 2 and u["pri_pct"] > 0 for u in users), users
+    r = CliRunner().invoke(main, ["--udb", url, "--host", "simulator", "-ds", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["statistics"]["priority_high"] > 0
