@@ -350,6 +350,40 @@ def test_sighup_rereads_quotas_the_fingerprint_cannot_see(engine):
 # -- enforcement -----------------------------------------------------------------------------
 
 
+def test_the_udb_nice_is_applied_beside_a_cgroup_enforcer_and_undone(engine):
+    """alice's entry says nice 4: her default-nice process gets 4, the one she started
+    at 9 keeps 9; a root process and bob (no UDB nice) are left alone; NOSCHED and the
+    daemon's stop put back what it set."""
+    with write_session(engine) as s:
+        s.execute(update(Entry).where(Entry.name == "alice").values(nice=4))
+    plan = [proc(7, 1001, 1.0), proc(8, 1001, 1.0, nice=9), proc(9, 1002, 1.0), proc(3, 0)]
+    clock = SimClock(EPOCH)
+    actions = RecordedOs({8: 9})
+    enf = Recorder()
+    enf.udb_nice = True  # as the cgroup enforcers: the daemon applies the UDB nice
+    enf.actions = actions
+    d = Daemon(
+        engine,
+        Script(clock, lambda i: plan),
+        enf,
+        LnodeStore(engine, host="test"),
+        actions,
+        clock=clock,
+        options=Options(enforce_min_uid=1000),
+    )
+    d.start()
+    cycle(d, clock)
+    assert actions.nice == {7: 4, 8: 9}  # 9 (bob) and 3 (root) never set
+    set_consts(engine, flags=NOSCHED)
+    cycle(d, clock)
+    assert actions.nice == {7: 0, 8: 9}
+    set_consts(engine)
+    cycle(d, clock)
+    assert actions.nice[7] == 4
+    d.shutdown()
+    assert actions.nice == {7: 0, 8: 9}
+
+
 def test_targets_leave_system_processes_alone_and_nosched_turns_enforcing_off(engine):
     d, clock, _c, enf, _s = make(
         engine, lambda i: [proc(7, 1001, 2.0), proc(8, 1002, 2.0), proc(9, 12, 1.0)]

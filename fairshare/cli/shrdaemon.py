@@ -80,7 +80,8 @@ def detach() -> None:
     metavar="SCENARIO",
     type=click.Path(exists=True, dir_okay=False),
     help="Drive the same loop with the simulator's machine and clock (no root, no "
-    "sleeping, nothing on the real machine is touched).",
+    "sleeping; signals, nice values and cgroup writes go to the simulated machine, "
+    "never to a real process).",
 )
 @click.option(
     "--enforce-min-uid",

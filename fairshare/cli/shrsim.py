@@ -36,7 +36,8 @@ PLOT_FORMATS = (".png", ".svg")
     "--enforcer",
     type=click.Choice(ENFORCERS),
     help="How the simulated kernel is driven: cgroup weights, nice values, or none "
-    "(plain Linux: equal per process).  Default: the scenario's, else cgroup.",
+    "(plain Linux: equal per process).  Default: the scenario's, else cgroup; none "
+    "whenever NOSCHED or NOSHARE is set, as in shrdaemon.",
 )
 @handle_errors
 def main(scenario, udb, as_json, plot_file, window, enforcer):
