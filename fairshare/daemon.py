@@ -676,7 +676,10 @@ class Daemon:
         self.user_nice.forget({pid for t in targets for pid in t.pids})
         for t in targets:
             for pid in t.pids:
-                self.user_nice.renice(pid, udb_nice=t.nice)
+                # UDB nice 0 changes nothing, unless we set this process before (the
+                # entry's nice was reset since): then its own nice comes back.
+                if t.nice or pid in self.user_nice.changed:
+                    self.user_nice.renice(pid, udb_nice=t.nice)
 
     def _quotas(self, ln: Lnodes, consts: Consts) -> None:
         """SIGXCPU to an lnode's processes at its CPU quota, SIGKILL past the threshold."""

@@ -169,6 +169,8 @@ def test_user_floor():
     assert user_floor(3, 5) == 5  # a lower chosen nice is raised to the UDB's
     assert user_floor(10, 5) == 10  # a higher chosen nice is kept
     assert user_floor(-3, -5) == -3
+    assert user_floor(-3, 0) == -3  # no UDB nice (0): a boost root gave is kept
+    assert user_floor(7, 0) == 7
 
 
 def test_renicer_never_lowers_a_chosen_nice_and_restores_only_its_own():

@@ -380,6 +380,16 @@ def test_the_udb_nice_is_applied_beside_a_cgroup_enforcer_and_undone(engine):
     set_consts(engine)
     cycle(d, clock)
     assert actions.nice[7] == 4
+    with write_session(engine) as s:  # the entry's nice goes back to the default
+        s.execute(update(Entry).where(Entry.name == "alice").values(nice=0))
+    d._on_hup(signal.SIGHUP, None)
+    cycle(d, clock)
+    assert actions.nice == {7: 0, 8: 9}
+    with write_session(engine) as s:
+        s.execute(update(Entry).where(Entry.name == "alice").values(nice=4))
+    d._on_hup(signal.SIGHUP, None)
+    cycle(d, clock)
+    assert actions.nice[7] == 4
     d.shutdown()
     assert actions.nice == {7: 0, 8: 9}
 

@@ -10,6 +10,7 @@ bookkeeping (which also follows children that inherited a value it set):
 - the user's floor (`user_floor`): a process still at the default nice 0 gets the
   UDB's nice (which may be negative, a boost); a process at any other nice (the
   user, or its parent, chose it) keeps it, raised to the UDB's nice if that is higher;
+  a UDB nice of 0 (the default: none given) leaves every process's own nice as it is;
 - the value set is the larger of the enforcer's target and that floor, so neither
   the daemon nor the UDB ever lowers a nice the user chose;
 - `restore` puts back the original of every process whose nice is still the one
@@ -30,8 +31,10 @@ NICE_LOWEST = -20
 
 def user_floor(own: int, udb_nice: int) -> int:
     """The lowest nice the daemon may give a process whose own nice is `own`, for a
-    user (or account) whose UDB nice is `udb_nice`: the UDB nice when `own` is the
-    default 0, else the larger of the two."""
+    user (or account) whose UDB nice is `udb_nice`: `own` when `udb_nice` is the
+    default 0, the UDB nice when `own` is the default 0, else the larger of the two."""
+    if udb_nice == 0:
+        return own
     return udb_nice if own == 0 else max(own, udb_nice)
 
 
