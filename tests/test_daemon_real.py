@@ -386,6 +386,7 @@ def test_per_process_sampling_charges_reaped_children(tmp_path):
 def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
     """With the cgroup enforcer, the fork-heavy user's lnode is charged from its cgroup's
     kernel counter: within 10% of the kernel's per-process total for that uid."""
+    from fairshare.actions import REAL_OS
     from fairshare.collect.procfs import ProcfsCollector
     from fairshare.daemon import Daemon, Options
     from fairshare.enforce.detect import make_enforcer
@@ -396,12 +397,13 @@ def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
     if choice.name not in ("cgroup1", "cgroup2") or (choice.name == "cgroup1" and not choice.acct):
         pytest.skip(f"no cgroup CPU counter here ({choice.reason})")
     engine = open_udb(make_udb(tmp_path, 1, 1))
-    enforcer = make_enforcer(choice)
+    enforcer = make_enforcer(choice, REAL_OS)
     d = Daemon(
         engine,
         ProcfsCollector(groups=enforcer.read_groups),
         enforcer,
         LnodeStore(engine, "real-test"),
+        REAL_OS,
         options=Options(enforce_min_uid=1000),
     )
     loops = fork_heavy(UID_A, 2)
