@@ -464,9 +464,14 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
         fixed = per_set(np.where(capped, hi, 0.0) + np.where(floored, lo, 0.0))
         wfree = per_set(np.where(free, wd, 0.0))
         sol = np.divide(parent - fixed, wfree, out=np.zeros(nsets), where=ok & (wfree > 0))
-        t = np.where((wfree > 0)[pp], sol[pp], t)
-    ek = np.clip(t * wd, lo, hi)
-    return ek, t, capped & (ek >= hi)
+        t = np.where((wfree > 0)[pp], np.maximum(sol, 0.0)[pp], t)
+        if (sol < 0).any():
+            # The bounds alone fill a set (caps summing to its parent, up to rounding):
+            # its free nodes get nothing, and the state that says so is kept, not
+            # re-derived from a t of 0 (which would release every capped node).
+            break
+    ek = np.where(capped, hi, np.where(floored, lo, np.clip(t * wd, lo, hi)))
+    return ek, t, capped
 
 
 def raise_usage(idx: TreeIndex, usage: np.ndarray, raise_: np.ndarray) -> np.ndarray:

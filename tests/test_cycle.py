@@ -379,6 +379,33 @@ def test_feedback_converges_to_shares():
     assert e[1:].tolist() == pytest.approx([0.75, 0.25], abs=1e-4)
 
 
+def test_caps_that_fill_the_machine_leave_the_others_nothing_not_everyone():
+    """Hypothesis found this: g1 and u6, nearly unused, are capped at K5 x due, and
+    their caps (2 x 2/66 and 2 x 31/66) fill the machine exactly; u3, with all the
+    usage, gets nothing.  Rounding put the caps 1e-12 over the machine, and the water
+    fill then released every cap and gave all three 0."""
+    rows = [
+        Row(name="g1", uid=501, resgrp=0, shares=2, shflags=G),
+        Row(name="u3", uid=1003, resgrp=0, shares=33, shflags=0),
+        Row(name="u6", uid=1006, resgrp=0, shares=31, shflags=0),
+        Row(name="u0", uid=1000, resgrp=501, shares=1, shflags=0),
+    ]
+    tree = build_tree(rows)
+    table = new_table(tree)
+    c = Consumption.zeros(tree.size)
+    for name in ("u3", "u6", "u0"):
+        n = tree.node(name)
+        activate(table, n, 0.0)
+        c.refs[n] = c.nrun[n] = 1
+    c.cpu[tree.node("u3")] = 1.0
+    out = run_cycle(tree, table, c, Consts(flags=0), 0.0)
+    e = {name: out.e_share[tree.node(name)] for name in ("u3", "u6", "u0")}
+    assert e["u6"] == pytest.approx(K5 * 31 / 66)
+    assert e["u0"] == pytest.approx(K5 * 2 / 66)
+    assert e["u3"] == pytest.approx(0.0, abs=1e-9)
+    assert sum(e.values()) == pytest.approx(1.0)
+
+
 # -- invariants ------------------------------------------------------------------------
 
 
