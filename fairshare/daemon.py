@@ -822,7 +822,9 @@ def simulated_daemon(
     with write_session(engine) as s:
         save_consts(s, consts_from_mapping(overrides, load_consts(s)))
         consts = load_consts(s)
-    model = {"auto": None, "cgroup1": "cgroup", "cgroup2": "cgroup"}.get(enforcer, enforcer)
+    model = {"auto": None, "cgroup1": "cgroup", "cgroup2": "cgroup", "systemd": "cgroup"}.get(
+        enforcer, enforcer
+    )
     sc = load_scenario(path, model, udb=str(engine.url))
     with read_session(engine) as s:
         tree = load_lnodes(s, consts.mode).tree

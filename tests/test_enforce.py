@@ -62,8 +62,23 @@ def fake_v2(tmp_path: Path) -> Path:
 def test_detect_prefers_cgroup2_with_cpu(tmp_path):
     mount = fake_v2(tmp_path)
     mounts = f"cgroup2 {mount} cgroup2 rw 0 0\ncgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n"
-    c = detect("auto", euid=0, mounts_text=mounts)
+    c = detect("auto", euid=0, mounts_text=mounts, systemd_booted=False)
     assert c.name == "cgroup2" and c.mount == mount and "offers the cpu controller" in c.reason
+
+
+def test_detect_prefers_systemd_where_it_is_pid1_on_cgroup2(tmp_path):
+    mount = fake_v2(tmp_path)
+    mounts = f"cgroup2 {mount} cgroup2 rw 0 0\n"
+    c = detect("auto", euid=0, mounts_text=mounts, systemd_booted=True)
+    assert c.name == "systemd" and c.mount == mount and "systemd is PID 1" in c.reason
+    assert detect("systemd", euid=0, mounts_text=mounts, systemd_booted=True).name == "systemd"
+    with pytest.raises(OptionError, match="--enforcer systemd: systemd is not PID 1"):
+        detect("systemd", euid=0, mounts_text=mounts, systemd_booted=False)
+    # systemd on cgroup v1 (cpu bound to v1): the cgroup1 enforcer, as before.
+    c = detect("auto", euid=0, mounts_text=MOUNTS_V1, systemd_booted=True)
+    assert c.name == "cgroup1"
+    with pytest.raises(OptionError, match="--enforcer systemd: no cgroup v2"):
+        detect("systemd", euid=0, mounts_text="", systemd_booted=True)
 
 
 def test_detect_this_layout_picks_cgroup1_and_says_why(tmp_path):
@@ -71,7 +86,7 @@ def test_detect_this_layout_picks_cgroup1_and_says_why(tmp_path):
     unified.mkdir()
     (unified / "cgroup.controllers").write_text("hugetlb\n")
     mounts = MOUNTS_V1.replace("/sys/fs/cgroup/unified", str(unified))
-    c = detect("auto", euid=0, mounts_text=mounts)
+    c = detect("auto", euid=0, mounts_text=mounts, systemd_booted=False)
     assert c.name == "cgroup1" and c.mount == Path("/sys/fs/cgroup/cpu")
     assert "lacks the cpu controller" in c.reason and "cgroup v1 cpu hierarchy" in c.reason
     assert c.acct == Path("/sys/fs/cgroup/cpuacct")
@@ -458,9 +473,11 @@ def test_make_enforcer_names():
         (Choice("nice", "x"), "nice"),
         (Choice("cgroup1", "x", CPU_V1), "cgroup1"),
         (Choice("cgroup2", "x", Path("/x")), "cgroup2"),
+        (Choice("systemd", "x", Path("/x")), "systemd"),
     ]:
         e = make_enforcer(choice, actions)
         assert e.name == name and e.actions is actions
+    assert make_enforcer(Choice("systemd", "x", Path("/x")), actions, by_account=True).by_account
 
 
 # -- the lock ----------------------------------------------------------------------------------

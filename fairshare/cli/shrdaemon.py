@@ -62,7 +62,8 @@ def detach() -> None:
     type=click.Choice(ENFORCERS),
     default="auto",
     show_default=True,
-    help="How shares reach the kernel: auto picks cgroup2, else cgroup1, else nice; "
+    help="How shares reach the kernel: auto picks systemd (cgroup v2 with systemd as "
+    "PID 1), else cgroup2, else cgroup1, else nice; "
     "none only accounts.  Without root it is always none.",
 )
 @click.option("--once", is_flag=True, help="Run one cycle (one delta after start), then stop.")
@@ -187,7 +188,7 @@ def main(
         else:
             log.info("enforcer %s: %s", choice.name, choice.reason)
         log.info("UDB %s, host %s, lock %s", display_name(url), host, lock.path)
-        daemon = make_daemon(engine, choice, host, enforce_min_uid)
+        daemon = make_daemon(engine, choice, host, enforce_min_uid, consts.share_by_account)
         server = None
         if socket_:
             server = Server(socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth))
@@ -288,7 +289,7 @@ def show_published(store: LnodeStore, as_json: bool) -> None:
     Console(width=max(100, Console().width)).print(t)
 
 
-def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
+def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daemon:
     """A Daemon on the real machine with the chosen enforcer: a cgroup enforcer's
     counters give the CPU of the processes in lnode cgroups, and the kernel's process
     events place new sessions at once."""
@@ -297,7 +298,7 @@ def make_daemon(engine, choice, host, enforce_min_uid) -> Daemon:
     from fairshare.newacct import SessionAccounts
 
     actions = RealOs()
-    enforcer = make_enforcer(choice, actions)
+    enforcer = make_enforcer(choice, actions, by_account)
     return Daemon(
         engine,
         ProcfsCollector(groups=getattr(enforcer, "read_groups", None)),

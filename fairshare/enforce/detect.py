@@ -1,8 +1,10 @@
 """Choosing the enforcer: the best this machine offers, or the one asked for.
 
-Order of preference: cgroup v2 with the cpu controller, cgroup v1's cpu
-hierarchy, nice, none.  Not root, or NOSCHED/NOSHARE set, means none.  The
-`Choice` carries a one-line reason, which the daemon logs first.
+Order of preference: systemd (cgroup v2 with the cpu controller and systemd as
+PID 1: systemd owns the tree, so weights go through its D-Bus API), cgroup v2
+with the cpu controller, cgroup v1's cpu hierarchy, nice, none.  Not root, or
+NOSCHED/NOSHARE set, means none.  The `Choice` carries a one-line reason, which the
+daemon logs first.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from fairshare.actions import OsActions
 from udb.errors import OptionError
 
-ENFORCERS = ("auto", "cgroup2", "cgroup1", "nice", "none")
+ENFORCERS = ("auto", "systemd", "cgroup2", "cgroup1", "nice", "none")
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,15 @@ def detect(
     euid: int | None = None,
     no_scheduling: bool = False,
     mounts_text: str | None = None,
+    systemd_booted: bool | None = None,
 ) -> Choice:
     """The enforcer to use and the reason, given the request and the machine.
 
     Raises OptionError when a named enforcer cannot work on this machine
     (its cgroup hierarchy is missing).  Without root, or with `no_scheduling`
     (NOSCHED or NOSHARE), the choice is none whatever was requested.
+    `systemd_booted`: systemd is PID 1 (default: /run/systemd/system exists, as
+    sd_booted(3) tests).
     """
     if requested not in ENFORCERS:
         raise OptionError(f"--enforcer: expected one of {', '.join(ENFORCERS)}, not {requested!r}")
@@ -112,6 +117,14 @@ def detect(
             if acct is not None
             else ", no cpuacct hierarchy: CPU sampled per process"
         )
+    if systemd_booted is None:
+        systemd_booted = Path("/run/systemd/system").is_dir()
+    if requested == "systemd":
+        if v2 is None:
+            raise OptionError(f"--enforcer systemd: {why2}")
+        if not systemd_booted:
+            raise OptionError("--enforcer systemd: systemd is not PID 1 (no /run/systemd/system)")
+        return Choice("systemd", f"--enforcer systemd: {why2}, systemd is PID 1", v2)
     if requested == "cgroup2":
         if v2 is None:
             raise OptionError(f"--enforcer cgroup2: {why2}")
@@ -122,6 +135,10 @@ def detect(
         return Choice("cgroup1", f"--enforcer cgroup1: {why1}", v1, acct)
     if requested == "nice":
         return Choice("nice", "--enforcer nice: per-session/per-process nice values")
+    if v2 is not None and systemd_booted:
+        return Choice(
+            "systemd", f"auto: {why2} and systemd is PID 1: CPUWeight= on its user units", v2
+        )
     if v2 is not None:
         return Choice("cgroup2", f"auto: {why2}", v2)
     if v1 is not None:
@@ -129,9 +146,14 @@ def detect(
     return Choice("nice", f"auto: {why2}; {why1}; falling back to nice values")
 
 
-def make_enforcer(choice: Choice, actions: OsActions):
+def make_enforcer(choice: Choice, actions: OsActions, by_account: bool = False):
     """The enforcer object for `choice` (not yet set up), changing the machine only
-    through `actions`."""
+    through `actions`; `by_account` (Share by Account) makes the systemd enforcer weigh
+    session scopes, not user slices."""
+    if choice.name == "systemd":
+        from fairshare.enforce.systemd import SystemdEnforcer
+
+        return SystemdEnforcer(choice.mount, actions=actions, by_account=by_account)
     if choice.name == "cgroup2":
         from fairshare.enforce.cgroup2 import Cgroup2Enforcer
 
