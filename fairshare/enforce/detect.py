@@ -3,8 +3,8 @@
 Order of preference: systemd (cgroup v2 with the cpu controller and systemd as
 PID 1: systemd owns the tree, so weights go through its D-Bus API), cgroup v2
 with the cpu controller, cgroup v1's cpu hierarchy, nice, none.  Not root, or
-NOSCHED/NOSHARE set, means none.  The `Choice` carries a one-line reason, which the
-daemon logs first.
+NOSCHED/NOSHARE set, means none.  The `Choice` carries a one-line reason, which
+the daemon logs first.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairshare.actions import OsActions
 from udb.errors import OptionError
 
 ENFORCERS = ("auto", "systemd", "cgroup2", "cgroup1", "nice", "none")
@@ -146,26 +145,25 @@ def detect(
     return Choice("nice", f"auto: {why2}; {why1}; falling back to nice values")
 
 
-def make_enforcer(choice: Choice, actions: OsActions, by_account: bool = False):
-    """The enforcer object for `choice` (not yet set up), changing the machine only
-    through `actions`; `by_account` (Share by Account) makes the systemd enforcer weigh
-    session scopes, not user slices."""
+def make_enforcer(choice: Choice, by_account: bool = False):
+    """The enforcer object for `choice` (not yet set up); `by_account` (Share by
+    Account) makes the systemd enforcer weigh session scopes, not user slices."""
     if choice.name == "systemd":
         from fairshare.enforce.systemd import SystemdEnforcer
 
-        return SystemdEnforcer(choice.mount, actions=actions, by_account=by_account)
+        return SystemdEnforcer(choice.mount, by_account=by_account)
     if choice.name == "cgroup2":
         from fairshare.enforce.cgroup2 import Cgroup2Enforcer
 
-        return Cgroup2Enforcer(choice.mount, actions=actions)
+        return Cgroup2Enforcer(choice.mount)
     if choice.name == "cgroup1":
         from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 
-        return Cgroup1Enforcer(choice.mount, acct=choice.acct, actions=actions)
+        return Cgroup1Enforcer(choice.mount, acct=choice.acct)
     if choice.name == "nice":
         from fairshare.enforce.nice import NiceEnforcer
 
-        return NiceEnforcer(actions=actions)
+        return NiceEnforcer()
     from fairshare.enforce.none import NoEnforcer
 
-    return NoEnforcer(actions)
+    return NoEnforcer()
