@@ -43,7 +43,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -91,6 +91,17 @@ RELOAD_EVERY = 15
 UNREACHABLE_LOG_EVERY = 60.0
 #: The errors that mean the UDB cannot be reached (server down, network, lock timeout).
 UNREACHABLE = (OperationalError, InterfaceError)
+
+
+class Observer(Protocol):
+    """Told of the daemon's life (sd_notify, metrics): after start, after every cycle
+    (with the wall-clock seconds it took) and when it begins to shut down."""
+
+    def started(self, daemon: Daemon) -> None: ...
+
+    def cycled(self, daemon: Daemon, seconds: float) -> None: ...
+
+    def stopping(self, daemon: Daemon) -> None: ...
 
 
 class Clock(Protocol):
@@ -236,6 +247,7 @@ class Daemon:
         options: Options | None = None,
         account_of: Callable[[ProcessSample], int | None] | None = None,
         process_events=None,
+        observers: Sequence[Observer] = (),
     ) -> None:
         theirs = getattr(enforcer, "actions", actions)
         if theirs is not actions:
@@ -274,6 +286,10 @@ class Daemon:
         self.pending: list[tuple[int, WriteBack]] = []  # increments the UDB has not taken
         self.unreachable_since: float | None = None  # monotonic s; None while it answers
         self._unreachable_logged = 0.0
+        self.observers = list(observers)
+        self.writebacks = 0  # lnodes written back since start
+        self.checkpoints = 0  # checkpoints taken since start
+        self.last_cycle_seconds = 0.0  # wall-clock seconds the last step took
 
     # -- signals ---------------------------------------------------------------------------
 
@@ -303,6 +319,7 @@ class Daemon:
         done = 0
         try:
             self.start()
+            self._tell("started")
             began = self.clock.monotonic()
             while not self.stopping and (cycles is None or done < cycles):
                 # The baseline sample (or the previous cycle) was taken at `began`: wait
@@ -352,6 +369,7 @@ class Daemon:
 
     def step(self) -> None:
         """One cycle (see the module docstring)."""
+        t0 = time.perf_counter()
         consts = self._udb("read the constants", self._read_consts) or self.consts
         self.consts = consts
         self._sync_enforcer(consts)
@@ -401,7 +419,11 @@ class Daemon:
         if now >= self._next_checkpoint:
             self._next_checkpoint = now + consts.checkpoint
             n = self._udb("checkpoint", self.store.checkpoint, ln.tree, ln.table, sample.time)
+            if n is not None:
+                self.checkpoints += 1
             log.debug("checkpointed %s lnodes", n)
+        self.last_cycle_seconds = time.perf_counter() - t0
+        self._tell("cycled", self.last_cycle_seconds)
 
     def _read_consts(self) -> Consts:
         with read_session(self.engine) as s:
@@ -442,6 +464,7 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Undo the enforcement, write every lnode back, drop the published table."""
+        self._tell("stopping")
         if self.process_events is not None:
             self.process_events.stop()
         if self._enforcer_is_set_up:
@@ -468,6 +491,14 @@ class Daemon:
         return self.enforcer.name if self.scheduling else "none"
 
     # -- the pieces ----------------------------------------------------------------------
+
+    def _tell(self, event: str, *args) -> None:
+        """Call `event` on every observer; an observer's failure is logged, never fatal."""
+        for o in self.observers:
+            try:
+                getattr(o, event)(self, *args)
+            except Exception:
+                log.exception("%s observer failed on %s", type(o).__name__, event)
 
     def _load_consts(self, session) -> Consts:
         """The constants in force now: the stored ones with shradmin's schedule in force
@@ -754,6 +785,7 @@ class Daemon:
         if self._udb("write back", self.store.write_back, self.pending, consts.halflife) is None:
             return 0
         written, self.pending = len(self.pending), []
+        self.writebacks += written
         if out:
             log.debug("wrote back %d lnodes", written)
         if not everything:

@@ -24,6 +24,7 @@ from fairshare.dist import auth_path
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
 from fairshare.lock import DaemonLock, lock_path
 from fairshare.server import Server
+from fairshare.service import Notifier, log_formatter
 from fairshare.store import LnodeStore
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
@@ -34,9 +35,18 @@ log = logging.getLogger("shrdaemon")
 
 
 def setup_logging(verbose: int, log_file: str | None) -> None:
-    """Log to stderr (or `log_file`): INFO by default, DEBUG with -v."""
-    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s shrdaemon[%(process)d]: %(message)s"))
+    """Log to stderr (or `log_file`): INFO by default, DEBUG with -v; with a <N>
+    priority prefix per line when stderr is the journal (fairshare.service)."""
+    if log_file:
+        handler = logging.FileHandler(log_file)
+        handler.setFormatter(log_formatter({}))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        try:
+            fd = sys.stderr.fileno()
+        except (OSError, ValueError):  # not a file (click's test runner)
+            fd = None
+        handler.setFormatter(log_formatter(os.environ, fd))
     log.handlers[:] = [handler]
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
     log.propagate = False
@@ -125,6 +135,20 @@ def detach() -> None:
 )
 @click.option("--log-file", type=click.Path(dir_okay=False), help="Log here instead of stderr.")
 @click.option(
+    "--metrics",
+    "metrics_at",
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics over HTTP at HOST:PORT (/metrics); see METRICS in shrdaemon(8).",
+)
+@click.option(
+    "--metrics-lnodes",
+    type=click.IntRange(min=0),
+    default=10000,
+    show_default=True,
+    metavar="N",
+    help="Export at most N lnodes (those with the largest usage), bounding the series.",
+)
+@click.option(
     "-v",
     "--verbose",
     count=True,
@@ -145,6 +169,8 @@ def main(
     socket_,
     auth,
     log_file,
+    metrics_at,
+    metrics_lnodes,
     verbose,
 ):
     """The fair-share daemon: every delta seconds, charge each active lnode for what
@@ -162,6 +188,11 @@ def main(
             raise OptionError("--detach and --simulate: a simulation runs in the foreground")
         detach()
     setup_logging(verbose, log_file)
+    observers = [Notifier()]
+    if metrics_at:
+        from fairshare.metrics import Metrics, parse_address
+
+        observers.append(Metrics(parse_address(metrics_at), metrics_lnodes))
     url = resolve_url(udb)
     engine = open_udb(url)
     with read_session(engine) as s:
@@ -170,8 +201,9 @@ def main(
     host = host or ("simulator" if scenario else socket.gethostname())
     lock = DaemonLock(url, f"{display_name(url)} (host {host})", path=lock_path(url, host))
     if scenario:
+        serve(observers)
         with lock:
-            run_simulation(engine, scenario, cycles, enforcer, host)
+            run_simulation(engine, scenario, cycles, enforcer, host, observers)
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
@@ -189,6 +221,8 @@ def main(
             log.info("enforcer %s: %s", choice.name, choice.reason)
         log.info("UDB %s, host %s, lock %s", display_name(url), host, lock.path)
         daemon = make_daemon(engine, choice, host, enforce_min_uid, consts.share_by_account)
+        daemon.observers.extend(observers)
+        serve(observers)
         server = None
         if socket_:
             server = Server(socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth))
@@ -205,6 +239,13 @@ def main(
         lock.release()
     if show:
         show_published(daemon.store, as_json)
+
+
+def serve(observers) -> None:
+    """Start the metrics server, if asked for (a port in use is exit 2, before any cycle)."""
+    for o in observers:
+        if hasattr(o, "serve"):
+            o.serve()
 
 
 def show_published(store: LnodeStore, as_json: bool) -> None:
@@ -311,7 +352,7 @@ def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daem
     )
 
 
-def run_simulation(engine, scenario, cycles, enforcer, host) -> None:
+def run_simulation(engine, scenario, cycles, enforcer, host, observers=()) -> None:
     """Run the daemon's loop on the simulator's machine described by `scenario`."""
     from fairshare.daemon import simulated_daemon
 
@@ -319,6 +360,7 @@ def run_simulation(engine, scenario, cycles, enforcer, host) -> None:
         engine, scenario, enforcer, host=host or "simulator", cycles=cycles
     )
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
+    daemon.observers.extend(observers)
     daemon.install_signal_handlers()
     run_logged(daemon, cycles or length)
 

@@ -1,0 +1,145 @@
+"""shrdaemon --metrics: Prometheus metrics scraped from a running daemon, and the
+snapshot the cycle publishes for them."""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from test_daemon import run_daemon, wait_for
+
+from fairshare.cli.shrdaemon import main
+from fairshare.consts import Consts, save_consts
+from fairshare.daemon import simulated_daemon
+from fairshare.metrics import Metrics, parse_address
+from udb.errors import OptionError
+from udb.models import SHF_GROUP, Entry
+from udb.session import open_udb, write_session
+
+ROOT_DIR = Path(__file__).resolve().parent.parent
+ACME = ROOT_DIR / "examples" / "scenarios" / "06_acme.toml"
+
+
+def families(text: str) -> dict:
+    """name -> {labels tuple or (): value} of a text exposition (prometheus_client's parser)."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            key = tuple(sorted(s.labels.items()))
+            out.setdefault(s.name, {})[key] = s.value
+    return out
+
+
+def test_parse_address():
+    assert parse_address("127.0.0.1:9180") == ("127.0.0.1", 9180)
+    assert parse_address("[::1]:0") == ("::1", 0)
+    assert parse_address(":9180") == ("0.0.0.0", 9180)
+    for bad in ("9180", "host:", "host:port", "h:70000"):
+        with pytest.raises(OptionError, match="expected HOST:PORT"):
+            parse_address(bad)
+
+
+def test_bad_metrics_address_is_exit_2(udb_url):
+    r = CliRunner().invoke(main, ["--udb", udb_url, "--once", "--metrics", "localhost"])
+    assert r.exit_code == 2 and "--metrics: expected HOST:PORT" in r.stderr
+
+
+def test_snapshot_after_each_cycle_capped_to_the_largest_usage(tmp_path):
+    url = f"sqlite:///{tmp_path / 'sim.sqlite'}"
+    engine = open_udb(url)
+    daemon, _model, _n = simulated_daemon(engine, str(ACME), cycles=20)
+    m = Metrics(("127.0.0.1", 0), max_lnodes=5)
+    daemon.observers.append(m)
+    daemon.start()
+    for _ in range(20):
+        daemon.clock.sleep(daemon.consts.delta, daemon.wake)
+        daemon.step()
+    fam = families(generate_latest(m.registry).decode())
+    usage = fam["fairshare_lnode_usage"]
+    assert len(usage) == 5
+    assert fam["fairshare_lnodes_exported"][()] == 5
+    t = daemon.lnodes.table
+    active = int(t.active.sum())
+    assert fam["fairshare_lnodes"][()] == active > 5
+    # The five exported are the five largest usages (root and the groups sum their leaves).
+    assert sorted(usage.values(), reverse=True) == pytest.approx(
+        sorted(t.usage[t.active])[-5:][::-1]
+    )
+    assert fam["fairshare_cycles_total"][()] == 20
+    assert fam["fairshare_cycle_duration_seconds_count"][()] == 20
+    assert fam["fairshare_enforcer_info"][(("enforcer", "sim"),)] == 1
+    # Labels: name, kind and parent, as the tree has them.
+    labels = {dict(k)["name"]: dict(k) for k in usage}
+    assert labels["Proj2"]["kind"] == "group" and labels["Proj2"]["parent"] == "root"
+    # At shutdown every active leaf (the 16 busy users, Idle) is written back and counted.
+    leaves = int((t.active & daemon.lnodes.tree.leaf_mask).sum())
+    assert leaves >= 17
+    daemon.shutdown()
+    assert daemon.writebacks == leaves
+
+
+def test_warnings_are_counted_as_errors(tmp_path):
+    m = Metrics(("127.0.0.1", 0))
+    m.started(None)
+    try:
+        logging.getLogger("shrdaemon").warning("systemd refused something")
+        logging.getLogger("shrdaemon").error("lost the database")
+        logging.getLogger("shrdaemon").info("fine")
+    finally:
+        m.stopping(None)
+    fam = families(generate_latest(m.registry).decode())
+    assert fam["fairshare_errors_total"][(("level", "warning"),)] == 1
+    assert fam["fairshare_errors_total"][(("level", "error"),)] == 1
+
+
+def test_scrape_a_running_daemon_over_loopback(udb_url):
+    engine = open_udb(udb_url)
+    with write_session(engine) as s:
+        save_consts(s, Consts(delta=0.5))
+        s.add_all(
+            [
+                Entry(name="Idle", uid=11, shares=0),
+                Entry(name="G", uid=500, shflags=SHF_GROUP, shares=1),
+                Entry(name="unknown", uid=12, resgrp=500, shares=1),
+            ]
+        )
+    d = run_daemon(udb_url, "--metrics", "127.0.0.1:0")
+    try:
+        line = d.stderr.readline()
+        while "metrics on http://" not in line:
+            assert line, "the daemon stopped before serving metrics"
+            line = d.stderr.readline()
+        url = re.search(r"http://\S+/metrics", line).group(0)
+
+        def scrape() -> dict:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                assert r.headers["Content-Type"].startswith("text/plain")
+                return families(r.read().decode())
+
+        assert wait_for(lambda: scrape().get("fairshare_cycles_total", {}).get((), 0) >= 2)
+        fam = scrape()
+        me = {dict(k)["name"]: (dict(k), v) for k, v in fam["fairshare_lnode_processes"].items()}
+        # Every process here (this test's, the daemon's) has no entry: lnode unknown.
+        labels, procs = me["unknown"]
+        assert labels == {"name": "unknown", "kind": "user", "parent": "G"} and procs >= 2
+        e_share = {
+            dict(k)["name"]: v for k, v in fam["fairshare_lnode_effective_share_ratio"].items()
+        }
+        assert 0 < e_share["unknown"] <= 1
+        assert fam["fairshare_lnode_entitled_share_ratio"][tuple(sorted(labels.items()))] > 0
+        assert fam["fairshare_enforcer_info"] == {(("enforcer", "none"),): 1.0}
+        cycles = fam["fairshare_cycles_total"][()]
+        assert fam["fairshare_cycle_duration_seconds_count"][()] in (cycles, cycles + 1)
+        d.send_signal(signal.SIGTERM)
+        assert d.wait(timeout=5) == 0
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait()
