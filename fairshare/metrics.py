@@ -3,8 +3,14 @@
 The cycle never waits for a scrape: after each cycle the daemon's `Metrics`
 observer copies what the exposition needs into an immutable `Snapshot` (a few
 numpy fancy-index copies, milliseconds at 100,000 lnodes) and swaps one
-reference; prometheus_client's HTTP server thread renders the latest snapshot
-through a custom collector whenever it is scraped.
+reference; the HTTP server's thread renders the latest snapshot when scraped.
+The daemon's own metrics go through prometheus_client's registry (a custom
+collector over the snapshot, and a Histogram); the per-lnode block, five series
+per lnode, is rendered in the same text format by `lnode_text`, once per snapshot
+and kept for the scrapes that follow: prometheus_client builds a dict and formats
+each sample one by one, about ten times slower at 100,000 lnodes
+(tests/bench/bench_metrics.py), and every second the scrape thread holds the GIL
+slows the cycle.
 
 Per lnode (labels name, kind = user|account|group|idle|root, parent; the root is
 named "root", as shrview shows it, with parent ""), active lnodes only:
@@ -28,11 +34,13 @@ usage; groups count like any lnode).
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -124,12 +132,51 @@ class ErrorCount(logging.Handler):
         self.counts[level] = self.counts.get(level, 0) + 1
 
 
+def _escape(value: str) -> str:
+    """A label value as the text format wants it (backslash, quote, newline escaped)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(v: float) -> str:
+    if v == v and abs(v) != float("inf"):
+        return repr(v)
+    return "NaN" if v != v else ("+Inf" if v > 0 else "-Inf")
+
+
+def lnode_text(s: Snapshot) -> bytes:
+    """The per-lnode gauges of `s` in Prometheus' text format (HELP, TYPE, samples)."""
+    labels = [
+        f'{{name="{_escape(n)}",kind="{k}",parent="{_escape(p)}"}} '
+        for n, k, p in zip(s.names, s.kinds, s.parents, strict=True)
+    ]
+    out = []
+    for attr, name, doc in LNODE_METRICS:
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
+        values = s.values[attr].tolist()
+        number = repr if np.isfinite(s.values[attr]).all() else _number
+        out.append("".join([f"{name}{lab}{number(v)}\n" for lab, v in zip(labels, values)]))  # noqa: B905
+    return "".join(out).encode()
+
+
 class SnapshotCollector(Collector):
-    """prometheus_client collector rendering the latest published `Snapshot`."""
+    """prometheus_client collector of the daemon's metrics in the latest `Snapshot`;
+    `lnodes_text` renders its per-lnode block (once per snapshot)."""
 
     def __init__(self, errors: ErrorCount) -> None:
         self.snapshot: Snapshot | None = None
         self.errors = errors
+        self._lock = threading.Lock()
+        self._rendered: tuple[Snapshot | None, bytes] = (None, b"")
+
+    def lnodes_text(self) -> bytes:
+        """The per-lnode block of the latest snapshot (rendered at its first scrape)."""
+        s = self.snapshot
+        if s is None:
+            return b""
+        with self._lock:
+            if self._rendered[0] is not s:
+                self._rendered = (s, lnode_text(s))
+            return self._rendered[1]
 
     def collect(self):
         s = self.snapshot  # one reference read: the cycle may swap it meanwhile
@@ -141,12 +188,6 @@ class SnapshotCollector(Collector):
         yield errors
         if s is None:
             return
-        labels = list(zip(s.names, s.kinds, s.parents, strict=True))
-        for attr, name, doc in LNODE_METRICS:
-            g = GaugeMetricFamily(name, doc, labels=["name", "kind", "parent"])
-            for lab, v in zip(labels, s.values[attr].tolist(), strict=True):
-                g.add_metric(lab, v)
-            yield g
         for name, doc, value in (
             ("fairshare_cycles", "Cycles run since the daemon started.", s.cycles),
             ("fairshare_writebacks", "Lnodes written back to the UDB.", s.writebacks),
@@ -160,7 +201,9 @@ class SnapshotCollector(Collector):
         yield info
         yield GaugeMetricFamily("fairshare_lnodes", "Active lnodes.", value=s.active)
         yield GaugeMetricFamily(
-            "fairshare_lnodes_exported", "Lnodes exported here (see --metrics-lnodes).", len(labels)
+            "fairshare_lnodes_exported",
+            "Lnodes exported here (see --metrics-lnodes).",
+            len(s.names),
         )
         yield GaugeMetricFamily(
             "fairshare_last_cycle_timestamp_seconds", "When the last cycle ran (epoch s).", s.time
@@ -187,16 +230,40 @@ class Metrics:
         self.server = None
         self.bound: tuple[str, int] | None = None
 
-    def serve(self) -> None:
-        """Start serving at `address` (port 0: any free port; `bound` says which);
-        OptionError when the address cannot be bound."""
-        from prometheus_client import start_http_server
+    def exposition(self) -> bytes:
+        """What a scrape returns: the daemon's metrics, then the per-lnode block."""
+        return generate_latest(self.registry) + self.collector.lnodes_text()
 
+    def serve(self) -> None:
+        """Start serving at `address` from a thread (port 0: any free port; `bound`
+        says which); OptionError when the address cannot be bound."""
         host, port = self.address
+        metrics = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path.split("?")[0] not in ("/metrics", "/"):
+                    self.send_error(404)
+                    return
+                body = metrics.exposition()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:  # scrapes are not worth a log line
+                pass
+
+        server_class = ThreadingHTTPServer
+        if ":" in host:
+            server_class = type("V6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
         try:
-            self.server, _thread = start_http_server(port, host, registry=self.registry)
+            self.server = server_class((host, port), Handler)
         except OSError as err:
             raise OptionError(f"--metrics {host}:{port}: {err.strerror or err}") from None
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True).start()
         self.bound = self.server.server_address[:2]
         log.info("metrics on http://%s:%d/metrics", *self.bound)
 

@@ -4,11 +4,13 @@ snapshot the cycle publishes for them."""
 from __future__ import annotations
 
 import logging
+import math
 import re
 import signal
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from prometheus_client import generate_latest
@@ -18,7 +20,7 @@ from test_daemon import run_daemon, wait_for
 from fairshare.cli.shrdaemon import main
 from fairshare.consts import Consts, save_consts
 from fairshare.daemon import simulated_daemon
-from fairshare.metrics import Metrics, parse_address
+from fairshare.metrics import LNODE_METRICS, Metrics, Snapshot, lnode_text, parse_address
 from udb.errors import OptionError
 from udb.models import SHF_GROUP, Entry
 from udb.session import open_udb, write_session
@@ -61,7 +63,7 @@ def test_snapshot_after_each_cycle_capped_to_the_largest_usage(tmp_path):
     for _ in range(20):
         daemon.clock.sleep(daemon.consts.delta, daemon.wake)
         daemon.step()
-    fam = families(generate_latest(m.registry).decode())
+    fam = families(m.exposition().decode())
     usage = fam["fairshare_lnode_usage"]
     assert len(usage) == 5
     assert fam["fairshare_lnodes_exported"][()] == 5
@@ -83,6 +85,32 @@ def test_snapshot_after_each_cycle_capped_to_the_largest_usage(tmp_path):
     assert leaves >= 17
     daemon.shutdown()
     assert daemon.writebacks == leaves
+
+
+def test_lnode_block_escapes_labels_and_non_finite_values():
+    s = Snapshot(
+        names=['we"ird\\name\nx', "u1"],
+        kinds=["user", "user"],
+        parents=["root", "root"],
+        values={
+            attr: np.array([float("nan"), float("inf")])
+            if attr == "rate"
+            else np.array([1.5, 2e-9])
+            for attr, _n, _h in LNODE_METRICS
+        },
+        active=2,
+        cycles=1,
+        writebacks=0,
+        checkpoints=0,
+        enforcer="none",
+        time=0.0,
+    )
+    fam = families(lnode_text(s).decode())
+    assert set(fam) == {name for _a, name, _h in LNODE_METRICS}
+    usage = {dict(k)["name"]: v for k, v in fam["fairshare_lnode_usage"].items()}
+    assert usage == {'we"ird\\name\nx': 1.5, "u1": 2e-9}
+    rate = {dict(k)["name"]: v for k, v in fam["fairshare_lnode_rate"].items()}
+    assert math.isnan(rate['we"ird\\name\nx']) and rate["u1"] == float("inf")
 
 
 def test_warnings_are_counted_as_errors(tmp_path):
