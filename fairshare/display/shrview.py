@@ -398,13 +398,61 @@ def select_lnodes(lnodes: Sequence[ViewLnode], select_: str, sort: str) -> list[
 
 @dataclass(frozen=True)
 class Column:
-    """One display column: its heading, JSON key, alignment, cell text and JSON value."""
+    """One display column: its heading, JSON key, alignment, cell text and JSON value.
+
+    Columns that only format one ViewLnode attribute also say so (`attr`, the text's
+    `fmt` of the value after `prep`, `pct` for percentages), so a whole column is
+    made at once (`column_texts`, `column_values`) with the same text and values."""
 
     heading: str
     key: str
     text: Callable[[ViewLnode], str]
     value: Callable[[ViewLnode], object]
     right: bool = True
+    attr: str | None = None
+    fmt: str = "{}"
+    prep: Callable[[np.ndarray], np.ndarray] | None = None
+    pct: bool = False
+
+
+def _attr(heading: str, key: str, attr: str, fmt: str, prep=None) -> Column:
+    get = operator.attrgetter(attr)
+    if prep is None:
+        return Column(heading, key, lambda v: fmt.format(get(v)), get, True, attr, fmt)
+    text = lambda v: fmt.format(prep(get(v)))  # noqa: E731
+    return Column(heading, key, text, get, True, attr, fmt, prep)
+
+
+def _values(c: Column, shown: Sequence[ViewLnode]) -> list | None:
+    """Column `c`'s attribute over `shown`, or None when it needs the cell functions."""
+    if c.attr is None:
+        return None
+    vals = list(map(operator.attrgetter(c.attr), shown))
+    return None if c.pct and None in vals else vals
+
+
+def column_texts(c: Column, shown: Sequence[ViewLnode]) -> list[str]:
+    """Column `c`'s cell texts for `shown` (as `c.text` gives them, one column at once)."""
+    vals = _values(c, shown)
+    if vals is None:
+        return list(map(c.text, shown))
+    if c.pct:
+        vals = (100 * np.array(vals, dtype=float)).tolist()
+    elif c.prep is not None:
+        vals = c.prep(np.array(vals, dtype=float)).tolist()
+    return list(map(c.fmt.format, vals))
+
+
+def column_values(c: Column, shown: Sequence[ViewLnode]) -> list:
+    """Column `c`'s JSON values for `shown` (as `c.value` gives them)."""
+    vals = _values(c, shown)
+    if vals is None:
+        return list(map(c.value, shown))
+    if c.pct:
+        return [round(x, 6) for x in (100 * np.array(vals, dtype=float)).tolist()]
+    if c.fmt == "{:o}":  # Flags: the octal text is the value
+        return list(map(c.fmt.format, vals))
+    return vals
 
 
 def _pct(get: Callable[[ViewLnode], float | None]) -> tuple[Callable, Callable]:
@@ -422,6 +470,11 @@ def _pct(get: Callable[[ViewLnode], float | None]) -> tuple[Callable, Callable]:
 def _col_pct(heading: str, key: str, get: Callable[[ViewLnode], float | None]) -> Column:
     text, value = _pct(get)
     return Column(heading, key, text, value)
+
+
+def _attr_pct(heading: str, key: str, attr: str) -> Column:
+    text, value = _pct(operator.attrgetter(attr))
+    return Column(heading, key, text, value, True, attr, "{:.2f}", pct=True)
 
 
 def _band(v: ViewLnode, consts: Consts) -> tuple[float, float] | None:
@@ -459,15 +512,22 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
     if display == "monitor":
         return [
             _name_col(),
-            _col_pct("Rate%", "rate_pct", lambda v: v.rate_share),
-            _col_pct("Eshr%", "eshr_pct", lambda v: v.e_share),
-            _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
-            Column("Usage(k)", "usage", lambda v: f"{v.usage / 1000:.0f}", lambda v: v.usage),
-            Column("Rate", "rate", lambda v: f"{v.rate:.2f}", lambda v: v.rate),
-            Column("Muse", "muse", lambda v: f"{v.muse:.0f}", lambda v: v.muse),
-            Column("Ref", "ref", lambda v: str(v.refs), lambda v: v.refs),
-            Column("Chld", "chld", lambda v: str(v.children), lambda v: v.children),
-            Column("Flags", "flags", lambda v: octal(v.flags), lambda v: octal(v.flags)),
+            _attr_pct("Rate%", "rate_pct", "rate_share"),
+            _attr_pct("Eshr%", "eshr_pct", "e_share"),
+            _attr_pct("Rshr%", "rshr_pct", "m_share"),
+            _attr("Usage(k)", "usage", "usage", "{:.0f}", lambda u: u / 1000),
+            _attr("Rate", "rate", "rate", "{:.2f}"),
+            _attr("Muse", "muse", "muse", "{:.0f}"),
+            _attr("Ref", "ref", "refs", "{}"),
+            _attr("Chld", "chld", "children", "{}"),
+            Column(
+                "Flags",
+                "flags",
+                lambda v: octal(v.flags),
+                lambda v: octal(v.flags),
+                attr="flags",
+                fmt="{:o}",
+            ),  # fmt: skip
         ]
     if display == "adjgroup":
         return [
@@ -752,7 +812,7 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
         ]
     cols = display_columns(req.display, snap.consts)
     # Column by column (one map per column), then rows: cheaper than a call per cell.
-    cells = [[_indented(v, top) for v in shown], *(list(map(c.text, shown)) for c in cols[1:])]
+    cells = [[_indented(v, top) for v in shown], *(column_texts(c, shown) for c in cols[1:])]
     table = list(zip(*cells, strict=True))
     return lines + columns([[c.heading for c in cols]], table, [c.right for c in cols])
 
@@ -822,19 +882,19 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
         doc["maxushare"] = snap.consts.maxushare
     cols = display_columns(req.display, snap.consts)
     monitor = req.display == "monitor"
-    doc["lnodes"] = [
-        {
-            "name": v.name,
-            "level": v.level,
-            "uid": v.uid,
-            "kind": v.kind,
-            "own": v.own,
-            **{c.key: c.value(v) for c in cols[1:]},
-            # monitor: what the guide's Flags have no bit for
-            **({"demand": v.demand, "background": v.background} if monitor else {}),
-        }
-        for v in shown
+    # Column by column, then one dict per lnode, keys in the documented order.
+    keys = ["name", "level", "uid", "kind", "own", *(c.key for c in cols[1:])]
+    values = [
+        *(
+            list(map(operator.attrgetter(a), shown))
+            for a in ("name", "level", "uid", "kind", "own")
+        ),
+        *(column_values(c, shown) for c in cols[1:]),
     ]
+    if monitor:  # what the guide's Flags have no bit for
+        keys += ["demand", "background"]
+        values += [[v.demand for v in shown], [v.background for v in shown]]
+    doc["lnodes"] = [dict(zip(keys, row, strict=True)) for row in zip(*values, strict=True)]
     return doc
 
 
