@@ -30,8 +30,10 @@ from fairshare.display.shrview import (
     DISPLAYS,
     Snapshot,
     ViewRequest,
+    check_select,
     display_json,
     display_lines,
+    header_lines,
     load_published,
     local_time,
     parse_select,
@@ -220,7 +222,13 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
         if as_json:
             out = orjson.dumps(display_json(snap, req)).decode()
         else:
-            out = ("\f" if i else "") + "\n".join(display_lines(snap, req, local_time))
+            # The heading goes out at once, so a pager shows something while the
+            # table of a large site is built (a bad -s is found before it).
+            check_select(snap, req)
+            head = header_lines(snap, req, local_time) + [""]
+            click.echo(("\f" if i else "") + "\n".join(head))
+            sys.stdout.flush()
+            out = "\n".join(display_lines(snap, req, local_time)[len(head) :])
         if not snap.running and not warned:  # after the display is built: bad -s first
             click.echo(stale_message(snap, local_time), err=True)
             warned = True

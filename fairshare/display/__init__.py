@@ -9,8 +9,8 @@ like the guide's displays, so renderers lay columns out themselves with
 from __future__ import annotations
 
 import io
-from itertools import zip_longest
 from collections.abc import Sequence
+from itertools import zip_longest
 
 from rich.console import Console
 

@@ -364,6 +364,16 @@ def parse_sort(value: str) -> str:
         raise OptionError(f"-o {value}: expected {expected}") from None
 
 
+def check_select(snap: Snapshot, req: ViewRequest) -> None:
+    """Raise NotFound when -s names no published lnode (before anything is printed)."""
+    if req.select not in ("all", "groups", "users") and req.display not in (
+        "nice tables",
+        "statistics",
+    ):
+        if snap.lnodes and not any(r.name == req.select for r in snap.lnodes):
+            raise NotFound(f"-s {req.select}: no active lnode of that name")
+
+
 def select_lnodes(lnodes: Sequence[ViewLnode], select_: str, sort: str) -> list[ViewLnode]:
     """The lnodes to show, depth first from the root's children (or the selected subtree's
     top), siblings ordered by `sort` (names break ties).  `select_` is "all", "groups",

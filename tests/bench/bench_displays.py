@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -76,21 +77,34 @@ def command(name: str) -> list[str]:
     return [sys.executable, "-m", f"fairshare.cli.{name}"]
 
 
-def timed(cmd: list[str], repeat: int) -> float:
-    walls = []
+def timed(cmd: list[str], repeat: int, env: dict | None = None) -> tuple[float, float]:
+    """Median wall and CPU (user + system) seconds of `cmd` as a process."""
+    walls, cpus = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            env=env,
+            cwd=env["PYTHONPATH"] if env else None,
+        )
         walls.append(time.perf_counter() - t0)
-    return statistics.median(walls)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
-def first_line(cmd: list[str], repeat: int) -> float:
+def first_line(cmd: list[str], repeat: int, env: dict | None = None) -> float:
     """Seconds from start to the first line on a pipe (what a pager shows first)."""
     walls = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=env["PYTHONPATH"]
+        )
         p.stdout.readline()
         walls.append(time.perf_counter() - t0)
         p.kill()
@@ -105,9 +119,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--udb", help="reuse this UDB (made by an earlier run with --keep)")
     ap.add_argument("--keep", help="build the UDB here and keep it")
+    ap.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also time another checkout's code (PYTHONPATH=DIR) and print the ratios: "
+        "the fair comparison on a loaded machine",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(args.udb or args.keep or Path(tmp) / "udb.sqlite")
+        path = Path(args.udb or args.keep or Path(tmp) / "udb.sqlite").resolve()
         if not args.udb:
             make_udb(path, args.users, args.groups)
         udb = ["--udb", str(path)]
@@ -117,18 +137,30 @@ def main() -> None:
             "shrview -dm": [*command("shrview"), *udb, "-dm", *now],
             "shrview -dm --json": [*command("shrview"), *udb, "-dm", "--json", *now],
         }
-        bare = timed([sys.executable, "-c", "pass"], args.repeat)
+        here = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        base = dict(os.environ, PYTHONPATH=args.baseline) if args.baseline else None
+        bare = timed([sys.executable, "-c", "pass"], args.repeat)[0]
         print(
-            f"{args.users} users; median of {args.repeat} runs, load average "
-            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+            f"{args.users} users; medians of {args.repeat} runs, load average "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; python -c pass {bare:.3f} s"
         )
-        print(f"  python -c pass                 {bare:6.3f} s")
         for label, cmd in cases.items():
-            t = timed(cmd, args.repeat)
             goal = GOALS[label]
-            print(f"  {label:30s} {t:6.3f} s  goal {goal} s  ratio {t / goal:.2f}")
-        t = first_line(cases["shrview -dm"], args.repeat)
-        print(f"  shrview -dm, first line on a pipe {t:6.3f} s")
+            wall, cpu = timed(cmd, args.repeat, here)
+            line = (
+                f"  {label:20s} {wall:6.3f} s wall {cpu:6.3f} s CPU  goal {goal} s  "
+                f"ratio {wall / goal:.2f} (wall) {cpu / goal:.2f} (CPU)"
+            )
+            if base:
+                bwall, bcpu = timed(cmd, args.repeat, base)
+                line += f"  baseline {bwall:.3f} s wall {bcpu:.3f} s CPU: {bcpu / cpu:.1f}x"
+            print(line)
+        cmd = cases["shrview -dm"]
+        t = first_line(cmd, args.repeat, here)
+        line = f"  shrview -dm, first line on a pipe after {t:.3f} s"
+        if base:
+            line += f" (baseline {first_line(cmd, args.repeat, base):.3f} s)"
+        print(line)
 
 
 if __name__ == "__main__":
