@@ -26,6 +26,7 @@ import math
 import re
 import tempfile
 import tomllib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -677,7 +678,10 @@ def workload_nice(sc: Scenario, workloads: list[Workload], enforcer: str) -> np.
 
 
 def run_scenario(
-    sc: Scenario, enforcer: str | None = None, window: float | None = None
+    sc: Scenario,
+    enforcer: str | None = None,
+    window: float | None = None,
+    steps: Callable[[Iterable[int], int], Iterable[int]] | None = None,
 ) -> SimResult:
     """Simulate `sc` with `enforcer` (default the scenario's) and measure the window.
 
@@ -689,6 +693,7 @@ def run_scenario(
     NOSHARE (Consts.scheduling) leaves the machine to plain Linux: the enforcer is none.
     Each workload runs at its own nice, raised to its lnode's UDB nice as the daemon
     does (fairshare.enforce.renice.user_floor) unless the enforcer is none.
+    `steps(range, n)`, if given, wraps the cycle numbers (shrsim's progress bar).
     """
     tree, consts, delta = sc.tree, sc.consts, sc.delta
     enforcer = (enforcer or sc.enforcer) if consts.scheduling else "none"
@@ -725,7 +730,7 @@ def run_scenario(
     nrun_l = np.zeros(nl)
     count = cap = run_w = np.zeros(len(wl))
     next_event = 0
-    for step in range(nsteps):
+    for step in steps(range(nsteps), nsteps) if steps else range(nsteps):
         if next_event < len(events) and step == events[next_event]:
             # Processes start or stop: lnodes come and go.
             next_event += 1

@@ -32,6 +32,7 @@ from fairshare.dist import (
     redistribute,
 )
 from udb.cli.common import handle_errors, udb_option
+from udb.cli.progress import status
 from udb.errors import OptionError, UdbError
 from udb.remote import Reader, call, reach, socket_option
 from udb.session import open_udb, read_session, write_session
@@ -276,7 +277,7 @@ def main(udb, socket_, group, batch, test, auth, show_history, last, as_json):
         return
     engine = open_udb(udb) if (batch or test) else None
     if batch and not test:
-        with write_session(engine) as s:
+        with status("shrdist: redistributing"), write_session(engine) as s:
             d, warnings = redistribute(
                 s, caller, group, assignments, auth=auth_file, now=time.time()
             )

@@ -12,6 +12,7 @@ from rich.table import Table
 from fairshare.consts import parse_duration
 from fairshare.sim import ENFORCERS, Measured, SimResult, load_scenario, plot, run_scenario
 from udb.cli.common import handle_errors, udb_option
+from udb.cli.progress import track
 from udb.errors import OptionError
 
 PLOT_FORMATS = (".png", ".svg")
@@ -61,7 +62,9 @@ def main(scenario, udb, as_json, plot_file, window, enforcer):
         span = parse_duration(window, "--window")
         if not 0 < span <= sc.duration:
             raise OptionError(f"--window: expected a duration up to the scenario's, got {window!r}")
-    result = run_scenario(sc, window=span)
+    result = run_scenario(
+        sc, window=span, steps=lambda cycles, n: track(cycles, "shrsim: simulating", total=n)
+    )
     if plot_file:
         plot(result, plot_file)
     if as_json:

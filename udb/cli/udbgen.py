@@ -11,6 +11,7 @@ from sqlalchemy import select
 from udb import directives as udbdir
 from udb.check import CHECK_COLUMNS, check_udb, configured_maxlevels, load_accounts
 from udb.cli.common import handle_errors, udb_option
+from udb.cli.progress import status, track
 from udb.errors import OptionError
 from udb.models import Entry
 from udb.passwd import passwd_directives, read_passwd
@@ -147,14 +148,17 @@ def main(files, commands, test, replace, analyze, mode, maxlevels, passwd_file, 
     parsed: list[udbdir.Directive] = []
     for path in files:
         text, source = _read(path)
-        parsed += udbdir.parse(text, source)
+        with status(f"udbgen: reading {source}"):
+            parsed += udbdir.parse(text, source)
     for text in commands:
         parsed += udbdir.parse(text, "-c")
     engine = open_udb(udb)  # only once the input parses: bad input creates no UDB
     if passwd_file:
         parsed += _passwd(engine, passwd_file, resgrp, shares, min_uid, max_uid, verbose, replace)
 
-    changes = udbdir.run(engine, parsed, test=test, replace=replace)
+    # The bar follows the directives as they are checked; writing them follows.
+    todo = track(parsed, "udbgen: applying", total=len(parsed)) if len(parsed) > 1000 else parsed
+    changes = udbdir.run(engine, todo, test=test, replace=replace)
     if test:
         if as_json:
             click.echo(json.dumps(changes.as_json(), indent=2))
