@@ -204,17 +204,25 @@ def test_session_scopes_by_account_and_no_idle_before_252(bus, tmp_path):
         fake.close()
 
 
-def test_systemd_refusing_is_logged_once_and_retried(bus, tmp_path, caplog):
+def test_systemd_refusing_is_logged_once_and_retried(bus, tmp_path):
     proc, mount = fake_machine(tmp_path)
     fake = FakeSystemd(bus, "255")
     fake.refuse.add("user-1001.slice")
     try:
         enf = SystemdEnforcer(mount, proc=proc, connect=lambda: SystemdBus(bus))
         enf.setup()
-        with caplog.at_level(logging.WARNING, logger="shrdaemon"):
+        # A handler on the daemon's logger itself: shrdaemon's setup (run by other
+        # tests in this process) stops it propagating to pytest's capture.
+        records: list[logging.LogRecord] = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = records.append
+        logging.getLogger("shrdaemon").addHandler(handler)
+        try:
             enf.apply(targets())
             enf.apply(targets())
-        refused = [r for r in caplog.records if "refused" in r.getMessage()]
+        finally:
+            logging.getLogger("shrdaemon").removeHandler(handler)
+        refused = [r for r in records if "refused" in r.getMessage()]
         assert len(refused) == 1
         assert "user-1001.slice" in refused[0].getMessage()
         assert "NoSuchUnit" in refused[0].getMessage()
