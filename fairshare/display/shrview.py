@@ -289,19 +289,19 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
     for lv in np.unique(level[has_parent])[::-1].tolist():
         idx = np.flatnonzero(has_parent & (level == lv))[::-1]
         up = pos[idx]
-        np.add.at(children, up, 1)
-        np.add.at(leaves, up, leaves[idx])
-        np.add.at(leaf_rate, up, leaf_rate[idx])
-        np.add.at(leaf_w, up, leaf_w[idx])
-        np.add.at(muse, up, muse[idx])
-        np.add.at(sched_n, up, sched_n[idx])
+        # bincount adds in the order given, from 0: a parent (a group, 0 of its own)
+        # gets exactly the one-by-one sum of its children, all at this level.
+        children += np.bincount(up, minlength=n)
+        leaves += np.bincount(up, leaves[idx], minlength=n).astype(np.int64)
+        sched_n += np.bincount(up, sched_n[idx], minlength=n).astype(np.int64)
+        leaf_rate += np.bincount(up, leaf_rate[idx], minlength=n)
+        leaf_w += np.bincount(up, leaf_w[idx], minlength=n)
+        muse += np.bincount(up, muse[idx], minlength=n)
     sched = sched_n > 0
     # Siblings' sums, keyed by the parent node number (ascending row order).
     keys_, sib = np.unique(parent, return_inverse=True)
-    sib_rate = np.zeros(len(keys_))
-    np.add.at(sib_rate, sib, leaf_rate)
-    sib_m = np.zeros(len(keys_))
-    np.add.at(sib_m, sib[sched], m_share[sched])
+    sib_rate = np.bincount(sib, leaf_rate, minlength=len(keys_))
+    sib_m = np.bincount(sib[sched], m_share[sched], minlength=len(keys_))
     rate_share = leaf_rate / total_rate if total_rate > 0 else np.zeros(n)
     pri = leaf_w / total_w if total_w > 0 else np.zeros(n)
     s_rate = sib_rate[sib]
