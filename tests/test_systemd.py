@@ -125,6 +125,11 @@ def fake_machine(tmp_path: Path) -> tuple[str, Path]:
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "cgroup").write_text(f"0::{cg}\n")
         (mount / cg.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        procs = mount / cg.lstrip("/") / "cgroup.procs"
+        procs.write_text((procs.read_text() if procs.exists() else "") + f"{pid}\n")
+    # A process of uid 1000 the daemon has not seen yet (its user manager).
+    (mount / "user.slice/user-1000.slice/user@1000.service").mkdir()
+    (mount / "user.slice/user-1000.slice/user@1000.service/cgroup.procs").write_text("14\n")
     stat = "usage_usec {}\nuser_usec 1\nsystem_usec 1\n"
     (mount / "user.slice/user-1000.slice/cpu.stat").write_text(stat.format(2_500_000))
     (mount / "user.slice/user-1001.slice/cpu.stat").write_text(stat.format(750_000))
@@ -172,8 +177,10 @@ def test_user_slices_weighed_at_runtime_never_moving_processes(bus, tmp_path):
         enf.apply(targets(bg_b=True))  # b past MAXUSAGE: CPUWeight=idle
         assert fake.calls == [("user-1001.slice", True, [("CPUWeight", ("t", CPU_WEIGHT_IDLE))])]
         groups = enf.read_groups()
-        assert groups["a"].cpu == 2.5 and groups["a"].pids == {11, 12, 13}
+        # The slice's counter and every process in it, also one no sample has seen.
+        assert groups["a"].cpu == 2.5 and groups["a"].pids == {11, 12, 13, 14}
         assert groups["b"].cpu == 0.75 and "root" not in groups
+        assert enf.read_groups(members=False)["a"].pids == frozenset()
         fake.calls.clear()
         enf.apply(targets()[:1])  # b gone: its slice goes back to systemd's default
         assert fake.calls == [("user-1001.slice", True, [("CPUWeight", ("t", CPU_WEIGHT_DEFAULT))])]
@@ -198,7 +205,13 @@ def test_session_scopes_by_account_and_no_idle_before_252(bus, tmp_path):
             ("session-4.scope", True, [("CPUWeight", ("t", 1))]),  # background, no idle
             ("session-5.scope", True, [("CPUWeight", ("t", 10000))]),
         ]
-        assert enf.read_groups()["a"].cpu == 10 / 1e6  # session-3.scope's counter
+        # a's counter: session-3.scope's (10 us); session-5.scope has no cpu.stat here,
+        # so a reads as unknown rather than half counted.
+        assert "a" not in enf.read_groups()
+        stat = mount / "user.slice/user-1000.slice/session-5.scope/cpu.stat"
+        stat.write_text("usage_usec 30\n")
+        reading = enf.read_groups()["a"]
+        assert reading.cpu == 40 / 1e6 and reading.pids == {11, 12, 13}
         enf.teardown()
     finally:
         fake.close()

@@ -21,17 +21,19 @@ call ``systemctl set-property --runtime`` makes, so nothing outlives a reboot.
 - systemd refusing a call (no such unit, access denied) is logged once per unit
   and reason; the next change tries again.  The cycle goes on.
 
-CPU per lnode: `read_groups` reads ``usage_usec`` from each unit's cgroup
-``cpu.stat`` (cumulative CPU seconds of every process that ran in it), in the shape
-of the cgroup enforcers' per-lnode counters.
+CPU per lnode: `read_groups` reads ``usage_usec`` from the cgroup ``cpu.stat`` of
+the units holding its processes (cumulative CPU seconds of every process that ran in
+them) and the processes in them now, in the shape of the cgroup enforcers' per-lnode
+counters (fairshare.collect.GroupReading), so the daemon's collector charges those
+processes from the kernel's counter.  A unit is counted for one lnode only.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from jeepney import DBusAddress, new_method_call
@@ -39,6 +41,7 @@ from jeepney.io.blocking import open_dbus_connection
 from jeepney.low_level import HeaderFields, MessageType
 
 from fairshare.actions import REAL_OS, OsActions
+from fairshare.collect import GroupReading
 from fairshare.enforce.base import LnodeTarget, arrays, safe_name
 from fairshare.enforce.mapping import cgroup2_weights
 from udb.errors import OptionError
@@ -58,15 +61,6 @@ CPU_WEIGHT_DEFAULT = 2**64 - 1
 
 _SLICE = re.compile(r"^(.*?/user-\d+\.slice)(?:/|$)")
 _SCOPE = re.compile(r"^(.*?/session-[^/]+\.scope)(?:/|$)")
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One unit's cgroup as the kernel counts it: `cpu` CPU seconds (cumulative),
-    `pids` the lnode's processes seen in it at the last apply."""
-
-    cpu: float
-    pids: frozenset[int] = frozenset()
 
 
 def unit_cgroup(cgroup_text: str, by_account: bool) -> str | None:
@@ -161,7 +155,7 @@ class SystemdEnforcer:
         self.bus: SystemdBus | None = None
         self.idle = False  # systemd takes CPUWeight=idle
         self._weight: dict[str, int] = {}  # unit -> CPUWeight we set
-        self._groups: dict[str, tuple[str, frozenset[int]]] = {}  # lnode -> (cgroup, pids)
+        self._groups: dict[str, list[str]] = {}  # lnode cgroup name -> its units' cgroups
         self._refused: set[tuple[str, str]] = set()  # (unit, error) already logged
 
     def setup(self) -> None:
@@ -194,21 +188,20 @@ class SystemdEnforcer:
         e, _n, bg = arrays(targets)
         weights = cgroup2_weights(e, bg)
         wanted: dict[str, int] = {}
-        groups = {}
+        groups: dict[str, list[str]] = {}
+        claimed: set[str] = set()
         for t, w, b in zip(targets, weights.tolist(), bg.tolist(), strict=True):
             w = CPU_WEIGHT_IDLE if b and self.idle else int(w)
-            cgroups = {}
-            for pid in t.pids:
-                cg = self._unit_of(pid)
-                if cg is not None:
-                    cgroups.setdefault(cg, set()).add(pid)
-            for cg, pids in cgroups.items():
+            cgroups = {cg for pid in t.pids if (cg := self._unit_of(pid)) is not None}
+            for cg in sorted(cgroups):
                 unit = cg.rsplit("/", 1)[-1]
                 # A unit holding processes of two lnodes (one user in two accounts)
                 # takes the larger weight: never starve an lnode that shares it.
                 if unit not in wanted or w > wanted[unit]:
                     wanted[unit] = w
-                groups.setdefault(safe_name(t.name), (cg, frozenset(pids)))
+                if cg not in claimed:  # one counter counted for one lnode only
+                    claimed.add(cg)
+                    groups.setdefault(safe_name(t.name), []).append(cg)
         self._groups = groups
         for unit, w in wanted.items():
             if self._weight.get(unit) != w:
@@ -233,16 +226,25 @@ class SystemdEnforcer:
         if weight != CPU_WEIGHT_DEFAULT:
             self._weight[unit] = weight
 
-    def read_groups(self) -> dict[str, Reading]:
-        """Each lnode's unit cgroup: CPU seconds from its ``cpu.stat`` and the lnode's
-        processes seen in it, keyed by `safe_name(lnode)`."""
+    def read_groups(self, members: bool = True) -> dict[str, GroupReading]:
+        """Each lnode's CPU seconds from its units' ``cpu.stat`` and the processes in
+        them now (`members` False: no pids, as nothing was moved), keyed by
+        `safe_name(lnode)`."""
         out = {}
-        for name, (cg, pids) in self._groups.items():
+        for name, cgs in self._groups.items():
+            cpu, pids = 0.0, set()
             try:
-                cpu = parse_usage((self.mount / cg.lstrip("/") / "cpu.stat").read_text())
+                for cg in cgs:
+                    d = self.mount / cg.lstrip("/")
+                    cpu += parse_usage((d / "cpu.stat").read_text())
+                    if members:
+                        for top, _dirs, files in os.walk(d):
+                            if "cgroup.procs" in files:
+                                text = Path(top, "cgroup.procs").read_text()
+                                pids.update(int(p) for p in text.split())
             except (OSError, ValueError):
                 continue
-            out[name] = Reading(cpu, pids)
+            out[name] = GroupReading(cpu, frozenset(pids))
         return out
 
     def teardown(self) -> None:
