@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fairshare.actions import OsActions
 from udb.errors import OptionError
 
 ENFORCERS = ("auto", "systemd", "cgroup2", "cgroup1", "nice", "none")
@@ -145,25 +146,26 @@ def detect(
     return Choice("nice", f"auto: {why2}; {why1}; falling back to nice values")
 
 
-def make_enforcer(choice: Choice, by_account: bool = False):
-    """The enforcer object for `choice` (not yet set up); `by_account` (Share by
-    Account) makes the systemd enforcer weigh session scopes, not user slices."""
+def make_enforcer(choice: Choice, actions: OsActions, by_account: bool = False):
+    """The enforcer object for `choice` (not yet set up), changing the machine only
+    through `actions`; `by_account` (Share by Account) makes the systemd enforcer weigh
+    session scopes, not user slices."""
     if choice.name == "systemd":
         from fairshare.enforce.systemd import SystemdEnforcer
 
-        return SystemdEnforcer(choice.mount, by_account=by_account)
+        return SystemdEnforcer(choice.mount, actions=actions, by_account=by_account)
     if choice.name == "cgroup2":
         from fairshare.enforce.cgroup2 import Cgroup2Enforcer
 
-        return Cgroup2Enforcer(choice.mount)
+        return Cgroup2Enforcer(choice.mount, actions=actions)
     if choice.name == "cgroup1":
         from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 
-        return Cgroup1Enforcer(choice.mount, acct=choice.acct)
+        return Cgroup1Enforcer(choice.mount, acct=choice.acct, actions=actions)
     if choice.name == "nice":
         from fairshare.enforce.nice import NiceEnforcer
 
-        return NiceEnforcer()
+        return NiceEnforcer(actions=actions)
     from fairshare.enforce.none import NoEnforcer
 
-    return NoEnforcer()
+    return NoEnforcer(actions)
