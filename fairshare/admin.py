@@ -19,7 +19,14 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from fairshare.consts import FIELDS, Consts, consts_from_mapping, load_consts, save_consts
+from fairshare.consts import (
+    FIELDS,
+    Consts,
+    consts_from_mapping,
+    consts_from_stored,
+    load_consts,
+    save_consts,
+)
 from udb.check import check_columns, load_accounts, load_entry_columns
 from udb.errors import OptionError
 from udb.models import ConstChange, Schedule
@@ -254,7 +261,7 @@ def effective_consts(base: Consts, rows: Sequence[Schedule], when: datetime) -> 
     row = schedule_in_force(rows, when)
     if row is None:
         return base, ""
-    return consts_from_mapping(row.settings, base), row.name
+    return consts_from_stored(row.settings, base), row.name
 
 
 def load_effective_consts(session: Session, when: datetime) -> tuple[Consts, str]:

@@ -21,6 +21,7 @@ Units:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -32,6 +33,8 @@ from sqlalchemy.orm import Session
 
 from udb.errors import OptionError
 from udb.models import Const
+
+log = logging.getLogger("fairshare.consts")
 
 #: Fair share off (accounting continues, nothing is enforced).
 NOSHARE = 0o1
@@ -185,7 +188,7 @@ def parse_duration(value: object, what: str = "duration") -> float:
     if isinstance(value, bool):
         raise OptionError(f"{what}: expected a duration such as 3600s, 2h or 7d, got {value!r}")
     if isinstance(value, int | float):
-        seconds = float(value)
+        seconds = float(value) if abs(value) < 1e308 else math.inf
     else:
         # one number with an optional unit, or several each with a unit ("1h30m")
         text = str(value).strip()
@@ -205,39 +208,109 @@ def parse_duration(value: object, what: str = "duration") -> float:
     return seconds
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a constant (or each item of nice_decay) may take: `lo` to `hi` in `unit`,
+    `lo` itself excluded when `lo_open`.  The bounds keep every charge, usage and share
+    finite at the largest usage a site can reach (see shradmin(8))."""
+
+    lo: float
+    hi: float
+    unit: str = ""
+    lo_open: bool = False
+    integer: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.integer and value != int(value):
+            return False
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below  # both False for NaN
+
+    @property
+    def smallest(self) -> float:
+        """The smallest allowed value (the next float above `lo` when `lo` is excluded)."""
+        return math.nextafter(self.lo, math.inf) if self.lo_open else self.lo
+
+    @property
+    def largest(self) -> float:
+        """The largest allowed value (the next float below `hi` when `hi` is excluded)."""
+        return math.nextafter(self.hi, -math.inf) if self.hi_open else self.hi
+
+    def describe(self) -> str:
+        """The range in words, e.g. "from 0.1 to 3600 s" or "above 1 up to 100"."""
+        unit = f" {self.unit}" if self.unit else ""
+        kind = "a whole number " if self.integer else "a number "
+        if self.lo == self.hi:
+            return f"{self.lo:g}{unit}"
+        first = f"above {self.lo:g}" if self.lo_open else f"from {self.lo:g}"
+        last = f"below {self.hi:g}" if self.hi_open else f"to {self.hi:g}"
+        return f"{kind}{first} {last}{unit}"
+
+
+#: The largest cost of one unit of a resource, and the largest percent multiplier: with
+#: these, 10**5 CPUs for a whole cycle charge about 1e17 per cycle and a decayed usage
+#: stays below 1e30 (MAX_USAGE), far from the largest float (1.8e308).
+MAX_COST = 1e6
+MAX_PERCENT = 10000.0
+#: The largest usage, charge or MAXUSAGE stored or accepted (charge units).
+MAX_USAGE = 1e30
+#: A day and ten years, in seconds.
+DAY = 86400.0
+TEN_YEARS = 3650 * DAY
+
+#: The documented range of every constant but flags (0 to ALL_FLAGS) and cost_tty (0).
+RANGES: dict[str, Range] = {
+    "halflife": Range(1.0, TEN_YEARS, "s"),
+    "delta": Range(0.1, 3600.0, "s"),
+    "cost_tick": Range(0.0, MAX_COST),
+    "cost_bio": Range(0.0, MAX_COST),
+    "cost_sio": Range(0.0, MAX_COST),
+    "cost_syscall": Range(0.0, MAX_COST),
+    "cost_mem": Range(0.0, MAX_COST),
+    "cost_tty": Range(0.0, 0.0),
+    "percent": Range(0.0, MAX_PERCENT, "%"),
+    "maxushare": Range(1.0, 1000.0, lo_open=True),
+    "mingshare": Range(0.0, 1.0, lo_open=True, hi_open=True),
+    "sharemin": Range(0.0, 0.99),
+    "maxusage": Range(1.0, MAX_USAGE),
+    "maxlevels": Range(2, 64, integer=True),
+    "nice_decay": Range(0.1, DAY, "s"),
+    "writeback": Range(0.0, DAY, "s"),
+    "checkpoint": Range(0.0, DAY, "s"),
+    "quota_threshold": Range(0.0, DAY, "s"),
+}
+
+#: Why cost_tty must stay 0 (shradmin -y).
+TTY_REFUSED = (
+    "cost_tty (-y): Linux keeps no per-process count of tty reads and writes, so a tty "
+    "cost could never be charged; only 0 is accepted (see shradmin(8))"
+)
+
+
 def validate(consts: Consts) -> Consts:
-    """`consts` itself if every value is in range; else OptionError naming the constant."""
-
-    def bad(name: str, expected: str) -> OptionError:
-        return OptionError(f"{name}: expected {expected}, got {getattr(consts, name)!r}")
-
+    """`consts` itself if every value is in its range (RANGES); else OptionError naming
+    the constant and its range."""
     parse_flags(consts.flags)
-    if not consts.halflife > 0:
-        raise bad("halflife", "a positive number of seconds")
-    if not consts.delta > 0:
-        raise bad("delta", "a positive number of seconds")
-    for name in ("cost_tick", "cost_bio", "cost_sio", "cost_syscall", "cost_mem", "cost_tty"):
-        v = getattr(consts, name)
-        if not (math.isfinite(v) and v >= 0):
-            raise bad(name, "a non-negative cost")
-    if not (math.isfinite(consts.percent) and consts.percent >= 0):
-        raise bad("percent", "a non-negative percentage")
-    if not consts.maxushare > 1.0:
-        raise bad("maxushare", "a number greater than 1.0")
-    if not 0.0 < consts.mingshare < 1.0:
-        raise bad("mingshare", "a number between 0 and 1")
-    if not 0.0 <= consts.sharemin < 1.0:
-        raise bad("sharemin", "a fraction of the machine in [0, 1)")
-    if not consts.maxusage > 0:
-        raise bad("maxusage", "a positive usage")
-    if not (isinstance(consts.maxlevels, int) and 2 <= consts.maxlevels <= 64):
-        raise bad("maxlevels", "an integer from 2 to 64")
-    lo, hi = consts.nice_decay
-    if not 0 < lo <= hi:
-        raise bad("nice_decay", "two half-lives in seconds, the first not above the second")
-    for name in ("writeback", "checkpoint", "quota_threshold"):
-        if not getattr(consts, name) >= 0:
-            raise bad(name, "a non-negative number of seconds")
+    for name, rng in RANGES.items():
+        value = getattr(consts, name)
+        if name == "cost_tty":
+            if value != 0:
+                raise OptionError(f"{TTY_REFUSED}, got {value!r}")
+            continue
+        if name == "nice_decay":
+            lo, hi = value
+            if not (lo in rng and hi in rng and lo <= hi):
+                raise OptionError(
+                    f"nice_decay: expected two half-lives, each {rng.describe()}, the first "
+                    f"not above the second, got {value!r}"
+                )
+            continue
+        if value not in rng:
+            raise OptionError(f"{name}: expected {rng.describe()}, got {value!r}")
     return consts
 
 
@@ -252,16 +325,19 @@ def _coerce(name: str, value: object) -> object:
             raise OptionError(f"maxlevels: expected an integer, got {value!r}")
         try:
             number = float(value)
+        except OverflowError:
+            number = math.inf
         except ValueError:
             raise OptionError(f"maxlevels: expected an integer, got {value!r}") from None
-        if number != int(number):
-            raise OptionError(f"maxlevels: expected an integer, got {value!r}")
+        if number not in RANGES["maxlevels"]:
+            rng = RANGES["maxlevels"].describe()
+            raise OptionError(f"maxlevels: expected {rng}, got {value!r}")
         return int(number)
     if name == "nice_decay":
         items = value.split(",") if isinstance(value, str) else value
         try:
             lo, hi = (float(v) for v in items)  # type: ignore[union-attr]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             msg = f"nice_decay: expected two numbers like 2,60, got {value!r}"
             raise OptionError(msg) from None
         return (lo, hi)
@@ -271,6 +347,8 @@ def _coerce(name: str, value: object) -> object:
         return float(value)
     except ValueError:
         raise OptionError(f"{name}: expected a number, got {value!r}") from None
+    except OverflowError:  # an int beyond any float: out of every range
+        return math.inf
 
 
 def consts_from_mapping(values: Mapping[str, object], base: Consts | None = None) -> Consts:
@@ -287,11 +365,70 @@ def consts_from_mapping(values: Mapping[str, object], base: Consts | None = None
     return validate((base or Consts()).replace(**changes))
 
 
+_BARE_NUMBER = re.compile(r"\s*[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?\s*")
+
+
+def parse_halflife(value: object) -> float:
+    """Seconds from the half-life as a person gives it (shradmin -K, a scenario's
+    [consts], a schedule): a bare number is hours, as in the guide's ``-K 120`` (five
+    days); "3600s", "90m", "2h", "5d" keep their unit.  Stored values are seconds and
+    never pass through here."""
+    if isinstance(value, bool):
+        return parse_duration(value, "halflife")  # refused there
+    if isinstance(value, int | float) or (isinstance(value, str) and _BARE_NUMBER.fullmatch(value)):
+        try:
+            hours = float(value)
+        except OverflowError:  # an int too large for a float
+            hours = math.inf
+        if not (math.isfinite(hours) and hours >= 0):
+            raise OptionError(
+                f"halflife: expected a duration such as 120 (hours), 8h or 5d, got {value!r}"
+            )
+        return hours * 3600.0
+    return parse_duration(value, "halflife")
+
+
+def from_user(changes: Mapping[str, object]) -> dict[str, object]:
+    """Constants as a person types them, in the units they are stored in: a bare
+    half-life is hours (`parse_halflife`); everything else is unchanged."""
+    out = dict(changes)
+    if "halflife" in out:
+        out["halflife"] = parse_halflife(out["halflife"])
+    return out
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def consts_from_stored(values: Mapping[str, object], base: Consts | None = None) -> Consts:
+    """`consts_from_mapping` for values read back from the UDB (the constants, a schedule's
+    overrides).  A stored value outside its range (written before ranges were checked, or
+    behind shradmin's back) is not used: the base value stays in force and a warning
+    names the constant once per process, so the daemon keeps scheduling and shradmin can
+    still set a good value."""
+    try:
+        return consts_from_mapping(values, base)
+    except OptionError:
+        pass
+    good = {}
+    for name, value in values.items():
+        try:
+            consts_from_mapping({name: value}, base)
+        except OptionError as err:
+            if (name, repr(value)) not in _warned:
+                _warned.add((name, repr(value)))
+                log.warning("stored constant ignored, set it again with shradmin: %s", err)
+            continue
+        good[name] = value
+    return consts_from_mapping(good, base)
+
+
 def load_consts(session: Session) -> Consts:
-    """The constants stored in the UDB (defaults for absent rows; unknown rows ignored)."""
+    """The constants stored in the UDB (defaults for absent rows; unknown rows and values
+    out of range ignored, see `consts_from_stored`)."""
     rows = session.execute(select(Const.name, Const.value)).all()
     stored = {name: value for name, value in rows if name in FIELDS and value is not None}
-    return consts_from_mapping(stored)
+    return consts_from_stored(stored)
 
 
 def save_consts(session: Session, consts: Consts) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -14,8 +15,10 @@ from fairshare.admin import (
     describe_days,
     describe_hours,
     effective_consts,
+    history,
     parse_days,
     parse_hours,
+    schedules,
 )
 from fairshare.cli.shradmin import main as shradmin
 from fairshare.consts import ADJGROUPS, LIMSHARE, Consts, load_consts
@@ -92,6 +95,13 @@ def test_flags_by_name_durations_with_units_and_percent(udb_url):
         (["-D", "60"], "nice_decay"),
         (["-G", "3"], "below the UDB's deepest chain"),
         (["--days", "mon"], "go with --schedule"),
+        (["-R", "1e-300"], "delta: expected a number from 0.1 to 3600 s"),
+        (["-t", "1e308"], "cost_tick: expected a number from 0 to 1e+06"),
+        (["-y", "1"], "Linux keeps no per-process count of tty"),
+        (["-G", "9" * 300], "maxlevels: expected a whole number from 2 to 64"),
+        (["-K", "nan"], "halflife"),
+        (["-U", "inf"], "maxusage"),
+        (["1e308"], "percent: expected a number from 0 to 10000 %"),
     ],
 )
 def test_nonsense_is_refused_and_nothing_changes(acme, args, message):
@@ -113,10 +123,41 @@ def test_maxlevels_at_the_trees_depth_is_accepted(acme):
 
 
 def test_short_halflife_warns_but_applies(udb_url):
-    r = CliRunner().invoke(shradmin, ["--udb", udb_url, "-K", "600"])
+    r = CliRunner().invoke(shradmin, ["--udb", udb_url, "-K", "600s"])
     assert r.exit_code == 0
     assert "warning: a half-life of 600 s is under one hour" in r.output
     assert stored(udb_url)[0].halflife == 600
+
+
+def test_a_bare_halflife_is_hours_as_in_the_guide(udb_url):
+    # The guide's prime-time table: "-K 120  Usage decay rate of 5 days".
+    assert run(udb_url, "-K", "120").exit_code == 0
+    assert stored(udb_url)[0].halflife == 120 * 3600
+    assert run(udb_url, "-K", "90m").exit_code == 0  # suffixes keep their unit
+    assert stored(udb_url)[0].halflife == 90 * 60
+    r = run(udb_url, "--schedule", "night", "--days", "all", "--hours", "18-8", "-K", "2")
+    assert r.exit_code == 0, r.output
+    with read_session(open_udb(udb_url)) as s:
+        assert schedules(s)[0].settings["halflife"] == 7200.0  # stored in seconds
+
+
+def test_history_last_is_bounded(udb_url):
+    r = run(udb_url, "--history", "--last", "9" * 25)
+    assert r.exit_code == 2 and "1<=x<=1000000" in r.output
+
+
+def test_a_caller_with_no_passwd_entry_is_recorded_by_uid(udb_url, monkeypatch):
+    import pwd
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.delenv("SUDO_USER", raising=False)
+    r = run(udb_url, "-X", "3")
+    assert r.exit_code == 0, r.output
+    with read_session(open_udb(udb_url)) as s:
+        assert [c.who for c in history(s)] == [str(os.getuid())]
 
 
 def test_schedules_prime_and_nonprime(udb_url):

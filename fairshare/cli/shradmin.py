@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import time
 from datetime import datetime
 
@@ -20,9 +18,10 @@ from fairshare.admin import (
     set_constants,
     set_schedule,
 )
-from fairshare.consts import load_consts, parse_duration
+from fairshare.consts import from_user, load_consts
 from fairshare.display.settings import history_lines, render_settings, settings_json
-from udb.cli.common import handle_errors, udb_option
+from fairshare.dist import current_caller
+from udb.cli.common import handle_errors, last_option, udb_option
 from udb.errors import OptionError
 from udb.session import open_udb, read_session, write_session
 
@@ -35,23 +34,29 @@ SETTINGS = (
         "Flags: octal (006) or names (ADJGROUPS,LIMSHARE); GLOBALUSAGE (0200) makes the "
         "hosts sharing one UDB fair as one site.",
     ),
-    ("-K", "--halflife", "halflife", "Usage half-life: 3600s, 8h, 5d (plain number: seconds)."),
-    ("-R", "--delta", "delta", "Scheduling cycle: 4s (plain number: seconds)."),
-    ("-t", "--tick", "cost_tick", "Cost per CPU tick (1/100 CPU second)."),
-    ("-b", "--bio", "cost_bio", "Cost per block (logical) I/O request."),
-    ("-s", "--syscall", "cost_syscall", "Cost per system call (context switch)."),
-    ("-m", "--mem", "cost_mem", "Cost per memory click (MiB-second of resident memory)."),
-    ("-y", "--tty", "cost_tty", "Cost per tty read/write operation."),
-    (None, "--sio", "cost_sio", "Cost per stream I/O operation."),
-    ("-X", "--maxushare", "maxushare", "maxushare (LIMSHARE): greater than 1.0."),
+    (
+        "-K",
+        "--halflife",
+        "halflife",
+        "Usage half-life: a plain number is HOURS (-K 120 is 5 days); or 3600s, 90m, 8h, 5d. "
+        "1 s to 3650 d.",
+    ),
+    ("-R", "--delta", "delta", "Scheduling cycle: 4s (plain number: seconds); 0.1 to 3600 s."),
+    ("-t", "--tick", "cost_tick", "Cost per CPU tick (1/100 CPU second); 0 to 1e6."),
+    ("-b", "--bio", "cost_bio", "Cost per block (logical) I/O request; 0 to 1e6."),
+    ("-s", "--syscall", "cost_syscall", "Cost per system call (context switch); 0 to 1e6."),
+    ("-m", "--mem", "cost_mem", "Cost per memory click (MiB-second resident); 0 to 1e6."),
+    ("-y", "--tty", "cost_tty", "Tty cost: only 0, Linux counts no tty I/O per process."),
+    (None, "--sio", "cost_sio", "Cost per stream I/O operation; 0 to 1e6."),
+    ("-X", "--maxushare", "maxushare", "maxushare (LIMSHARE): above 1 up to 1000."),
     ("-Y", "--mingshare", "mingshare", "mingshare (ADJGROUPS): between 0 and 1."),
-    ("-Z", "--sharemin", "sharemin", "sharemin: minimum machine share of an active lnode."),
-    ("-U", "--maxusage", "maxusage", "MAXUSAGE: usage at which a user runs only on idle CPU."),
-    ("-G", "--maxlevels", "maxlevels", "Maximum levels in the share tree (root is level 0)."),
-    ("-D", "--nice-decay", "nice_decay", "Priority decay half-lives at nice 0 and 19: 2,60."),
-    ("-n", "--writeback", "writeback", "Write-back interval: 60s."),
-    (None, "--checkpoint", "checkpoint", "Checkpoint interval: 300s."),
-    (None, "--quota-threshold", "quota_threshold", "CPU s past the quota before SIGKILL."),
+    ("-Z", "--sharemin", "sharemin", "sharemin: minimum machine share of an lnode, 0 to 0.99."),
+    ("-U", "--maxusage", "maxusage", "MAXUSAGE: usage that puts a user on idle CPU, 1 to 1e30."),
+    ("-G", "--maxlevels", "maxlevels", "Levels in the share tree (root is level 0), 2 to 64."),
+    ("-D", "--nice-decay", "nice_decay", "Priority decay half-lives at nice 0 and 19: 2,60 s."),
+    ("-n", "--writeback", "writeback", "Write-back interval: 60s; 0 to 1 d."),
+    (None, "--checkpoint", "checkpoint", "Checkpoint interval: 300s; 0 to 1 d."),
+    (None, "--quota-threshold", "quota_threshold", "CPU s past the quota before SIGKILL, <= 1 d."),
 )
 
 
@@ -63,7 +68,7 @@ def _settings_options(func):
 
 
 def _who() -> str:
-    return os.environ.get("SUDO_USER") or getpass.getuser()
+    return current_caller().who
 
 
 def _local(epoch: float) -> str:
@@ -79,7 +84,7 @@ def _local(epoch: float) -> str:
 @click.option("--hours", metavar="HOURS", help="With --schedule: 8-18 (08:00-17:59), 18-8, all.")
 @click.option("--remove", is_flag=True, help="With --schedule: delete the schedule.")
 @click.option("--history", "show_history", is_flag=True, help="List the recorded changes.")
-@click.option("--last", type=click.IntRange(min=1), metavar="N", help="With --history: last N.")
+@last_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
 @handle_errors
 def main(udb, percent, schedule, days, hours, remove, show_history, last, as_json, **settings):
@@ -96,6 +101,7 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
     changes = {const: value for const, value in settings.items() if value is not None}
     if percent is not None:
         changes["percent"] = percent
+    changes = from_user(changes)  # a bare -K is hours; stored values are seconds
     engine = open_udb(udb)
     now = time.time()
     if show_history:
@@ -141,7 +147,7 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
 def _warn_halflife(changes: dict) -> None:
     if "halflife" not in changes:
         return
-    halflife = parse_duration(changes["halflife"], "halflife")
+    halflife = changes["halflife"]
     if halflife < MIN_ADVISED_HALFLIFE:
         click.echo(
             f"shradmin: warning: a half-life of {halflife:g} s is under one hour; the guide "

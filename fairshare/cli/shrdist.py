@@ -31,7 +31,7 @@ from fairshare.dist import (
     preview,
     redistribute,
 )
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import handle_errors, last_option, udb_option
 from udb.cli.progress import status
 from udb.errors import OptionError, UdbError
 from udb.remote import Reader, call, reach, socket_option
@@ -233,7 +233,7 @@ def make_app(reader: Reader, caller: Caller, group: str | None, auth) -> Shrdist
     help="The authorisation file (default /etc/shrdist.auth).",
 )
 @click.option("--history", "show_history", is_flag=True, help="List the recorded changes.")
-@click.option("--last", type=click.IntRange(min=1), metavar="N", help="With --history: last N.")
+@last_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
 @handle_errors
 def main(udb, socket_, group, batch, test, auth, show_history, last, as_json):

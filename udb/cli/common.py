@@ -24,6 +24,17 @@ udb_option = click.option(
 )
 
 
+#: The most history rows --last may ask for (shradmin and shrdist --history).
+MAX_LAST = 1_000_000
+
+last_option = click.option(
+    "--last",
+    type=click.IntRange(min=1, max=MAX_LAST),
+    metavar="N",
+    help=f"With --history: the last N changes (1 to {MAX_LAST:,}).",
+)
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print `PROG: message` on stderr and exit with `code`."""
     prog = click.get_current_context(silent=True)
