@@ -32,7 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from udb.errors import OptionError
-from udb.models import Const
+from udb.models import MAX_USAGE, Const
 
 log = logging.getLogger("fairshare.consts")
 
@@ -256,8 +256,6 @@ class Range:
 #: stays below 1e30 (MAX_USAGE), far from the largest float (1.8e308).
 MAX_COST = 1e6
 MAX_PERCENT = 10000.0
-#: The largest usage, charge or MAXUSAGE stored or accepted (charge units).
-MAX_USAGE = 1e30
 #: A day and ten years, in seconds.
 DAY = 86400.0
 TEN_YEARS = 3650 * DAY

@@ -66,6 +66,7 @@ from fairshare.lnode import (
     accrued,
     activate,
     aged_usage,
+    keep_finite,
     new_table,
     release,
 )
@@ -91,6 +92,18 @@ RELOAD_EVERY = 15
 UNREACHABLE_LOG_EVERY = 60.0
 #: The errors that mean the UDB cannot be reached (server down, network, lock timeout).
 UNREACHABLE = (OperationalError, InterfaceError)
+
+_COSTS = ("cost_tick", "cost_bio", "cost_sio", "cost_syscall", "cost_mem", "percent")
+#: The constants each lnode field is computed from, named when a value is not finite.
+_CONSTS_OF = {
+    "usage": (*_COSTS, "halflife", "delta"),
+    "charge": _COSTS,
+    "rate": (*_COSTS, "halflife", "delta"),
+    "priority": (*_COSTS, "halflife", "sharemin"),
+    "m_share": ("sharemin",),
+    "e_share": ("sharemin", "maxushare", "mingshare", "maxusage"),
+    "adj": ("mingshare",),
+}
 
 
 class Observer(Protocol):
@@ -386,10 +399,12 @@ class Daemon:
         add_counts(self.counts, consumption)
         self._activate(ln, consumption, sample.time)
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
-        ln.table = run_cycle(ln.tree, ln.table, consumption, consts, elapsed)
+        before = ln.table
+        ln.table = run_cycle(ln.tree, before, consumption, consts, elapsed)
         self.site.add(consumption.cpu, elapsed)
         if consts.flags & GLOBALUSAGE:
             ln.table.e_share = apply_factors(ln.tree, ln.table, self.site.factor)
+        self._keep_finite(ln, before, consts)
         self._pids = procs
         self.cycle += 1
         # shrsync -u / -q, before the quotas (fairshare.sync)
@@ -509,6 +524,22 @@ class Daemon:
             log.info("schedule %s now in force", schedule or "(none: base settings)")
             self.schedule = schedule
         return consts
+
+    def _keep_finite(self, ln: Lnodes, before: LnodeTable, consts: Consts) -> None:
+        """Keep every lnode's last finite value where the cycle produced NaN or infinity
+        (the constants' ranges should make that impossible), and say which lnode and
+        which constants were in play, so the site keeps its scheduler."""
+        for node, name in keep_finite(before, ln.table):
+            names = [c for c in _CONSTS_OF.get(name, ()) if getattr(consts, c)]
+            involved = ", ".join(f"{c}={getattr(consts, c):g}" for c in names)
+            log.error(
+                "lnode %s: %s was not finite after the cycle (constants in play: %s); "
+                "its last finite value %g is kept",
+                ln.tree.names[node],
+                name,
+                involved or "none",
+                float(getattr(ln.table, name)[node]),
+            )
 
     def _sync_enforcer(self, consts: Consts) -> None:
         """Keep the enforcer off while NOSCHED or NOSHARE is set, on otherwise."""
@@ -829,7 +860,7 @@ def simulated_daemon(
     import tomllib
 
     from fairshare.collect.sim import SimClock, SimCollector, SimOs, world_for
-    from fairshare.consts import consts_from_mapping, save_consts
+    from fairshare.consts import consts_from_mapping, from_user, save_consts
     from fairshare.enforce.sim import SimEnforcer
     from fairshare.sim import load_scenario
     from udb import directives
@@ -837,6 +868,11 @@ def simulated_daemon(
     from udb.session import write_session
 
     path = Path(scenario)
+    model = {"auto": None, "cgroup1": "cgroup", "cgroup2": "cgroup", "systemd": "cgroup"}.get(
+        enforcer, enforcer
+    )
+    # The whole scenario is checked (TOML, ranges, its directives) before the UDB is touched.
+    sc = load_scenario(path, model, udb=str(engine.url))
     doc = tomllib.loads(path.read_text())
     with read_session(engine) as s:
         empty = s.execute(select(func.count()).select_from(Entry)).scalar_one() == 0
@@ -852,12 +888,8 @@ def simulated_daemon(
     if "delta" in doc:
         overrides["delta"] = doc["delta"]
     with write_session(engine) as s:
-        save_consts(s, consts_from_mapping(overrides, load_consts(s)))
+        save_consts(s, consts_from_mapping(from_user(overrides), load_consts(s)))
         consts = load_consts(s)
-    model = {"auto": None, "cgroup1": "cgroup", "cgroup2": "cgroup", "systemd": "cgroup"}.get(
-        enforcer, enforcer
-    )
-    sc = load_scenario(path, model, udb=str(engine.url))
     with read_session(engine) as s:
         tree = load_lnodes(s, consts.mode).tree
     missing = [w.name for w in sc.workloads if tree.find(w.name) is None]

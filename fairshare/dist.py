@@ -38,15 +38,13 @@ from sqlalchemy.orm import Session
 from fairshare.consts import load_consts
 from fairshare.tree import TREE_COLUMNS, Kind, ShareTree, build_tree, build_tree_columns
 from udb.errors import NotFound, OptionError, UdbError
-from udb.models import Entry, ShareChange
+from udb.models import MAX_SHARES, Entry, ShareChange
 from udb.session import mark_entries_changed
 
 #: Where shrdist looks for its authorisation file unless --auth or SHRDIST_AUTH says.
 DEFAULT_AUTH = "/etc/shrdist.auth"
 #: The name that stands for the top of the share tree (the entries under root).
 TOP = "/"
-#: Shares are stored as 32-bit integers.
-MAX_SHARES = 2**31 - 1
 
 
 class NotAuthorised(UdbError):

@@ -142,6 +142,24 @@ def new_table(tree: ShareTree) -> LnodeTable:
     return table
 
 
+def keep_finite(old: LnodeTable, new: LnodeTable) -> list[tuple[int, str]]:
+    """Put back in `new`, in place, `old`'s value of every number that is not finite
+    (NaN or infinite) after a cycle, so no such number is ever published, checkpointed
+    or written back; a value not finite in `old` either becomes 0.  Returns the
+    (node, field) pairs put back, [] in the usual case."""
+    bad: list[tuple[int, str]] = []
+    for name in _FLOAT_FIELDS:
+        values = getattr(new, name)
+        finite = np.isfinite(values)
+        if finite.all():
+            continue
+        idx = np.flatnonzero(~finite)
+        prev = getattr(old, name)[idx]
+        values[idx] = np.where(np.isfinite(prev), prev, 0.0)
+        bad += [(int(i), name) for i in idx]
+    return bad
+
+
 def aged_usage(shusage: float, shextime: float, now: float, consts: Consts) -> float:
     """A returning lnode's usage (charge units): shusage x 0.5 ** (age / halflife).
 

@@ -37,6 +37,7 @@ from fairshare.consts import (
     GLOBALUSAGE,
     Consts,
     consts_from_mapping,
+    from_user,
     load_consts,
     parse_duration,
 )
@@ -48,6 +49,7 @@ from fairshare.lnode import (
     activate,
     add_usage,
     aged_usage,
+    keep_finite,
     new_table,
     release,
 )
@@ -58,6 +60,10 @@ from udb.models import Entry
 from udb.session import make_engine, open_udb, read_session, upgrade
 
 ENFORCERS = ("cgroup", "nice", "none")  # the keys of WEIGHT_MODELS
+#: A scenario's limits: CPUs, processes per workload, and cycles (duration / delta).
+MAX_CPUS = 100_000
+MAX_PROCS = 1_000_000
+MAX_CYCLES = 1_000_000
 #: Series longer than this many cycles are averaged into bins for plotting.
 MAX_SERIES_POINTS = 10000
 
@@ -320,8 +326,8 @@ def parse_scenario(
 
     hosts = _site_hosts(doc, text, source, fail)
     cpus = sum(hosts.values()) if hosts else doc.get("cpus")
-    if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not cpus > 0:
-        raise fail("cpus", f"expected a positive number of CPUs, got {cpus!r}")
+    if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not 0 < cpus <= MAX_CPUS:
+        raise fail("cpus", f"expected a number of CPUs above 0 up to {MAX_CPUS}, got {cpus!r}")
     if "duration" not in doc:
         raise ScenarioError(source, 1, 1, 'duration: missing; expected e.g. duration = "8h"')
     total = duration("duration", doc["duration"])
@@ -336,11 +342,17 @@ def parse_scenario(
     if "delta" in doc:
         overrides["delta"] = doc["delta"]
     try:
-        consts = consts_from_mapping(overrides, stored)
+        consts = consts_from_mapping(from_user(overrides), stored)
     except UdbError as err:
         key = str(err).split(":", 1)[0].strip()
         name = key if key in overrides else "consts"
         raise fail(name, str(err).split(": ", 1)[-1]) from None
+    if total / consts.delta > MAX_CYCLES:
+        raise fail(
+            "duration",
+            f"expected at most {MAX_CYCLES:,} cycles of delta = {consts.delta:g} s, "
+            f"got {total / consts.delta:.3g}",
+        )
     warmup = min(3 * consts.halflife, total / 2)
     if "warmup" in doc:
         warmup = duration("warmup", doc["warmup"])
@@ -377,8 +389,8 @@ def parse_scenario(
             what = "users" if mode == "user" else "accounts"
             raise wfail("name", f"expected one of the UDB's {what}, got {name!r}")
         procs = item.get("procs", 1)
-        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
-            raise wfail("procs", f"expected a positive number of processes, got {procs!r}")
+        if isinstance(procs, bool) or not isinstance(procs, int) or not 1 <= procs <= MAX_PROCS:
+            raise wfail("procs", f"expected 1 to {MAX_PROCS:,} processes, got {procs!r}")
         start = _wduration(item, "start", 0.0, wfail)
         stop = _wduration(item, "stop", total, wfail)
         if not start < stop:
@@ -764,7 +776,8 @@ def run_scenario(
         got = machine.share(count, cap, weight, w_idle)
         cpu_l = np.bincount(w_col, weights=got, minlength=nl) * delta
         cons.cpu[lnode_arr] = cpu_l
-        table = run_cycle(tree, table, cons, consts, delta)
+        before, table = table, run_cycle(tree, table, cons, consts, delta)
+        keep_finite(before, table)  # as the daemon does (no NaN or infinity is recorded)
         rec.add(step, delta, m_now, e_now, cpu_l)
     return rec.result(sc, tree, enforcer)
 
@@ -838,9 +851,11 @@ class _SiteHost:
         self.site.add(self.cpu, delta)
 
     def _cycle(self, tree: ShareTree, consts: Consts, elapsed: float) -> None:
-        self.table = run_cycle(tree, self.table, self.cons, consts, elapsed)
+        before = self.table
+        self.table = run_cycle(tree, before, self.cons, consts, elapsed)
         if consts.flags & GLOBALUSAGE:
             self.table.e_share = apply_factors(tree, self.table, self.site.factor)
+        keep_finite(before, self.table)  # as the daemon does
 
 
 def _view_of(tree: ShareTree, others: list[_SiteHost], usage: np.ndarray, delta: float):

@@ -111,9 +111,15 @@ def test_default_warmup_is_three_halflives_at_most_half():
 @pytest.mark.parametrize(
     "change, where",
     [
-        (("cpus = 2", "cpus = 0"), "two.toml:2:1: cpus: expected a positive number"),
+        (
+            ("cpus = 2", "cpus = 0"),
+            "two.toml:2:1: cpus: expected a number of CPUs above 0 up to 100000",
+        ),
         (('name = "bob"', 'name = "carol"'), "two.toml:15:1: workload 2: name: expected one of"),
-        (("procs = 8", "procs = -1"), "two.toml:16:1: workload 2: procs: expected a positive"),
+        (
+            ("procs = 8", "procs = -1"),
+            "two.toml:16:1: workload 2: procs: expected 1 to 1,000,000 processes",
+        ),
         (('halflife = "5m"', 'halflife = "5 mins"'), "two.toml:10:1: halflife: expected a"),
         (("create:bob:uid:1002", "create:bob:uid:x"), "two.toml:7:16: create:bob: uid: expected"),
         (("cpus = 2", "cpus = [2"), "two.toml:3:1: not valid TOML: Unclosed array"),

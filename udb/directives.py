@@ -38,7 +38,21 @@ from sqlalchemy import Engine, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from udb.errors import DirectiveError, NotFound
-from udb.models import ROOT_UID, SHF_ACCOUNT, SHF_GROUP, Account, Entry
+from udb.models import (
+    MAX_COMMENT,
+    MAX_CPU_SECONDS,
+    MAX_EPOCH,
+    MAX_ID,
+    MAX_PASSWD,
+    MAX_SHARES,
+    MAX_SHFLAGS,
+    MAX_USAGE,
+    ROOT_UID,
+    SHF_ACCOUNT,
+    SHF_GROUP,
+    Account,
+    Entry,
+)
 from udb.session import mark_entries_changed, write_session
 
 #: The verbs a directive can start with.
@@ -56,42 +70,50 @@ _ACCOUNTS = Account.__table__
 # -- fields -----------------------------------------------------------------------------
 
 
+def _bounded(text: str, lo: int, hi: int, what: str = "a whole number") -> int:
+    s = text.strip()
+    digits = s[1:] if s[:1] in "+-" and lo < 0 else s
+    # Too many digits is out of range before int() (which refuses over 4300 digits).
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 20:
+        raise ValueError(f"expected {what} from {lo} to {hi}")
+    value = int(s)
+    if not lo <= value <= hi:
+        raise ValueError(f"expected {what} from {lo} to {hi}")
+    return value
+
+
 def _uint(text: str) -> int:
-    s = text.strip()
-    if not (s.isascii() and s.isdigit()):
-        raise ValueError("expected a whole number >= 0")
-    return int(s)
+    """A uid, gid or account number: 0 to MAX_ID."""
+    return _bounded(text, 0, MAX_ID)
 
 
-def _sint(text: str) -> int:
-    s = text.strip()
-    digits = s[1:] if s[:1] in "+-" else s
-    if not (digits.isascii() and digits.isdigit()):
-        raise ValueError("expected a whole number")
-    return int(s)
+def _shares(text: str) -> int:
+    return _bounded(text, 0, MAX_SHARES)
 
 
 def _nice(text: str) -> int:
-    value = _sint(text)
-    if not -20 <= value <= 19:
-        raise ValueError("expected a nice value from -20 to 19")
-    return value
+    return _bounded(text, -20, 19, "a nice value")
 
 
-def _ufloat(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError("expected a number >= 0") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError("expected a finite number >= 0")
-    return value
+def _ufloat_upto(hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 <= value <= hi:  # NaN and infinities too
+            raise ValueError(f"expected a number from 0 to {hi:g}")
+        return value
+
+    return parse
 
 
 def _octal(text: str) -> int:
     s = text.strip()
-    if not s or not s.isascii() or s.strip("01234567"):
-        raise ValueError("expected an octal number such as 040000 or 01000000")
+    if not s or not s.isascii() or s.strip("01234567") or int(s, 8) > MAX_SHFLAGS:
+        raise ValueError(
+            f"expected an octal number such as 040000 or 01000000, at most 0{MAX_SHFLAGS:o}"
+        )
     return int(s, 8)
 
 
@@ -101,7 +123,7 @@ def _uint_list(text: str) -> list[int]:
     try:
         return [_uint(part) for part in text.split(",")]
     except ValueError:
-        raise ValueError("expected comma-separated whole numbers") from None
+        raise ValueError(f"expected comma-separated whole numbers from 0 to {MAX_ID}") from None
 
 
 def _acid_list(text: str) -> list[int | str]:
@@ -112,7 +134,10 @@ def _acid_list(text: str) -> list[int | str]:
     for part in text.split(","):
         s = part.strip()
         if s.isascii() and s.isdigit():
-            out.append(int(s))
+            try:
+                out.append(_uint(s))
+            except ValueError:
+                raise ValueError(f"expected account numbers from 0 to {MAX_ID}") from None
         elif NAME_RE.fullmatch(s):
             out.append(s)
         else:
@@ -125,14 +150,19 @@ def _acid_list(text: str) -> list[int | str]:
 def _uid_or_name(text: str) -> int | str:
     s = text.strip()
     if s.isascii() and s.isdigit():
-        return int(s)
+        return _uint(s)
     if NAME_RE.fullmatch(s):
         return s
     raise ValueError("expected a resource group's uid or name")
 
 
-def _text(text: str) -> str:
-    return text
+def _text_upto(limit: int) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if len(text) > limit or not text.isprintable():
+            raise ValueError(f"expected printable text of at most {limit} characters")
+        return text
+
+    return parse
 
 
 def _fmt_list(values: list[int]) -> str:
@@ -162,16 +192,16 @@ FIELDS: dict[str, Field] = {
         Field("gids", _uint_list, _fmt_list, [], "group IDs, comma-separated"),
         Field("acids", _acid_list, _fmt_list, [], "account IDs or names; the first is default"),
         Field("resgrp", _uid_or_name, str, 0, "uid or name of the parent resource group"),
-        Field("shares", _uint, str, 0, "allocated shares"),
+        Field("shares", _shares, str, 0, "allocated shares"),
         Field("shflags", _octal, _fmt_octal, 0, "octal: 040000 group, 01000000 account"),
-        Field("shusage", _ufloat, repr, 0.0, "decayed usage (charge units)"),
-        Field("shcharge", _ufloat, repr, 0.0, "long-term accumulated charge (charge units)"),
-        Field("shextime", _ufloat, repr, 0.0, "time the user last left (epoch seconds)"),
-        Field("cpuquota", _ufloat, repr, 0.0, "CPU quota (CPU seconds, 0 = none)"),
-        Field("cpuquotaused", _ufloat, repr, 0.0, "CPU time used against the quota (seconds)"),
+        Field("shusage", _ufloat_upto(MAX_USAGE), repr, 0.0, "decayed usage (charge units)"),
+        Field("shcharge", _ufloat_upto(MAX_USAGE), repr, 0.0, "long-term charge (charge units)"),
+        Field("shextime", _ufloat_upto(MAX_EPOCH), repr, 0.0, "time the user last left (epoch s)"),
+        Field("cpuquota", _ufloat_upto(MAX_CPU_SECONDS), repr, 0.0, "CPU quota (CPU s, 0 = none)"),
+        Field("cpuquotaused", _ufloat_upto(MAX_CPU_SECONDS), repr, 0.0, "CPU s used of the quota"),
         Field("nice", _nice, str, 0, "default nice value, -20..19"),
-        Field("passwd", _text, str, "", "password hash; * means no login"),
-        Field("comment", _text, str, "", "free text"),
+        Field("passwd", _text_upto(MAX_PASSWD), str, "", "password hash; * means no login"),
+        Field("comment", _text_upto(MAX_COMMENT), str, "", "free text (printable)"),
     )
 }
 
@@ -230,6 +260,7 @@ _VERB_LIST = ", ".join(VERBS)
 _FIELD_LIST = "fields: " + ", ".join(FIELDS)
 #: Text fields: the value is the token itself.
 _TEXT = frozenset({"passwd", "comment"})
+_TEXT_LIMIT = {"passwd": MAX_PASSWD, "comment": MAX_COMMENT}
 _PARSERS = {n: f.parse for n, f in FIELDS.items()}
 #: Each distinct value text is parsed once per run, so value objects (lists too) are
 #: shared between directives and must never be mutated.
@@ -292,6 +323,8 @@ def _parse(text: str, source: str) -> list[Directive]:
                 if fname is None:
                     break  # a blank, a comment, a second directive or an error
                 if fname in _TEXT:
+                    if not raw.isprintable() or len(raw) > _TEXT_LIMIT[fname]:
+                        break  # the general path reports it
                     value: object = raw
                 else:
                     cache = caches[fname]
@@ -347,7 +380,8 @@ def _parse_line(
             try:
                 fields.append(("acid", _uint(parts[i]), i))
             except ValueError:
-                raise fail(i, f"acid:{name}: expected an account number >= 0") from None
+                msg = f"acid:{name}: expected an account number from 0 to {MAX_ID}"
+                raise fail(i, msg) from None
             i += 1
         elif verb != "delete" and verb != "delacid":
             while i < n:
@@ -361,7 +395,10 @@ def _parse_line(
                     raise fail(i, f"{verb}:{name}: {tok}: expected a value followed by ':'")
                 raw = parts[i + 1]
                 if fname in _TEXT:
-                    value: object = raw
+                    try:
+                        value: object = _PARSERS[fname](raw)
+                    except ValueError as err:
+                        raise fail(i + 1, f"{verb}:{name}: {tok}: {err}") from None
                 else:
                     value = caches[fname].get(raw, _MISS)
                     if value is _MISS:

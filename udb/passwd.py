@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from udb.directives import NAME_RE, Directive
 from udb.errors import DirectiveError
-from udb.models import IDLE_UID
+from udb.models import IDLE_UID, MAX_ID
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,12 @@ def read_passwd(text: str, source: str) -> list[PasswdUser]:
             )
         name, pw, uid, gid, gecos = parts[:5]
         for col_field, text_value in ((2, uid), (3, gid)):
-            if not (text_value.isascii() and text_value.isdigit()):
+            if not (text_value.isascii() and text_value.isdigit()) or (
+                len(text_value) > 10 or int(text_value) > MAX_ID
+            ):
                 col = sum(len(p) + 1 for p in parts[:col_field]) + 1
-                raise DirectiveError(source, lineno, col, f"{name}: expected a number")
+                msg = f"{name}: expected a number from 0 to {MAX_ID}"
+                raise DirectiveError(source, lineno, col, msg)
         users.append(PasswdUser(name, pw, int(uid), int(gid), gecos, lineno))
     return users
 
