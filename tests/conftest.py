@@ -31,15 +31,17 @@ def _no_default_udb(tmp_path, monkeypatch):
 
 @pytest.fixture
 def udb_url(tmp_path) -> str:
-    """The URL of a new, empty SQLite UDB (schema at head) in the test's tmp_path."""
+    """The URL of a new, empty SQLite UDB (schema at head) in the test's tmp_path, made
+    as udbgen makes one (only udbgen creates a UDB)."""
     url = f"sqlite:///{tmp_path / 'udb.sqlite'}"
-    open_udb(url)
+    open_udb(url, create=True)
     return url
 
 
 def load(url: str, path: Path) -> None:
-    """Load the directive file at `path` into the UDB at `url`."""
-    directives.run(open_udb(url), directives.parse(path.read_text(), str(path)))
+    """Load the directive file at `path` into the UDB at `url` (created if missing, as
+    udbgen does)."""
+    directives.run(open_udb(url, create=True), directives.parse(path.read_text(), str(path)))
 
 
 @pytest.fixture

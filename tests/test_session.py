@@ -153,7 +153,7 @@ def pg_url():
 
 
 def test_postgresql_round_trip(pg_url, acme_acct):
-    engine = open_udb(pg_url)
+    engine = open_udb(pg_url, create=True)  # as udbgen does
     with engine.begin() as conn:  # a clean slate when UDB_TEST_PG_URL is reused
         conn.execute(text("DELETE FROM entries"))
         conn.execute(text("DELETE FROM accounts"))

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from udb.errors import DirectiveError, NotFound
+from udb.errors import DirectiveError, NotFound, OptionError
 from udb.models import (
     MAX_COMMENT,
     MAX_CPU_SECONDS,
@@ -741,12 +741,20 @@ def _group_cycles(groups: dict[int, int]) -> list[list[int]]:
     return cycles
 
 
-def apply(session: Session, directives: Iterable[Directive], *, replace: bool = False) -> Changes:
+def apply(
+    session: Session,
+    directives: Iterable[Directive],
+    *,
+    replace: bool = False,
+    force: bool = False,
+) -> Changes:
     """Replay `directives` over the UDB in `session`, check the result, write it.
 
     With `replace`, the run starts from an empty UDB (every entry and account is
-    removed in the same transaction).  Returns what changed; raises
-    DirectiveError (and writes nothing) at the first directive in error.
+    removed in the same transaction); unless `force`, a replacement that would leave
+    no group or user of a UDB that had some is refused (OptionError saying how many
+    entries would go), as an empty input given by mistake would do that.  Returns what
+    changed; raises DirectiveError (and writes nothing) at the first directive in error.
     """
     with _bulk():
         plan = _Plan(session, replace=replace)
@@ -755,8 +763,22 @@ def apply(session: Session, directives: Iterable[Directive], *, replace: bool = 
             plan.apply(d)
         plan.validate()
         ch = plan.changes()
+        if replace and not force:
+            _refuse_emptying(plan, ch)
         plan.write(session, ch)
     return ch
+
+
+def _refuse_emptying(plan: _Plan, ch: Changes) -> None:
+    def people(entries: Iterable[dict]) -> int:
+        return sum(1 for row in entries if not row["shflags"] & SHF_ACCOUNT)
+
+    if people(plan.original.values()) and not people(plan.entries.values()):
+        raise OptionError(
+            f"--replace with this input would delete every group and user: "
+            f"{len(ch.deleted)} entries and {len(ch.accounts_removed)} accounts would go; "
+            "give --force if that is what you want"
+        )
 
 
 class _TestMode(Exception):
@@ -765,7 +787,12 @@ class _TestMode(Exception):
 
 
 def run(
-    engine: Engine, directives: Sequence[Directive], *, test: bool = False, replace: bool = False
+    engine: Engine,
+    directives: Sequence[Directive],
+    *,
+    test: bool = False,
+    replace: bool = False,
+    force: bool = False,
 ) -> Changes:
     """Apply `directives` to the UDB in one write transaction and return the changes.
 
@@ -774,7 +801,7 @@ def run(
     """
     try:
         with write_session(engine) as session:
-            ch = apply(session, directives, replace=replace)
+            ch = apply(session, directives, replace=replace, force=force)
             mark_entries_changed(session)
             if test:
                 raise _TestMode(ch)

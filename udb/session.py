@@ -16,6 +16,8 @@ at BEGIN so that two writers serialise instead of failing half-way.
 from __future__ import annotations
 
 import os
+import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -23,9 +25,11 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect, select, text, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
 
-from udb.models import Serial
+from udb.errors import UdbError
+from udb.models import Base, Serial
 
 #: Seconds a SQLite connection waits for another writer before giving up.
 BUSY_TIMEOUT = 30.0
@@ -37,17 +41,36 @@ def default_path() -> Path:
     return Path(data) / "fairshare" / "udb.sqlite"
 
 
+class UnusableUdb(UdbError):
+    """A UDB that cannot be used: missing, empty, damaged, another program's database, a
+    newer schema, an unreachable server or a URL that does not parse."""
+
+
 def resolve_url(udb: str | None = None) -> str:
-    """The SQLAlchemy URL for `udb` (a path or URL), else UDB_URL, else the default."""
+    """The SQLAlchemy URL for `udb` (a path or URL), else UDB_URL, else the default.
+
+    UnusableUdb (password masked) for a URL that does not parse."""
     udb = udb or os.environ.get("UDB_URL") or str(default_path())
     if "://" in udb:
+        try:
+            make_url(udb)
+        except (ArgumentError, ValueError):
+            raise UnusableUdb(f"cannot parse the UDB URL {mask_url(udb)!r}") from None
         return udb
     return f"sqlite:///{Path(udb).expanduser().resolve()}"
 
 
+def mask_url(text: str) -> str:
+    """`text` (a URL, perhaps one that does not parse) with any password replaced by ***."""
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", text)
+
+
 def display_name(url: str) -> str:
     """The UDB's name for displays: the file path for SQLite, the URL without password else."""
-    u = make_url(url)
+    try:
+        u = make_url(url)
+    except (ArgumentError, ValueError):
+        return mask_url(url)
     if u.get_backend_name() == "sqlite":
         return u.database or ":memory:"
     return u.render_as_string(hide_password=True)
@@ -114,21 +137,44 @@ def make_engine(url: str) -> Engine:
 
 
 _engines: dict[str, Engine] = {}
+_created: set[str] = set()  # URLs of the UDBs open_udb created in this process
+_last_name = ""  # the UDB last opened, named in the message of a database error
 
 
-def open_udb(udb: str | None = None, *, migrate: bool = True) -> Engine:
+def open_udb(udb: str | None = None, *, migrate: bool = True, create: bool = False) -> Engine:
     """An engine on the UDB named by `udb` (see `resolve_url`), its schema at head.
 
-    A new UDB is created; an older one is migrated in place.  Engines are cached
-    per URL within a process.
+    Only with `create` (udbgen, and shrdaemon --simulate with its scenario's UDB) is a
+    missing or empty database made a new UDB; otherwise it is refused ("no UDB at PATH").
+    A database this suite cannot recognise (another program's, a newer schema, a damaged
+    file, an unreachable server) raises UnusableUdb and is left untouched; an older UDB
+    is migrated in place after a quick integrity check.  Engines are cached per URL
+    within a process.
     """
+    global _last_name
     url = resolve_url(udb)
     engine = _engines.get(url)
     if engine is None:
-        engine = make_engine(url)
-        if migrate and current_revision(engine) != head_revision():
-            upgrade(engine)
+        name = display_name(url)
+        path = sqlite_file(url)
+        if path is not None:
+            check_sqlite_file(path, create)
+        engine = connect(url, name)
+        try:
+            revision = recognise(engine, name, create)
+            if migrate and revision != head_revision():
+                quick_check(engine, name)
+                upgrade(engine)
+                if revision is None:
+                    _created.add(url)
+        except DBAPIError as err:
+            engine.dispose()
+            raise UnusableUdb(f"{name}: {database_problem(err)}") from None
+        except UdbError:
+            engine.dispose()
+            raise
         _engines[url] = engine
+    _last_name = display_name(url)
     return engine
 
 
@@ -150,6 +196,7 @@ def open_readonly(udb: str | None = None) -> Engine:
     u = make_url(resolve_url(udb))
     if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
         raise OptionError(f"{display_name(str(u))}: only a SQLite UDB file can be read read-only")
+    check_sqlite_file(Path(u.database), create=False)  # missing, FIFO, not SQLite...
     path = quote(u.database)
 
     def connect():
@@ -166,11 +213,161 @@ def open_readonly(udb: str | None = None) -> Engine:
     return create_engine("sqlite://", creator=connect)
 
 
+def created(engine: Engine) -> bool:
+    """True if `open_udb` made this engine's UDB (it was missing or empty)."""
+    return engine.url.render_as_string(hide_password=False) in _created
+
+
+# -- recognising a UDB: each check raises UnusableUdb with one line naming the UDB --------
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another backend or an in-memory database)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
+#: The first 16 bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(path: Path, create: bool) -> None:
+    """Refuse, before SQLite opens it, a path that is not a UDB file: missing or empty
+    (unless `create`), a directory, a FIFO or device (a FIFO would block), a file that is
+    not SQLite, or one whose size is not whole pages (truncated)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if create:
+            return
+        raise UnusableUdb(f"no UDB at {path}; create one with udbgen") from None
+    except OSError as err:
+        raise UnusableUdb(f"{path}: cannot use it: {err.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UnusableUdb(f"{path}: is a directory, not a UDB file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+        raise UnusableUdb(f"{path}: is {kind}, not a UDB file")
+    if st.st_size == 0:
+        if create:
+            return
+        raise UnusableUdb(f"no UDB at {path} (the file is empty); create one with udbgen")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError as err:
+        raise UnusableUdb(f"{path}: cannot read it: {err.strerror}") from None
+    if not head.startswith(SQLITE_HEADER):
+        raise UnusableUdb(f"{path}: not a UDB: not an SQLite database file")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if len(head) < 100 or page < 512 or st.st_size % page:
+        raise UnusableUdb(
+            f"{path}: damaged SQLite file: its size ({st.st_size} bytes) is not a whole "
+            f"number of {page}-byte pages (truncated?)"
+        )
+
+
+def connect(url: str, name: str) -> Engine:
+    """An engine for `url` whose first connection worked; UnusableUdb naming the UDB (its
+    password masked) for a backend without a driver or a server that cannot be reached."""
+    try:
+        engine = make_engine(url)
+    except (NoSuchModuleError, ImportError) as err:
+        backend = url.split("://", 1)[0]
+        raise UnusableUdb(
+            f"{name}: no database driver for {backend!r} is installed ({err}); "
+            "the UDB can be SQLite or PostgreSQL (postgresql+psycopg://)"
+        ) from None
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except DBAPIError as err:
+        engine.dispose()
+        raise UnusableUdb(f"cannot use the UDB {name}: {database_problem(err)}") from None
+    return engine
+
+
+def database_problem(err: DBAPIError) -> str:
+    """The first line of what the database driver said, for a one-line message."""
+    orig = getattr(err, "orig", None) or err
+    lines = str(orig).strip().splitlines() or [type(orig).__name__]
+    return mask_url(lines[0])
+
+
+def known_revisions() -> list[str]:
+    """Every schema revision this version knows, oldest first."""
+    return sorted(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+
+
+def recognise(engine: Engine, name: str, create: bool = False) -> str | None:
+    """The UDB's schema revision (None for an empty database, allowed only with
+    `create`).  UnusableUdb for another program's database (tables but no UDB schema
+    revision), a newer or unknown revision, or a UDB at head with a table missing."""
+    with engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+        revision = None
+        if "alembic_version" in tables:
+            revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    if revision is None:
+        others = sorted(t for t in tables if t != "alembic_version")
+        if others:
+            listed = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+            raise UnusableUdb(
+                f"{name}: not a UDB: it holds tables ({listed}) but no UDB schema revision; "
+                "left untouched"
+            )
+        if not create:
+            raise UnusableUdb(f"no UDB at {name} (the database is empty); create one with udbgen")
+        return None
+    known = known_revisions()
+    if revision not in known:
+        if revision > known[-1]:
+            raise UnusableUdb(
+                f"{name}: UDB schema revision {revision} is newer than this fairshare knows "
+                f"(up to {known[-1]}); it needs a fairshare with schema revision {revision}"
+            )
+        raise UnusableUdb(f"{name}: unknown UDB schema revision {revision!r}")
+    if revision == head_revision():
+        missing = sorted(set(Base.metadata.tables) - tables)
+        if missing:
+            raise UnusableUdb(f"{name}: damaged UDB: table {', '.join(missing)} missing")
+    return revision
+
+
+def quick_check(engine: Engine, name: str | None = None) -> None:
+    """SQLite's PRAGMA quick_check, once per engine: UnusableUdb naming the first problem
+    of a damaged file.  Writers call it (through `write_session`) before their first
+    write, so no run writes into a damaged UDB."""
+    if engine.dialect.name != "sqlite" or id(engine) in _checked:
+        return
+    name = name or display_name(engine.url.render_as_string(hide_password=False))
+    try:
+        with engine.connect() as conn:
+            result = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check(5)")]
+    except DBAPIError as err:
+        raise UnusableUdb(f"{name}: damaged SQLite file: {database_problem(err)}") from None
+    if result != ["ok"]:
+        raise UnusableUdb(f"{name}: damaged SQLite file ({result[0]}); nothing written")
+    _checked.add(id(engine))
+
+
+_checked: set[int] = set()  # ids of the engines quick_check passed
+
+
+def last_opened() -> str:
+    """The name of the UDB last opened (for the message of an unexpected database error)."""
+    return _last_name
+
+
 def dispose_all() -> None:
     """Close every cached engine (tests, and processes that fork)."""
     for engine in _engines.values():
         engine.dispose()
     _engines.clear()
+    _checked.clear()
 
 
 @contextmanager
@@ -187,6 +384,7 @@ def write_session(engine: Engine) -> Iterator[Session]:
     On SQLite the write lock is taken at BEGIN, so concurrent writers queue
     (up to BUSY_TIMEOUT) rather than fail when they first write.
     """
+    quick_check(engine)
     with Session(engine.execution_options(udb_write=True)) as session:
         with session.begin():
             yield session

@@ -10,8 +10,10 @@ import functools
 import sys
 
 import click
+from sqlalchemy.exc import DBAPIError
 
 from udb.errors import UdbError
+from udb.session import database_problem, last_opened
 
 udb_option = click.option(
     "--udb",
@@ -19,8 +21,8 @@ udb_option = click.option(
     metavar="PATH|URL",
     envvar="UDB_URL",
     show_envvar=True,
-    help="The UDB: a SQLite file or any SQLAlchemy URL "
-    "(default ~/.local/share/fairshare/udb.sqlite).",
+    help="The UDB: a SQLite file or a PostgreSQL URL "
+    "(default ~/.local/share/fairshare/udb.sqlite; udbgen creates it).",
 )
 
 
@@ -52,6 +54,8 @@ def handle_errors(func):
             return func(*args, **kwargs)
         except UdbError as err:
             fail(str(err), err.exit_code)
+        except DBAPIError as err:  # a UDB damaged where open_udb's checks did not look
+            fail(f"{last_opened() or 'the UDB'}: database error: {database_problem(err)}")
         except BrokenPipeError:  # `udbsee -a | head`
             sys.stderr.close()
             sys.exit(0)

@@ -15,7 +15,7 @@ from udb.cli.progress import status, track
 from udb.errors import OptionError
 from udb.models import Entry
 from udb.passwd import passwd_directives, read_passwd
-from udb.session import display_name, open_udb, read_session, resolve_url
+from udb.session import created, display_name, open_udb, read_session, resolve_url
 
 
 def _read(path: str) -> tuple[str, str]:
@@ -51,6 +51,11 @@ def _read(path: str) -> tuple[str, str]:
     "--replace",
     is_flag=True,
     help="Start from an empty UDB: every entry and account not re-created is removed.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --replace: allow an input that would delete every group and user.",
 )
 @click.option(
     "-a", "--analyze", is_flag=True, help="Report share-setup problems instead of changing the UDB."
@@ -111,8 +116,8 @@ def _read(path: str) -> tuple[str, str]:
 @click.option("--json", "as_json", is_flag=True, help="With -a or -p: print JSON.")
 @udb_option
 @handle_errors
-def main(files, commands, test, replace, analyze, mode, maxlevels, passwd_file, resgrp, shares,
-         min_uid, max_uid, verbose, as_json, udb):  # fmt: skip
+def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd_file, resgrp,
+         shares, min_uid, max_uid, verbose, as_json, udb):  # fmt: skip
     """Create, update and delete UDB entries from udbgen DIRECTIVES.
 
     Directives come from FILEs ("-" is standard input) and -c options, in
@@ -152,13 +157,16 @@ def main(files, commands, test, replace, analyze, mode, maxlevels, passwd_file, 
             parsed += udbdir.parse(text, source)
     for text in commands:
         parsed += udbdir.parse(text, "-c")
-    engine = open_udb(udb)  # only once the input parses: bad input creates no UDB
+    # Only once the input parses: bad input creates no UDB.  udbgen alone creates one.
+    engine = open_udb(udb, create=not test)
     if passwd_file:
         parsed += _passwd(engine, passwd_file, resgrp, shares, min_uid, max_uid, verbose, replace)
 
     # The bar follows the directives as they are checked; writing them follows.
     todo = track(parsed, "udbgen: applying", total=len(parsed)) if len(parsed) > 1000 else parsed
-    changes = udbdir.run(engine, todo, test=test, replace=replace)
+    changes = udbdir.run(engine, todo, test=test, replace=replace, force=force)
+    if created(engine):
+        click.echo(f"udbgen: created a new UDB at {display_name(resolve_url(udb))}", err=True)
     if test:
         if as_json:
             click.echo(json.dumps(changes.as_json(), indent=2))
