@@ -872,7 +872,7 @@ def simulated_daemon(
         enforcer, enforcer
     )
     # The whole scenario is checked (TOML, ranges, its directives) before the UDB is touched.
-    sc = load_scenario(path, model, udb=str(engine.url))
+    sc = load_scenario(path, model, udb=engine.url.render_as_string(hide_password=False))
     doc = tomllib.loads(path.read_text())
     with read_session(engine) as s:
         empty = s.execute(select(func.count()).select_from(Entry)).scalar_one() == 0

@@ -273,6 +273,16 @@ def _nth_table_line(text: str, name: str, n: int) -> int:
     return 1
 
 
+def scenario_brings_udb(path: str | Path) -> bool:
+    """True if the scenario at `path` names its own UDB (`udb` or `directives`); False
+    when it does not or cannot be read (loading it then says what is wrong)."""
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return "udb" in doc or "directives" in doc
+
+
 def load_scenario(
     path: str | Path, enforcer: str | None = None, udb: str | None = None
 ) -> Scenario:

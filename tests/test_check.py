@@ -244,7 +244,7 @@ def test_every_code_is_documented_in_the_man_page():
 
 
 def test_columns_from_the_udb_and_configured_maxlevels(tmp_path):
-    engine = open_udb(str(tmp_path / "udb.sqlite"))
+    engine = open_udb(str(tmp_path / "udb.sqlite"), create=True)
     try:
         with read_session(engine) as s:
             assert configured_maxlevels(s) == 4

@@ -39,7 +39,7 @@ def site(url: str, users: dict[str, tuple[int, str]]) -> None:
         text += f"create:{name}:uid:{acid}:shflags:01000000:shares:1:resgrp:G:\n"
     for name, (uid, acids) in users.items():
         text += f"create:{name}:uid:{uid}:acids:{acids}:resgrp:G:shares:1:\n"
-    engine = open_udb(url)
+    engine = open_udb(url, create=True)  # as udbgen does
     directives.run(engine, directives.parse(text, "site"))
     with write_session(engine) as s:
         save_consts(s, Consts(flags=SHAREBYACCT))

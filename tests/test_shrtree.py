@@ -51,7 +51,7 @@ def acme_entries():
 
 
 def make_udb(path: Path, rows, accounts=()):
-    engine = open_udb(str(path))
+    engine = open_udb(str(path), create=True)
     with write_session(engine) as s:
         s.execute(insert(models.Entry), rows)
         if accounts:
@@ -332,7 +332,7 @@ def test_system_usage_uses_the_configured_halflife(tmp_path):
 
 def test_empty_udb_shows_root_and_the_missing_idle_and_unknown(tmp_path):
     path = tmp_path / "empty.sqlite"
-    open_udb(str(path))
+    open_udb(str(path), create=True)  # as udbgen makes one
     dispose_all()
     status, doc = as_json(path, "-l")
     assert status == 1

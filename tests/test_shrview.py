@@ -129,7 +129,8 @@ def simulated(directory: Path, text: str = SCENARIO) -> tuple[str, object]:
     scenario = directory / "scenario.toml"
     scenario.write_text(text)
     url = f"sqlite:///{directory / 'udb.sqlite'}"
-    daemon, _model, _length = simulated_daemon(open_udb(url), str(scenario), epoch=EPOCH)
+    engine = open_udb(url, create=True)  # as shrdaemon --simulate does for its scenario
+    daemon, _model, _length = simulated_daemon(engine, str(scenario), epoch=EPOCH)
     return url, daemon
 
 

@@ -22,12 +22,14 @@ from fairshare.consts import load_consts
 from fairshare.daemon import Daemon, Options
 from fairshare.dist import auth_path
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
-from fairshare.lock import DaemonLock, lock_path
+from fairshare.lock import DaemonLock
 from fairshare.server import Server
 from fairshare.service import Notifier, log_formatter
+from fairshare.sim import scenario_brings_udb
 from fairshare.store import LnodeStore
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
+from udb.models import MAX_ID
 from udb.remote import DEFAULT_SOCKET
 from udb.session import display_name, open_udb, read_session, resolve_url
 
@@ -77,7 +79,12 @@ def detach() -> None:
     "none only accounts.  Without root it is always none.",
 )
 @click.option("--once", is_flag=True, help="Run one cycle (one delta after start), then stop.")
-@click.option("--cycles", type=click.IntRange(min=1), metavar="N", help="Run N cycles, then stop.")
+@click.option(
+    "--cycles",
+    type=click.IntRange(min=1, max=10**9),
+    metavar="N",
+    help="Run N cycles (1 to 10^9), then stop.",
+)
 @click.option(
     "--foreground/--detach",
     default=True,
@@ -96,7 +103,7 @@ def detach() -> None:
 )
 @click.option(
     "--enforce-min-uid",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=MAX_ID),
     default=1000,
     show_default=True,
     metavar="UID",
@@ -194,12 +201,14 @@ def main(
 
         observers.append(Metrics(parse_address(metrics_at), metrics_lnodes))
     url = resolve_url(udb)
-    engine = open_udb(url)
+    # Only a simulation that brings its own UDB (the scenario's udb or directives) may
+    # create one; the real daemon never does.
+    engine = open_udb(url, create=bool(scenario) and scenario_brings_udb(scenario))
     with read_session(engine) as s:
         consts = load_consts(s)
     # One daemon per UDB and host name: a second one with the same --host is refused.
     host = host or ("simulator" if scenario else socket.gethostname())
-    lock = DaemonLock(url, f"{display_name(url)} (host {host})", path=lock_path(url, host))
+    lock = DaemonLock(url, f"{display_name(url)} (host {host})", host=host, engine=engine)
     if scenario:
         serve(observers)
         with lock:
@@ -219,7 +228,7 @@ def main(
             )
         else:
             log.info("enforcer %s: %s", choice.name, choice.reason)
-        log.info("UDB %s, host %s, lock %s", display_name(url), host, lock.path)
+        log.info("UDB %s, host %s, lock %s", display_name(url), host, lock.where)
         daemon = make_daemon(engine, choice, host, enforce_min_uid, consts.share_by_account)
         daemon.observers.extend(observers)
         serve(observers)

@@ -32,9 +32,9 @@ from fairshare.display.shrview import (
 from fairshare.lnode import aged_usage
 from fairshare.store import published_hosts, read_site
 from fairshare.tree import TREE_COLUMNS, build_tree
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import NotFound, OptionError
-from udb.models import SHF_ACCOUNT, SHF_GROUP, Entry
+from udb.models import MAX_EPOCH, SHF_ACCOUNT, SHF_GROUP, Entry
 from udb.remote import Reader, socket_option
 from udb.session import read_session
 
@@ -53,7 +53,12 @@ from udb.session import read_session
     "first, instead of one profile.",
 )
 @click.option("--host", metavar="NAME", help="Use the lnode table this host's daemon published.")
-@click.option("--now", type=float, metavar="EPOCH", help="Take this as the current time (epoch s).")
+@click.option(
+    "--now",
+    type=FiniteFloat(0, MAX_EPOCH),
+    metavar="EPOCH",
+    help="Take this as the current time (epoch s, 0 to 1e11).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
 @handle_errors
 def main(udb, socket_, user, verbose, every, host, now, as_json):

@@ -10,7 +10,7 @@ import click
 
 from fairshare.dist import current_caller
 from fairshare.sync import QUOTA, UPDATE, Done, submit, wait
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import OptionError
 from udb.remote import call, reach, socket_option
 from udb.session import open_udb
@@ -36,9 +36,9 @@ MARGIN = 2.0
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(0, 86400),
     metavar="SECONDS",
-    help="How long to wait for the daemon (default: 3 of its cycles + 2 s).",
+    help="How long to wait for the daemon, 0 to 86400 (default: 3 of its cycles + 2 s).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what the daemon did as JSON.")
 @handle_errors

@@ -15,8 +15,9 @@ from sqlalchemy.engine import make_url
 from fairshare.consts import load_consts
 from fairshare.display.shrtree import analyse_tree, render_problems, render_tree, report_json
 from udb.check import configured_maxlevels, load_accounts, load_entry_columns
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import NotFound
+from udb.models import MAX_EPOCH
 from udb.remote import Reader, socket_option
 from udb.session import display_name, read_session, resolve_url
 
@@ -43,9 +44,9 @@ from udb.session import display_name, read_session, resolve_url
 @click.option("--node", metavar="NAME", help="Show only the subtree under the entry NAME.")
 @click.option(
     "--now",
-    type=float,
+    type=FiniteFloat(0, MAX_EPOCH),
     metavar="EPOCH",
-    help="Age usage to this time, in seconds since the epoch (default: the current time).",
+    help="Age usage to this time, in seconds since the epoch, 0 to 1e11 (default: now).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
 @handle_errors

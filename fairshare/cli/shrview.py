@@ -45,9 +45,9 @@ from fairshare.display.shrview import (
 from fairshare.display.site import site_json, site_lines
 from fairshare.store import LnodeStore, read_site
 from fairshare.tree import TREE_COLUMNS, build_tree
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import NotFound, OptionError
-from udb.models import Entry
+from udb.models import MAX_EPOCH, Entry
 from udb.remote import Reader, socket_option
 from udb.session import read_session
 
@@ -161,9 +161,9 @@ def tree_leaves(engine, mode: str) -> int:
 @click.option(
     "-r",
     "--repeat",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1_000_000),
     metavar="N",
-    help="Repeat mode: N displays, one per cycle, separated by form feeds.",
+    help="Repeat mode: N displays (1 to 1,000,000), one per cycle, separated by form feeds.",
 )
 @click.option(
     "-c",
@@ -181,9 +181,9 @@ def tree_leaves(engine, mode: str) -> int:
 )
 @click.option(
     "--now",
-    type=float,
+    type=FiniteFloat(0, MAX_EPOCH),
     metavar="EPOCH",
-    help="Take this as the current time (epoch s) for the age of the table.",
+    help="Take this as the current time (epoch s, 0 to 1e11) for the age of the table.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one document per line).")
 @handle_errors

@@ -7,6 +7,7 @@ line on stderr (``PROG: message``) and exit status 2, never a traceback.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 
 import click
@@ -24,6 +25,18 @@ udb_option = click.option(
     help="The UDB: a SQLite file or a PostgreSQL URL "
     "(default ~/.local/share/fairshare/udb.sqlite; udbgen creates it).",
 )
+
+
+class FiniteFloat(click.FloatRange):
+    """A click number type: a finite float within a range (FloatRange alone lets NaN by)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number in {self._describe_range()}.", param, ctx)
+        return rv
 
 
 #: The most history rows --last may ask for (shradmin and shrdist --history).

@@ -13,7 +13,7 @@ from udb.check import CHECK_COLUMNS, check_udb, configured_maxlevels, load_accou
 from udb.cli.common import handle_errors, udb_option
 from udb.cli.progress import status, track
 from udb.errors import OptionError
-from udb.models import Entry
+from udb.models import MAX_ID, MAX_SHARES, Entry
 from udb.passwd import passwd_directives, read_passwd
 from udb.session import created, display_name, open_udb, read_session, resolve_url
 
@@ -78,7 +78,7 @@ def _read(path: str) -> tuple[str, str]:
 @click.option(
     "-G",
     "--maxlevels",
-    type=click.IntRange(2),
+    type=click.IntRange(2, 64),
     default=None,
     metavar="LEVELS",
     help="With -a: levels allowed, root included (default: shradmin -G, else 4).",
@@ -94,21 +94,21 @@ def _read(path: str) -> tuple[str, str]:
 )
 @click.option(
     "--shares",
-    type=click.IntRange(0),
+    type=click.IntRange(0, MAX_SHARES),
     default=100,
     show_default=True,
     help="With --passwd: their shares.",
 )
 @click.option(
     "--min-uid",
-    type=click.IntRange(0),
+    type=click.IntRange(0, MAX_ID),
     default=0,
     show_default=True,
     help="With --passwd: skip accounts with a smaller uid.",
 )
 @click.option(
     "--max-uid",
-    type=click.IntRange(0),
+    type=click.IntRange(0, MAX_ID),
     default=None,
     help="With --passwd: skip accounts with a larger uid.",
 )
