@@ -83,7 +83,8 @@ def _sqlite_setup(engine: Engine) -> None:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-        cur.execute("PRAGMA journal_mode = WAL")
+        # journal_mode = WAL is set once a database is known to be a UDB (`use_wal`): it
+        # is stored in the file, and a database we cannot recognise is never written.
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
@@ -162,11 +163,14 @@ def open_udb(udb: str | None = None, *, migrate: bool = True, create: bool = Fal
         engine = connect(url, name)
         try:
             revision = recognise(engine, name, create)
+            _created.discard(url)
             if migrate and revision != head_revision():
                 quick_check(engine, name)
                 upgrade(engine)
                 if revision is None:
                     _created.add(url)
+            if path is not None and migrate:
+                use_wal(engine)
         except DBAPIError as err:
             engine.dispose()
             raise UnusableUdb(f"{name}: {database_problem(err)}") from None
@@ -211,6 +215,19 @@ def open_readonly(udb: str | None = None) -> Engine:
         return conn
 
     return create_engine("sqlite://", creator=connect)
+
+
+def use_wal(engine: Engine) -> None:
+    """Put a recognised SQLite UDB in WAL mode (kept in the file), so the daemon and the
+    admin commands can use it at once."""
+    raw = engine.raw_connection()  # outside a transaction, where SQLite allows the change
+    try:
+        cur = raw.cursor()
+        if cur.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            cur.execute("PRAGMA journal_mode = WAL")
+        cur.close()
+    finally:
+        raw.close()
 
 
 def created(engine: Engine) -> bool:
@@ -293,8 +310,8 @@ def connect(url: str, name: str) -> Engine:
 def database_problem(err: DBAPIError) -> str:
     """The first line of what the database driver said, for a one-line message."""
     orig = getattr(err, "orig", None) or err
-    lines = str(orig).strip().splitlines() or [type(orig).__name__]
-    return mask_url(lines[0])
+    lines = [line.strip() for line in str(orig).strip().splitlines() if line.strip()]
+    return mask_url(" ".join(lines[:2]) if lines else type(orig).__name__)
 
 
 def known_revisions() -> list[str]:
@@ -350,7 +367,8 @@ def quick_check(engine: Engine, name: str | None = None) -> None:
     except DBAPIError as err:
         raise UnusableUdb(f"{name}: damaged SQLite file: {database_problem(err)}") from None
     if result != ["ok"]:
-        raise UnusableUdb(f"{name}: damaged SQLite file ({result[0]}); nothing written")
+        first = " ".join(str(result[0]).replace("*** in database main ***", "").split())
+        raise UnusableUdb(f"{name}: damaged SQLite file ({first}); nothing written")
     _checked.add(id(engine))
 
 

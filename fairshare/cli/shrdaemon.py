@@ -31,7 +31,7 @@ from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
 from udb.models import MAX_ID
 from udb.remote import DEFAULT_SOCKET
-from udb.session import display_name, open_udb, read_session, resolve_url
+from udb.session import display_name, open_udb, quick_check, read_session, resolve_url
 
 log = logging.getLogger("shrdaemon")
 
@@ -204,6 +204,7 @@ def main(
     # Only a simulation that brings its own UDB (the scenario's udb or directives) may
     # create one; the real daemon never does.
     engine = open_udb(url, create=bool(scenario) and scenario_brings_udb(scenario))
+    quick_check(engine)  # a damaged file is refused before the daemon starts, not mid-way
     with read_session(engine) as s:
         consts = load_consts(s)
     # One daemon per UDB and host name: a second one with the same --host is refused.

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import time
 
 import click
 import orjson
 from rich.console import Console
-from sqlalchemy.engine import make_url
 
 from fairshare.consts import load_consts
 from fairshare.display.shrtree import analyse_tree, render_problems, render_tree, report_json
 from udb.check import configured_maxlevels, load_accounts, load_entry_columns
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
-from udb.errors import NotFound
 from udb.models import MAX_EPOCH
 from udb.remote import Reader, socket_option
 from udb.session import display_name, read_session, resolve_url
@@ -64,15 +61,7 @@ def main(udb, socket_, long_, errors_only, by_account, node, now, as_json):
     # collector would only rescan them over and over (a third of the time at 100,000 users).
     gc.disable()
     url = resolve_url(udb)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        try:
-            os.stat(parsed.database)
-        except FileNotFoundError:
-            raise NotFound(f"--udb {parsed.database}: no such UDB file") from None
-        except OSError:
-            pass  # not ours to look at: the daemon shows it
-    engine = Reader(url, socket_).engine
+    engine = Reader(url, socket_).engine  # a missing file: "no UDB at PATH"
     with read_session(engine) as session:
         cols = load_entry_columns(session)
         accounts = load_accounts(session)
