@@ -224,7 +224,7 @@ class Range:
     def __contains__(self, value: object) -> bool:
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
-        if self.integer and value != int(value):
+        if not math.isfinite(value) or (self.integer and value != int(value)):
             return False
         above = value > self.lo if self.lo_open else value >= self.lo
         below = value < self.hi if self.hi_open else value <= self.hi

@@ -118,7 +118,6 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
     if schedule is not None and remove and (changes or days or hours):
         raise OptionError("--remove takes no other setting")
     if changes or schedule is not None:
-        _warn_halflife(changes)
         with write_session(engine) as session:
             if schedule is None:
                 set_constants(session, changes, who=_who(), now=now)
@@ -134,6 +133,7 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
                     who=_who(),
                     now=now,
                 )
+        _warn_halflife(changes)  # once the change is accepted
     with read_session(engine) as session:
         base = load_consts(session)
         rows = schedules(session)
