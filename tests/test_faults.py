@@ -577,6 +577,7 @@ def _finite(x: float) -> bool:
 # -- the cycle never stores a non-finite number ------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow, on purpose
 def test_a_non_finite_value_is_logged_and_the_last_finite_one_kept(tmp_path, template, caplog):
     # A usage near the largest float, written behind udbgen's back (an old UDB): the
     # priority overflows to infinity.  The daemon logs the lnode and keeps scheduling.

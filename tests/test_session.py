@@ -176,6 +176,28 @@ def test_postgresql_round_trip(pg_url, acme_acct):
     assert r.stdout == "create:u1:uid:1002:\ncreate:u2:uid:1001:\n"
 
 
+def test_postgresql_daemon_lock_is_an_advisory_lock_keyed_by_host(pg_url, acme_acct):
+    # Issue 11.13: the lock is the database's, not the URL's spelling: two URLs of one
+    # PostgreSQL database (one with a needless option) find the same lock.
+    from fairshare.lock import AlreadyRunning, DaemonLock
+
+    engine = open_udb(pg_url, create=True)
+    other = open_udb(pg_url + "&application_name=second")
+    held = DaemonLock(pg_url, "pg", host="node1", engine=engine)
+    held.acquire()
+    try:
+        with pytest.raises(AlreadyRunning, match="already served by a shrdaemon for host node1"):
+            DaemonLock(pg_url, "pg", host="node1", engine=other).acquire()
+        node2 = DaemonLock(pg_url, "pg", host="node2", engine=other)
+        node2.acquire()  # another host's daemon on the same UDB is welcome
+        node2.release()
+    finally:
+        held.release()
+    again = DaemonLock(pg_url, "pg", host="node1", engine=other)
+    again.acquire()
+    again.release()
+
+
 def test_head_revision_is_alembics_head():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
