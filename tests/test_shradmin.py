@@ -133,6 +133,9 @@ def test_a_bare_halflife_is_hours_as_in_the_guide(udb_url):
     # The guide's prime-time table: "-K 120  Usage decay rate of 5 days".
     assert run(udb_url, "-K", "120").exit_code == 0
     assert stored(udb_url)[0].halflife == 120 * 3600
+    assert (
+        "(half-life of 432000.0 seconds), shradmin -K 120 (-K takes hours)" in run(udb_url).output
+    )
     assert run(udb_url, "-K", "90m").exit_code == 0  # suffixes keep their unit
     assert stored(udb_url)[0].halflife == 90 * 60
     r = run(udb_url, "--schedule", "night", "--days", "all", "--hours", "18-8", "-K", "2")

@@ -44,7 +44,8 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
         f"Scheduling flags = {', '.join(names) if names else '(none)'} ({consts.flags:03o})",
         f"Charging percentage = {_g(consts.percent)}%",
         f"Usage decay rate = {consts.K:.8f} per {_g(consts.delta)} s cycle "
-        f"(half-life of {consts.halflife:.1f} seconds)",
+        f"(half-life of {consts.halflife:.1f} seconds), shradmin -K {consts.halflife / 3600:g}"
+        " (-K takes hours)",
         f"Write-back interval = {_g(consts.writeback)} s, "
         f"checkpoint interval = {_g(consts.checkpoint)} s",
     ]
