@@ -672,6 +672,38 @@ def test_scenarios_with_huge_or_tiny_numbers_are_refused_at_once(tmp_path, chang
     one_line_exit_2(r, str(scenario), says)
 
 
+SCENARIO_KEYS = [
+    "cpus", "duration", "delta", "warmup",
+    *(f"consts.{c}" for c in ("halflife", "delta", "cost_tick", "cost_mem", "percent",
+                              "maxushare", "mingshare", "sharemin", "maxusage", "maxlevels",
+                              "writeback", "quota_threshold")),
+    "workload.procs", "workload.start", "workload.stop", "workload.demand",
+]  # fmt: skip
+TOML_NUMBERS = ["1e308", "-1e308", "nan", "inf", "-inf", "9" * 400, "-" + "9" * 30, "1e-300"]
+
+
+@pytest.mark.parametrize("key", SCENARIO_KEYS)
+def test_huge_and_non_finite_numbers_in_every_scenario_key(tmp_path, key):
+    from fairshare.sim import MAX_CYCLES, ScenarioError, parse_scenario
+
+    section, _, name = key.rpartition(".")
+    for number in TOML_NUMBERS:
+        top = {"cpus": "1", "duration": '"1h"', "delta": '"4s"'}
+        consts = {}
+        workload = {"name": '"a"'}
+        {"": top, "consts": consts, "workload": workload}[section][name] = number
+        text = "".join(f"{k} = {v}\n" for k, v in top.items())
+        text += 'directives = "create:a:uid:5:shares:1:"\n[consts]\n'
+        text += "".join(f"{k} = {v}\n" for k, v in consts.items())
+        text += "[[workload]]\n" + "".join(f"{k} = {v}\n" for k, v in workload.items())
+        try:
+            sc = parse_scenario(text, "s.toml")
+        except ScenarioError as err:
+            assert "\n" not in str(err)
+            continue
+        assert sc.duration / sc.delta <= MAX_CYCLES and sc.cpus <= 100_000, (key, number)
+
+
 # -- udbgen --replace ----------------------------------------------------------------------------
 
 

@@ -156,7 +156,8 @@ def test_a_caller_with_no_passwd_entry_is_recorded_by_uid(udb_url, monkeypatch):
         raise KeyError(f"getpwuid(): uid not found: {uid}")
 
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
-    monkeypatch.delenv("SUDO_USER", raising=False)
+    for name in ("SUDO_USER", "LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
     r = run(udb_url, "-X", "3")
     assert r.exit_code == 0, r.output
     with read_session(open_udb(udb_url)) as s:

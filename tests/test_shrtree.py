@@ -244,7 +244,7 @@ def test_missing_udb_file_is_exit_2_and_not_created(tmp_path):
     path = tmp_path / "none.sqlite"
     result = run(path)
     assert result.exit_code == 2
-    assert "no such UDB" in result.stderr and not path.exists()
+    assert f"no UDB at {path}; create one with udbgen" in result.stderr and not path.exists()
 
 
 def test_help_lists_every_option():

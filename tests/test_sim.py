@@ -314,7 +314,8 @@ def _daemon_split(path: Path, url: str, enforcer: str) -> dict[str, float]:
     """Delivered share per lnode when shrdaemon --simulate runs `path` to its end."""
     from fairshare.daemon import simulated_daemon
 
-    d, _model, length = simulated_daemon(open_udb(url), str(path), enforcer, epoch=0.0)
+    engine = open_udb(url, create=True)  # as shrdaemon --simulate does for its scenario
+    d, _model, length = simulated_daemon(engine, str(path), enforcer, epoch=0.0)
     d.start()
     for _ in range(length):
         d.clock.sleep(d.consts.delta, d.wake)
@@ -394,3 +395,11 @@ def test_workload_nice_errors():
     bad = NICED.replace("nice = 3", "nice = 25")
     with pytest.raises(ScenarioError, match="nice: expected a nice value from -20 to 19"):
         parse_scenario(bad, "bad.toml")
+
+
+def test_a_bare_halflife_in_a_scenario_is_hours():
+    # As shradmin -K (issue 11.2): the guide's "-K 120" is five days.
+    hours = parse_scenario(TWO_USERS.replace('halflife = "5m"', "halflife = 2"), "two.toml")
+    assert hours.consts.halflife == 7200.0
+    unit = parse_scenario(TWO_USERS.replace('halflife = "5m"', 'halflife = "2s"'), "two.toml")
+    assert unit.consts.halflife == 2.0
