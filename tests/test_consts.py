@@ -175,3 +175,17 @@ def test_migration_0002_keeps_entries(tmp_path):
         assert load_consts(s).halflife == 60.0
         assert s.execute(sa.text("SELECT name FROM entries")).scalar() == "u1"
     engine.dispose()
+
+
+def test_every_constant_has_a_documented_range():
+    from pathlib import Path
+
+    from fairshare.consts import FIELDS, RANGES
+
+    assert set(FIELDS) - set(RANGES) == {"flags"}  # flags: the known bits (parse_flags)
+    page = (Path(__file__).parent.parent / "man" / "shradmin.8").read_text()
+    assert ".SH RANGES" in page
+    for name, rng in RANGES.items():
+        if name not in ("cost_tty", "nice_decay", "maxlevels"):
+            assert rng.smallest in rng and rng.largest in rng
+            assert float("nan") not in rng and float("inf") not in rng
