@@ -181,13 +181,16 @@ def pg_server():
 
 @pytest.fixture
 def pg_db(pg_server):
-    """The URL of a new, empty database on the throwaway server."""
+    """The URL of a new, empty UDB (schema at head) in a new database on the throwaway
+    server."""
     name = f"udb_{uuid.uuid4().hex[:12]}"
     admin = create_engine(pg_server.url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f"CREATE DATABASE {name}"))
     admin.dispose()
-    yield pg_server.url.replace("/postgres?", f"/{name}?")
+    url = pg_server.url.replace("/postgres?", f"/{name}?")
+    open_udb(url, create=True)  # an empty UDB, as udbgen makes one
+    yield url
     dispose_all()
 
 
