@@ -217,6 +217,13 @@ def test_only_udbgen_creates_a_udb(tmp_path, empty):
     assert r.exit_code == 0 and r.stderr == ""  # said once, when it was made
 
 
+def test_a_refused_first_run_of_udbgen_leaves_no_udb(tmp_path):
+    path = tmp_path / "new.sqlite"
+    r = invoke(udbgen, ["-c", "update:nobody:shares:1:"], str(path), tmp_path)
+    one_line_exit_2(r, "no entry named nobody")
+    assert sorted(os.listdir(tmp_path)) == ["scenario.toml"]
+
+
 def test_a_missing_parent_directory_is_not_made_by_a_reader(tmp_path):
     path = tmp_path / "no" / "such" / "udb.sqlite"
     one_line_exit_2(invoke(udbsee, ["-a"], str(path), tmp_path), f"no UDB at {path}")

@@ -178,6 +178,8 @@ def open_udb(udb: str | None = None, *, migrate: bool = True, create: bool = Fal
             engine.dispose()
             raise
         _engines[url] = engine
+    else:
+        _created.discard(url)  # made by an earlier open: not new to this caller
     _last_name = display_name(url)
     return engine
 
@@ -230,8 +232,22 @@ def use_wal(engine: Engine) -> None:
         raw.close()
 
 
+def discard_created(engine: Engine) -> None:
+    """Remove the SQLite UDB `open_udb` created in this process (a refused first run
+    leaves no file behind); anything else is left as it is."""
+    url = engine.url.render_as_string(hide_password=False)
+    path = sqlite_file(url)
+    if url not in _created or path is None:
+        return
+    engine.dispose()
+    _engines.pop(url, None)
+    _created.discard(url)
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        p.unlink(missing_ok=True)
+
+
 def created(engine: Engine) -> bool:
-    """True if `open_udb` made this engine's UDB (it was missing or empty)."""
+    """True if the last `open_udb` of this engine's UDB made it (it was missing or empty)."""
     return engine.url.render_as_string(hide_password=False) in _created
 
 

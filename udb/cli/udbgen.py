@@ -12,10 +12,17 @@ from udb import directives as udbdir
 from udb.check import CHECK_COLUMNS, check_udb, configured_maxlevels, load_accounts
 from udb.cli.common import handle_errors, udb_option
 from udb.cli.progress import status, track
-from udb.errors import OptionError
+from udb.errors import OptionError, UdbError
 from udb.models import MAX_ID, MAX_SHARES, Entry
 from udb.passwd import passwd_directives, read_passwd
-from udb.session import created, display_name, open_udb, read_session, resolve_url
+from udb.session import (
+    created,
+    discard_created,
+    display_name,
+    open_udb,
+    read_session,
+    resolve_url,
+)
 
 
 def _read(path: str) -> tuple[str, str]:
@@ -159,12 +166,19 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
         parsed += udbdir.parse(text, "-c")
     # Only once the input parses: bad input creates no UDB.  udbgen alone creates one.
     engine = open_udb(udb, create=not test)
-    if passwd_file:
-        parsed += _passwd(engine, passwd_file, resgrp, shares, min_uid, max_uid, verbose, replace)
-
-    # The bar follows the directives as they are checked; writing them follows.
-    todo = track(parsed, "udbgen: applying", total=len(parsed)) if len(parsed) > 1000 else parsed
-    changes = udbdir.run(engine, todo, test=test, replace=replace, force=force)
+    try:
+        if passwd_file:
+            parsed += _passwd(
+                engine, passwd_file, resgrp, shares, min_uid, max_uid, verbose, replace
+            )
+        # The bar follows the directives as they are checked; writing them follows.
+        todo = (
+            track(parsed, "udbgen: applying", total=len(parsed)) if len(parsed) > 1000 else parsed
+        )
+        changes = udbdir.run(engine, todo, test=test, replace=replace, force=force)
+    except UdbError:
+        discard_created(engine)  # a refused run leaves no new UDB behind
+        raise
     if created(engine):
         click.echo(f"udbgen: created a new UDB at {display_name(resolve_url(udb))}", err=True)
     if test:
