@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fairshare.cli.newacct import main as newacct
 from fairshare.cli.shradmin import main as shradmin
 from fairshare.cli.shrdaemon import main as shrdaemon
 from fairshare.cli.shrdist import main as shrdist
@@ -58,7 +57,6 @@ COMMANDS = [
     ("shrinfo", shrinfo, ["u1"], False),
     ("shrdist", shrdist, ["-g", "Proj1", "-b", "Proj1A=10"], True),
     ("shrsync", shrsync, ["-u", "--timeout", "0"], True),
-    ("newacct", newacct, ["a1"], False),  # it writes its spool, not the UDB
     ("shrdaemon", shrdaemon, ["--once", "--enforcer", "none"], True),
     ("shrsim", shrsim, ["SCENARIO"], False),
 ]
