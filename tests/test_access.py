@@ -146,7 +146,7 @@ def site():
     (base / "run").mkdir(mode=0o755)
     s = Site(base)
     url = f"sqlite:///{s.db}"
-    engine = open_udb(url)
+    engine = open_udb(url, create=True)  # as udbgen makes it
     directives.run(engine, directives.parse(ACME.read_text() + PEOPLE + CROWD, "site"))
     with write_session(engine) as ses:
         save_consts(ses, consts_from_mapping({"delta": DELTA}, load_consts(ses)))
@@ -461,6 +461,7 @@ def test_one_uid_cannot_take_every_connection(site):
 
 def test_the_daemon_refuses_a_second_daemon_on_its_socket(site):
     other = site.base / "other.sqlite"
+    open_udb(str(other), create=True)  # as udbgen makes it: the daemon creates no UDB
     r = subprocess.run(
         [sys.executable, "-m", "fairshare.cli.shrdaemon", "--enforcer", "none", "--once"]
         + ["--udb", str(other), "--socket", site.sock],
@@ -479,7 +480,7 @@ def test_the_daemon_refuses_a_second_daemon_on_its_socket(site):
 
 def test_an_empty_socket_path_serves_nothing(tmp_path):
     url = f"sqlite:///{tmp_path / 'u.sqlite'}"
-    with write_session(open_udb(url)) as ses:
+    with write_session(open_udb(url, create=True)) as ses:
         save_consts(ses, consts_from_mapping({"delta": 0.2}, load_consts(ses)))
     log = tmp_path / "log"
     args = ["--udb", url, "--enforcer", "none", "--once", "--socket", "", "--log-file", str(log)]
@@ -491,7 +492,7 @@ def test_an_empty_socket_path_serves_nothing(tmp_path):
 
 
 def test_the_daemon_replaces_a_stale_socket_but_never_a_file(tmp_path):
-    engine = open_udb(f"sqlite:///{tmp_path / 'u.sqlite'}")
+    engine = open_udb(f"sqlite:///{tmp_path / 'u.sqlite'}", create=True)
     stale = tmp_path / "stale.sock"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(str(stale))
@@ -517,7 +518,7 @@ def test_without_a_daemon_a_readable_udb_is_read_read_only(tmp_path):
     base = shared_dir()
     try:
         db = base / "udb.sqlite"
-        engine = open_udb(f"sqlite:///{db}")
+        engine = open_udb(f"sqlite:///{db}", create=True)
         directives.run(engine, directives.parse(ACME.read_text() + PEOPLE, "acme+people"))
         dispose_all()
         db.chmod(0o644)

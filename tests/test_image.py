@@ -72,7 +72,7 @@ def test_an_image_cannot_be_written(udb_url):
 
 
 def test_postgresql_gives_the_same_image(pg_url, udb_url):  # noqa: F811
-    pg = open_udb(pg_url)
+    pg = open_udb(pg_url, create=True)
     with pg.begin() as conn:  # a clean slate when UDB_TEST_PG_URL is reused
         for table in ("lnode_checkpoints", "sync_requests", "entries", "accounts"):
             conn.execute(text(f"DELETE FROM {table}"))
@@ -87,7 +87,7 @@ def test_postgresql_gives_the_same_image(pg_url, udb_url):  # noqa: F811
 
 def test_open_readonly_changes_nothing(tmp_path):
     path = tmp_path / "plain.sqlite"
-    engine = open_udb(f"sqlite:///{path}")
+    engine = open_udb(f"sqlite:///{path}", create=True)
     fill(engine)
     engine.dispose()
     conn = sqlite3.connect(path)
