@@ -267,7 +267,7 @@ def test_none_and_nosched_leave_the_nice_alone(tmp_path, udb_url):
     assert [world.nice_of(i) for i in range(4)] == [0, 10, 2, 0]
 
     path = scenario(tmp_path, NICE_SCENARIO.format(model="cgroup"))
-    engine2 = open_udb(f"sqlite:///{tmp_path / 'two.sqlite'}")
+    engine2 = open_udb(f"sqlite:///{tmp_path / 'two.sqlite'}", create=True)  # as udbgen does
     d2, _model, _length = simulated_daemon(engine2, str(path), epoch=0.0)
     world2 = d2.actions.world
     d2.start()
