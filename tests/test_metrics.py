@@ -55,7 +55,7 @@ def test_bad_metrics_address_is_exit_2(udb_url):
 
 def test_snapshot_after_each_cycle_capped_to_the_largest_usage(tmp_path):
     url = f"sqlite:///{tmp_path / 'sim.sqlite'}"
-    engine = open_udb(url)
+    engine = open_udb(url, create=True)  # as shrdaemon --simulate does for its scenario
     daemon, _model, _n = simulated_daemon(engine, str(ACME), cycles=20)
     m = Metrics(("127.0.0.1", 0), max_lnodes=5)
     daemon.observers.append(m)
