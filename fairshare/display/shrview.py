@@ -20,6 +20,7 @@ charge units per second.
 from __future__ import annotations
 
 import operator
+import re
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -453,6 +454,51 @@ def column_texts(c: Column, shown: Sequence[ViewLnode]) -> list[str]:
     return list(map(c.fmt.format, vals))
 
 
+#: A fixed-point format of one number ("{:.2f}"): its texts grow with the distance from 0.
+_FIXED = re.compile(r"\{:\.\d+f\}")
+
+
+def _fixed_lines(
+    cols: Sequence[Column], names: list[str], shown: Sequence[ViewLnode]
+) -> list[str] | None:
+    """The lines `columns` makes of the Name cells `names` and the other columns of
+    `shown`, formatted in one str.format per line; None when a column is not one
+    attribute's finite numbers (the cell functions then do it).
+
+    A fixed-precision text of a number is no shorter than that of a number nearer 0,
+    so a column's widest text is its largest's or its smallest's: the widths come
+    without formatting every cell, and each line is one format of the row's values.
+    """
+    if not shown or cols[0].right:
+        return None
+    vals, specs = [], []
+    for c in cols[1:]:
+        v = _values(c, shown)
+        if v is None or not c.fmt.startswith("{") or c.fmt.count("{") != 1:
+            return None
+        if all(type(x) is int for x in v) and not (c.pct or c.prep is not None):
+            ends = (max(v), min(v))
+        elif _FIXED.fullmatch(c.fmt) and all(type(x) in (int, float) for x in v):
+            a = np.array(v, dtype=float)
+            if c.pct or c.prep is not None:
+                a = 100 * a if c.pct else c.prep(a)
+                v = a.tolist()
+            if not np.isfinite(a).all():
+                return None
+            ends = (float(a.max()), float(a.min()))
+        else:
+            return None
+        align = ">" if c.right else "<"
+        width = max(len(c.heading), *(len(c.fmt.format(x)) for x in ends))
+        vals.append(v)
+        specs.append((f"{align}{width}", c.fmt[1:-1].removeprefix(":")))
+    name_w = max(len(cols[0].heading), max(map(len, names)))
+    heads = [f"{{:<{name_w}}}", *(f"{{:{w}}}" for w, _ in specs)]
+    head = "  ".join(heads).format(*(c.heading for c in cols)).rstrip()
+    fmt = "  ".join([f"{{:<{name_w}}}", *(f"{{:{w}{f}}}" for w, f in specs)])
+    return [head, *map(str.rstrip, map(fmt.format, names, *vals))]
+
+
 def column_values(c: Column, shown: Sequence[ViewLnode]) -> list:
     """Column `c`'s JSON values for `shown` (as `c.value` gives them)."""
     vals = _values(c, shown)
@@ -821,8 +867,12 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
             f"{1 / floor:g} and Due x {limit:g} (edge effects: K5 = {K5:g})"
         ]
     cols = display_columns(req.display, snap.consts)
+    names = [_indented(v, top) for v in shown]
+    fixed = _fixed_lines(cols, names, shown)
+    if fixed is not None:
+        return lines + fixed
     # Column by column (one map per column), then rows: cheaper than a call per cell.
-    cells = [[_indented(v, top) for v in shown], *(column_texts(c, shown) for c in cols[1:])]
+    cells = [names, *(column_texts(c, shown) for c in cols[1:])]
     table = list(zip(*cells, strict=True))
     return lines + columns([[c.heading for c in cols]], table, [c.right for c in cols])
 
