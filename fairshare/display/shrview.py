@@ -476,12 +476,12 @@ def _fixed_lines(
         v = _values(c, shown)
         if v is None or not c.fmt.startswith("{") or c.fmt.count("{") != 1:
             return None
-        if all(type(x) is int for x in v) and not (c.pct or c.prep is not None):
-            ends = (max(v), min(v))
-        elif _FIXED.fullmatch(c.fmt) and all(type(x) in (int, float) for x in v):
-            a = np.array(v, dtype=float)
+        a = np.array(v)  # int64 for ints, float64 with a float among them
+        if a.dtype.kind == "i" and not (c.pct or c.prep is not None):
+            ends = (int(a.max()), int(a.min()))
+        elif a.dtype.kind in "if" and _FIXED.fullmatch(c.fmt):
             if c.pct or c.prep is not None:
-                a = 100 * a if c.pct else c.prep(a)
+                a = 100 * a.astype(float) if c.pct else c.prep(a.astype(float))
                 v = a.tolist()
             if not np.isfinite(a).all():
                 return None
