@@ -332,7 +332,7 @@ def render_problems(report: TreeReport, console: Console, long: bool = False) ->
 
 
 def report_json(report: TreeReport, long: bool = False, errors: bool = False) -> dict:
-    """The --json document (shape documented in man/shrtree.8)."""
+    """The --json document (shape documented in man/shrtree.8), for orjson.dumps."""
     return {
         "udb": report.udb,
         "analyzed": "account" if report.mode == "account" else "uid",
@@ -341,23 +341,10 @@ def report_json(report: TreeReport, long: bool = False, errors: bool = False) ->
         "group_count": report.group_count,
         "account_count": report.account_count,
         "user_count": report.user_count,
-        "nodes": [
-            {
-                "name": n.name,
-                "id": n.id,
-                "level": n.level,
-                "kind": n.kind,
-                "parent": n.parent,
-                "resgrp": n.resgrp,
-                "shares": n.shares,
-                "system_share": n.system_share,
-                "group_share": n.group_share,
-                "system_usage": n.system_usage,
-                "shflags": n.shflags,
-                "codes": list(n.codes),
-            }
-            for n in visible_nodes(report, long, errors)
-        ],
+        # NodeReports themselves: orjson writes a dataclass as the object of its
+        # fields in order (name, id, ..., codes as an array), the documented shape,
+        # without a dict per node.
+        "nodes": visible_nodes(report, long, errors),
         "problems": [
             {
                 "code": p.code,
