@@ -20,6 +20,7 @@ listed after the tree with level None.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -166,23 +167,26 @@ def analyse_tree(
     shares = tree.shares.astype(np.int64).tolist()
     ms, gs, us = tree.m_shares().tolist(), tree.group_shares().tolist(), fraction.tolist()
     no_codes = ()
-    nodes = [
-        NodeReport(
-            names[i],
-            ids[i],
-            levels[i],
-            kind_label[kinds[i]],
-            parent_names[i],
-            resgrps[i],
-            shares[i],
-            ms[i],
-            gs[i],
-            us[i],
-            node_flags[i],
-            tuple(codes[names[i]]) if i and names[i] in codes else no_codes,
+    node_codes = [no_codes, *(tuple(codes[n]) if n in codes else no_codes for n in names[1:])]
+    # Column by column in display order (C-level picks), then one NodeReport per node.
+    pick = operator.itemgetter(*order) if len(order) > 1 else (lambda seq: (seq[order[0]],))
+    nodes = list(
+        map(
+            NodeReport,
+            pick(names),
+            pick(ids),
+            pick(levels),
+            pick([kind_label[k] for k in kinds]),
+            pick(parent_names),
+            pick(resgrps),
+            pick(shares),
+            pick(ms),
+            pick(gs),
+            pick(us),
+            pick(node_flags),
+            pick(node_codes),
         )
-        for i in order
-    ]
+    )
     for e in detached.tolist():
         name = cols.name[e]
         nodes.append(
@@ -208,8 +212,15 @@ def analyse_tree(
         shown = problems
     else:
         shown = [p for p in problems if p.uid is not None and p.name in position]
-    last = len(position)
-    shown = sorted(shown, key=lambda p: (p.uid is not None, position.get(p.name, last), p.name))
+    if shown:
+        # sorted(shown, key=(uid is not None, position, name)), by a stable lexsort.
+        last = len(position)
+        keys = (
+            np.array([p.name for p in shown]),
+            np.array([position.get(p.name, last) for p in shown], dtype=np.int64),
+            np.array([p.uid is not None for p in shown]),
+        )
+        shown = [shown[k] for k in np.lexsort(keys).tolist()]
 
     kind_count = Counter(n.kind for n in nodes)
     user_count = kind_count["user"] + kind_count["idle"]
