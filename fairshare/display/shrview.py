@@ -323,9 +323,9 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
     uid = f["uid"]
     own_ = [bool(own(u)) if lf else False for u, lf in zip(uid, leaf.tolist(), strict=True)]
     due_ = [None if d != d else d for d in due.tolist()]
-    return [
-        ViewLnode(*row)
-        for row in zip(
+    return list(
+        map(
+            ViewLnode,
             *cols[: len(_ROW_FIELDS)],
             muse.tolist(),
             rate_share.tolist(),
@@ -335,9 +335,8 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
             children.tolist(),
             leaves.tolist(),
             own_,
-            strict=True,
         )
-    ]
+    )
 
 
 def _sort_key(key: str) -> Callable[[ViewLnode], object]:
