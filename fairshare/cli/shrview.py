@@ -226,7 +226,7 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
         if snap.running and source.wait_for_cycle(snap.cycle, WAIT_DELTAS * snap.delta):
             snap = source.take()
         if as_json:
-            out = orjson.dumps(display_json(snap, req)).decode()
+            out = orjson.dumps(display_json(snap, req))  # bytes: echoed as they are
         else:
             # The heading goes out at once, so a pager shows something while the
             # table of a large site is built (a bad -s is found before it).
