@@ -24,14 +24,20 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 
 from fairshare.cli.shrview import Source, main, run_continuous
 from fairshare.consts import Consts
 from fairshare.daemon import simulated_daemon
+from fairshare.display import columns
 from fairshare.display.shrview import (
     ViewRequest,
+    _fixed_lines,
     bar,
+    column_texts,
+    display_columns,
     nice_table,
     pick_host,
     screenful,
@@ -660,3 +666,38 @@ def test_the_quick_start_shows_the_last_cycle_with_the_workload_running(tmp_path
     r = CliRunner().invoke(main, ["--udb", url, "--host", "simulator", "-ds", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["statistics"]["priority_high"] > 0
+
+
+_NUMBERS = st.one_of(
+    st.floats(-1e7, 1e7, allow_nan=False),
+    st.sampled_from([0.0, -0.0, 9.995, 99.995, 0.995, 0.004999, -0.005, 999.5, 1e-30]),
+)
+#: Machine shares (their squares divide the test rows' priority).
+_SHARES = st.one_of(st.floats(1e-9, 1.0), st.sampled_from([0.0, 0.99995, 0.0999949, 0.5]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(_SHARES, _NUMBERS, _NUMBERS, _NUMBERS, st.integers(0, 10**6)), min_size=1)
+)
+def test_fixed_width_lines_are_the_cell_by_cell_columns(values):
+    """-dm's one-format-per-line layout (widths from each column's extremes) gives the
+    very lines of formatting every cell and padding it, whatever the numbers' signs,
+    sizes and rounding."""
+    rows = [_row(0, "root", -1, 0, "root", 1.0, 1.0)] + [
+        _row(i + 1, f"u{i}", 0, 1, "user", m, e, usage=u, nrun=n, rate=r)
+        for i, (m, e, u, r, n) in enumerate(values)
+    ]
+    shown = view_lnodes(rows, lambda uid: False)[1:]
+    cols = display_columns("monitor", Consts())
+    names = [("*" if i % 3 == 0 else "") + v.name for i, v in enumerate(shown)]
+    cells = zip(names, *(column_texts(c, shown) for c in cols[1:]), strict=True)
+    expected = columns([[c.heading for c in cols]], list(cells), [c.right for c in cols])
+    assert _fixed_lines(cols, names, shown) == expected
+
+
+def test_fixed_width_lines_leave_what_is_not_finite_to_the_cells():
+    rows = [_row(0, "root", -1, 0, "root", 1.0, 1.0), _row(1, "u", 0, 1, "user", 0.5, 0.5)]
+    shown = view_lnodes(rows, lambda uid: False)[1:]
+    shown[0].rate = float("inf")
+    assert _fixed_lines(display_columns("monitor", Consts()), ["u"], shown) is None
