@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
@@ -680,8 +680,10 @@ _SHARES = st.one_of(st.floats(1e-9, 1.0), st.sampled_from([0.0, 0.99995, 0.09999
 @given(
     st.lists(st.tuples(_SHARES, _NUMBERS, _NUMBERS, _NUMBERS, st.integers(0, 10**6)), min_size=1)
 )
-def test_fixed_width_lines_are_the_cell_by_cell_columns(values):
-    """-dm's one-format-per-line layout (widths from each column's extremes) gives the
+@example(values=[(1.0, 0.0, 0.0, 0.0, 0), (1.0, 0.0, 0.0, -0.0, 0)])  # -0.00 is wider
+@pytest.mark.parametrize("display", ["monitor", "adjgroup"])
+def test_fixed_width_lines_are_the_cell_by_cell_columns(display, values):
+    """-dm's and -da's one-format-per-line layout (widths from each column's extremes) gives the
     very lines of formatting every cell and padding it, whatever the numbers' signs,
     sizes and rounding."""
     rows = [_row(0, "root", -1, 0, "root", 1.0, 1.0)] + [
@@ -689,7 +691,7 @@ def test_fixed_width_lines_are_the_cell_by_cell_columns(values):
         for i, (m, e, u, r, n) in enumerate(values)
     ]
     shown = view_lnodes(rows, lambda uid: False)[1:]
-    cols = display_columns("monitor", Consts())
+    cols = display_columns(display, Consts())
     names = [("*" if i % 3 == 0 else "") + v.name for i, v in enumerate(shown)]
     cells = zip(names, *(column_texts(c, shown) for c in cols[1:]), strict=True)
     expected = columns([[c.heading for c in cols]], list(cells), [c.right for c in cols])

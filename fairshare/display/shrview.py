@@ -465,7 +465,7 @@ def _fixed_lines(
     attribute's finite numbers (the cell functions then do it).
 
     A fixed-precision text of a number is no shorter than that of a number nearer 0,
-    so a column's widest text is its largest's or its smallest's: the widths come
+    so a column's widest text is its largest's or its smallest's (or -0.0's): the widths come
     without formatting every cell, and each line is one format of the row's values.
     """
     if not shown or cols[0].right:
@@ -484,7 +484,8 @@ def _fixed_lines(
                 v = a.tolist()
             if not np.isfinite(a).all():
                 return None
-            ends = (float(a.max()), float(a.min()))
+            # -0.0 ties with 0.0 as the smallest but prints longer ("-0.00").
+            ends = (float(a.max()), float(a.min()), -0.0 if np.signbit(a).any() else 0.0)
         else:
             return None
         align = ">" if c.right else "<"
@@ -587,15 +588,15 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
     if display == "adjgroup":
         return [
             _name_col(),
-            _col_pct("Rate%", "rate_pct", lambda v: v.rate_share),
-            _col_pct("CPU%", "cpu_pct", lambda v: v.cpu),
-            _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
-            Column("Nrun", "nrun", lambda v: str(v.nrun), lambda v: v.nrun),
-            Column("Rate", "rate", lambda v: f"{v.rate:.2f}", lambda v: v.rate),
-            _col_pct("Proj%", "proj_pct", lambda v: v.proj),
-            Column("Adj_a", "adj_a", lambda v: f"{v.adj:.2f}", lambda v: v.adj),
-            _col_pct("New%", "new_pct", lambda v: v.e_share),
-            _col_pct("Pri%", "pri_pct", lambda v: v.pri),
+            _attr_pct("Rate%", "rate_pct", "rate_share"),
+            _attr_pct("CPU%", "cpu_pct", "cpu"),
+            _attr_pct("Rshr%", "rshr_pct", "m_share"),
+            _attr("Nrun", "nrun", "nrun", "{}"),
+            _attr("Rate", "rate", "rate", "{:.2f}"),
+            _attr_pct("Proj%", "proj_pct", "proj"),
+            _attr("Adj_a", "adj_a", "adj", "{:.2f}"),
+            _attr_pct("New%", "new_pct", "e_share"),
+            _attr_pct("Pri%", "pri_pct", "pri"),
         ]
     if display == "limshare":
         return [
