@@ -10,7 +10,7 @@ enforcer this machine offers, the SQLite store) in this process:
 1. `--cycles` cycles driven back to back: the CPU time (process time) of one
    cycle, median over the cycles after the first two (the first moves every
    process into its cgroup), with the median of each part (collect, the pure
-   cycle, enforce, publish);
+   cycle, enforce, publish, reading the constants, serving shrsync requests);
 2. the daemon's own loop at delta 4 s for `--loop-seconds` of wall time: the CPU
    it used divided by the wall time between its second and its last cycle (the
    steady state, sleeping included), i.e. its share of one core (target < 0.3% with
@@ -156,10 +156,21 @@ def main() -> int:
             finally:
                 spent["cycle.run_cycle"] += time.process_time() - t
 
+        real_serve = daemon_module.serve_requests
+
+        def timed_serve(*a, **kw):
+            t = time.process_time()
+            try:
+                return real_serve(*a, **kw)
+            finally:
+                spent["udb.requests"] += time.process_time() - t
+
         daemon_module.run_cycle = timed_cycle
+        daemon_module.serve_requests = timed_serve
         d = Daemon(
             engine, collector, enforcer, store, REAL_OS, options=Options(enforce_min_uid=1000)
         )
+        d._read_consts = Timed(d, ["_read_consts"], spent, "udb")._read_consts
         per_cycle, parts = [], defaultdict(list)
         try:
             d.start()
@@ -178,6 +189,7 @@ def main() -> int:
         finally:
             d.shutdown()
             daemon_module.run_cycle = real_run_cycle
+            daemon_module.serve_requests = real_serve
         med = statistics.median(per_cycle)
         print(
             f"one cycle, {lnodes} active lnodes: median {med * 1e3:.1f} ms CPU over "
