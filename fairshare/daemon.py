@@ -386,16 +386,17 @@ class Daemon:
         consts = self._udb("read the constants", self._read_consts) or self.consts
         self.consts = consts
         self._sync_enforcer(consts)
-        sample = self.collector.sample(
-            io=consts.cost_bio > 0 or consts.cost_sio > 0,
-            syscalls=consts.cost_syscall > 0,
-            mem=consts.cost_mem > 0,
-        )
+        wanted = {
+            "io": consts.cost_bio > 0 or consts.cost_sio > 0,
+            "syscalls": consts.cost_syscall > 0,
+            "mem": consts.cost_mem > 0,
+        }
+        sample = self.collector.sample(**wanted)
         ln = self.lnodes
         refresh = getattr(self.account_of, "refresh", None)
         if refresh is not None:  # newacct's session records (fairshare.newacct)
             refresh(sample, ln.acids)
-        consumption, procs = self._consumption(ln, sample)
+        consumption, procs = self._consumption(ln, sample, **wanted)
         add_counts(self.counts, consumption)
         self._activate(ln, consumption, sample.time)
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
@@ -635,9 +636,10 @@ class Daemon:
             self.enforcer.place(pid, ln.tree.names[node])
 
     def _consumption(
-        self, ln: Lnodes, sample: Sample
+        self, ln: Lnodes, sample: Sample, io: bool = True, syscalls: bool = True, mem: bool = True
     ) -> tuple[Consumption, dict[int, list[ProcessSample]]]:
-        """Consumption per leaf and the processes of each leaf."""
+        """Consumption per leaf and the processes of each leaf (`io`, `syscalls`, `mem`
+        False: the collector did not read them, their totals stay 0)."""
         n = ln.tree.size
         c = Consumption.zeros(n)
         procs: dict[int, list[ProcessSample]] = {}
@@ -670,10 +672,13 @@ class Daemon:
             own = np.array([p.cpu if ch and not p.group else 0.0 for (_n, p), ch in pc])
             c.cpu = total(own)
             c.cpu_charged = total(own * rate)
-            c.bio = total([p.bio if ch else 0.0 for (_n, p), ch in pc])
-            c.sio = total([p.sio if ch else 0.0 for (_n, p), ch in pc])
-            c.syscalls = total([p.syscalls if ch else 0.0 for (_n, p), ch in pc])
-            c.mem = total([p.mem if ch else 0.0 for (_n, p), ch in pc])
+            if io:
+                c.bio = total([p.bio if ch else 0.0 for (_n, p), ch in pc])
+                c.sio = total([p.sio if ch else 0.0 for (_n, p), ch in pc])
+            if syscalls:
+                c.syscalls = total([p.syscalls if ch else 0.0 for (_n, p), ch in pc])
+            if mem:
+                c.mem = total([p.mem if ch else 0.0 for (_n, p), ch in pc])
             c.refs = np.bincount(idx, minlength=n).astype(np.int64)
             c.nrun = total([p.runnable for _n, p in mine]).astype(np.int64)
         for name, used in counted.items():

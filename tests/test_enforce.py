@@ -131,6 +131,8 @@ def test_cgroup2_writes_weights_idle_and_places_processes(tmp_path):
     e.setup()
     assert (mount / "cgroup.subtree_control").read_text() == "+cpu"
     assert (mount / "fairshare" / "cgroup.subtree_control").read_text() == "+cpu"
+    # The fair-share group weighs like one nice-0 process (100) per CPU at the root.
+    assert (mount / "fairshare" / "cpu.weight").read_text() == str(100 * os.cpu_count())
     e.apply(
         [
             LnodeTarget("alice", (101,), e_share=0.6, nrun=1),
@@ -218,6 +220,7 @@ def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_pa
     proc = fake_proc(tmp_path, [5, 6, 7], "2:cpuacct:/users\n1:cpu:/\n")
     e = Cgroup1Enforcer(cpu, proc=proc, acct=acct)
     e.setup()
+    assert (cpu / "fairshare" / "cpu.shares").read_text() == str(1024 * os.cpu_count())
     e.apply([LnodeTarget("u1", (5,), 0.5, 1), LnodeTarget("u 2", (6,), 0.5, 1)])
     for m in (cpu, acct):  # made, and the processes placed, in both hierarchies
         assert (m / "fairshare" / "u1" / "cgroup.procs").read_text() == "5"
@@ -232,6 +235,10 @@ def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_pa
         "u1": GroupReading(2.5, frozenset({5, 9})),
         "u_2": GroupReading(0.0, frozenset({6})),
     }
+    # The counters are read again through descriptors kept open: new values are seen.
+    (acct / "fairshare" / "u1" / "cpuacct.usage").write_text("3000000000\n")
+    assert e.read_groups(members=False)["u1"].cpu == 3.0
+    assert sorted(e._counter_fd) == ["u1", "u_2"]
     # A new session of u3 between cycles: its cgroup is made at the top weight at once.
     e.place(7, "u3")
     assert (cpu / "fairshare" / "u3" / "cpu.shares").read_text() == "262144"
@@ -245,6 +252,7 @@ def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_pa
     assert (cpu / "cgroup.procs").read_text() == "6"
     e.teardown()
     assert (acct / "users" / "cgroup.procs").read_text() == "5"
+    assert e._counter_fd == {}  # every descriptor closed
 
 
 # -- the real cgroup v1 hierarchy ------------------------------------------------------------

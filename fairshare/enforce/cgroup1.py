@@ -13,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fairshare.enforce.cgroupfs import CgroupEnforcer
+from fairshare.enforce.cgroupfs import CgroupEnforcer, parent_weight
 from fairshare.enforce.mapping import cgroup1_shares
+
+#: cpu.shares of a cgroup weighted like one nice-0 process (the kernel's default).
+NICE0_SHARES = 1024
 
 
 class Cgroup1Enforcer(CgroupEnforcer):
@@ -24,6 +27,11 @@ class Cgroup1Enforcer(CgroupEnforcer):
     controller = "cpu"
     counter_file = "cpuacct.usage"
     counter_controller = "cpuacct"
+
+    def prepare_parent(self) -> None:
+        """Weigh MOUNT/fairshare at the root like one nice-0 process per CPU (see
+        `parent_weight`)."""
+        self.actions.write_file(self.parent / "cpu.shares", str(parent_weight(NICE0_SHARES)))
 
     def weights(self, e_share: np.ndarray, background: np.ndarray) -> list[tuple]:
         """(cpu.shares,) per lnode."""

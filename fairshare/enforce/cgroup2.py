@@ -16,8 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from fairshare.actions import REAL_OS, OsActions
-from fairshare.enforce.cgroupfs import CgroupEnforcer
+from fairshare.enforce.cgroupfs import CgroupEnforcer, parent_weight
 from fairshare.enforce.mapping import cgroup2_weights
+
+#: cpu.weight of a cgroup weighted like one nice-0 process (the kernel's default).
+NICE0_WEIGHT = 100
 
 log = logging.getLogger("shrdaemon")
 
@@ -37,9 +40,11 @@ class Cgroup2Enforcer(CgroupEnforcer):
     counter_file = "cpu.stat"
 
     def prepare_parent(self) -> None:
-        """Turn the cpu controller on down to the lnode cgroups."""
+        """Turn the cpu controller on down to the lnode cgroups; weigh MOUNT/fairshare
+        like one nice-0 process per CPU (see `parent_weight`)."""
         enable_cpu(self.mount, self.actions)
         enable_cpu(self.parent, self.actions)
+        self.actions.write_file(self.parent / "cpu.weight", str(parent_weight(NICE0_WEIGHT)))
 
     def weights(self, e_share: np.ndarray, background: np.ndarray) -> list[tuple]:
         """(cpu.weight, cpu.idle) per lnode."""

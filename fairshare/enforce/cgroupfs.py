@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +38,18 @@ log = logging.getLogger("shrdaemon")
 
 #: The fair-share parent cgroup's name under the mount point.
 PARENT = "fairshare"
+#: Counter files kept open (one descriptor per lnode cgroup, read again with pread: one
+#: system call instead of open, read and close); past this many they are opened each time.
+KEEP_OPEN = 512
+
+
+def parent_weight(nice0: int, cpus: int | None = None) -> int:
+    """The weight of MOUNT/fairshare among the root's children: `nice0` (the weight of
+    one nice-0 process) per CPU.  At the kernel's default (one nice-0 process in all)
+    the users' whole load weighed half a process on each of 2 CPUs against every
+    process left in the root (system daemons, shrdaemon itself): a light user's process
+    waking behind one of those waited for the fair-share group's turn there first."""
+    return nice0 * (cpus or os.cpu_count() or 1)
 
 
 def cgroup_of(pid: int, controller: str | None, proc: str = "/proc") -> str | None:
@@ -97,6 +110,7 @@ class CgroupEnforcer:
         self._members: dict[int, str] = {}  # pid -> lnode cgroup, at the last read_groups
         self._fresh: set[str] = set()  # cgroups `place` used since the last read_groups
         self._moved: dict[str, set[int]] = {}  # cgroup -> pids moved in since read_groups
+        self._counter_fd: dict[str, int] = {}  # cgroup -> its open counter file
         self._up = False
 
     # -- what the versions differ in ----------------------------------------------------
@@ -184,7 +198,7 @@ class CgroupEnforcer:
             for name in self._weight:
                 d = f"{mount}/{name}"
                 try:
-                    cpu = self.parse_counter(read_bytes(f"{d}/{self.counter_file}"))
+                    cpu = self.parse_counter(self._read_counter(name, f"{d}/{self.counter_file}"))
                     if members:
                         pids = frozenset(int(p) for p in read_bytes(f"{d}/cgroup.procs").split())
                     else:
@@ -221,8 +235,31 @@ class CgroupEnforcer:
             self._origin.clear()
             self._weight.clear()
             self._members.clear()
+            for name in list(self._counter_fd):
+                self._close_counter(name)
 
     # -- helpers (called with the lock held) -----------------------------------------------
+
+    def _read_counter(self, name: str, path: str) -> bytes:
+        """The text of cgroup `name`'s counter file at `path`.  Its descriptor is kept
+        open: a read at offset 0 makes the kernel print the file afresh.  A descriptor
+        gone stale (the cgroup was removed and made again) is reopened once."""
+        fd = self._counter_fd.get(name)
+        if fd is not None:
+            try:
+                return os.pread(fd, 4096, 0)
+            except OSError:
+                self._close_counter(name)
+        if len(self._counter_fd) >= KEEP_OPEN:
+            return read_bytes(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._counter_fd[name] = fd
+        return os.pread(fd, 4096, 0)
+
+    def _close_counter(self, name: str) -> None:
+        fd = self._counter_fd.pop(name, None)
+        if fd is not None:
+            os.close(fd)
 
     def _make(self, name: str, values: tuple) -> None:
         if name not in self._weight:
@@ -252,6 +289,7 @@ class CgroupEnforcer:
         """Empty lnode cgroup `name` in every hierarchy (processes to their origin, else
         the mount root) and remove it; True if it is gone."""
         gone = True
+        self._close_counter(name)
         for i, (mount, _ctl) in enumerate(self.hierarchies):
             cg = mount / PARENT / name
             try:
