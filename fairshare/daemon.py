@@ -75,8 +75,8 @@ from fairshare.site import SiteState, apply_factors, refresh_usage, update_facto
 from fairshare.store import CycleHeader, EntryState, LnodeStore, add_counts
 from fairshare.sync import serve_requests
 from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
-from udb.models import IDLE_UID, Entry
-from udb.session import entries_serial, read_session
+from udb.models import IDLE_UID, Entry, Serial
+from udb.session import read_session
 
 log = logging.getLogger("shrdaemon")
 
@@ -176,8 +176,11 @@ def entries_fingerprint(session) -> tuple:
     """A cheap summary of the entries that changes whenever udbgen or shrdist changed
     them (their change serial); count and highest id catch rows added by other means.
     Edits made behind the commands' back are found by the periodic reload (or SIGHUP)."""
-    count, top = session.execute(select(func.count(), func.max(Entry.id))).one()
-    return (count, top, entries_serial(session))
+    serial = select(Serial.value).where(Serial.name == "entries").scalar_subquery()
+    count, top, changes = session.execute(
+        select(func.count(Entry.id), func.max(Entry.id), serial)
+    ).one()
+    return (count, top, changes or 0)
 
 
 def same_tree(a: ShareTree, b: ShareTree) -> bool:
