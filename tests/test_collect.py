@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fairshare.collect import GroupReading
+from fairshare.collect import GroupReading, procfs
 from fairshare.collect.procfs import (
     CLK_TCK,
     PAGE,
@@ -281,3 +281,36 @@ def test_children_born_in_an_lnode_cgroup_are_counted_there_between_full_reads(t
     s = c.sample(io=False, syscalls=False)
     assert full_reads == [True, False]
     assert {p.pid: p.group for p in s.processes} == {4242: "u", 4243: "u", 4244: ""}
+
+
+def test_refresh_spares_the_status_of_processes_kept_in_lnode_cgroups(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the fake /proc/PID must be owned by the process's uid")
+    d = fake_proc(tmp_path, 4242, 61001)
+    os.chown(d, 61001, 61001)  # as the kernel shows it: owned by the (effective) uid
+    members = {"u": GroupReading(1.0, frozenset({4242}))}
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: [4242], groups=lambda full=True: members)
+    status_reads = []
+    real = procfs.read_bytes
+
+    def counting(path):
+        if path.endswith("/status"):
+            status_reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(procfs, "read_bytes", counting)
+
+    def until_refresh():  # the samples up to and including the next full refresh
+        for _ in range(ProcfsCollector.STATUS_EVERY):
+            s = c.sample(io=False, syscalls=False)
+        return s
+
+    c.sample(io=False, syscalls=False)  # first seen: its status is read
+    assert len(status_reads) == 1
+    assert until_refresh().processes[0].uid == 61001
+    assert len(status_reads) == 1  # the refresh read its stat, not its status
+    # A setuid changes the owner of /proc/PID: the refresh then reads the status.
+    fake_proc(tmp_path, 4242, 61002)
+    os.chown(d, 61002, 61002)
+    assert until_refresh().processes[0].uid == 61002
+    assert len(status_reads) == 2

@@ -111,9 +111,16 @@ def parse_io(io: bytes) -> tuple[float, float]:
 
 
 def make_counters(
-    pid: int, st: StatFields, uid: int, ctx: float, io: tuple[float, float], boot_time: float
+    pid: int,
+    st: StatFields,
+    uid: int,
+    ctx: float,
+    io: tuple[float, float],
+    boot_time: float,
+    group: str = "",
 ) -> Counters:
-    """The Counters of one process from its parsed files (`ctx` -1: not read)."""
+    """The Counters of one process from its parsed files (`ctx` -1: not read), in lnode
+    cgroup `group` ("" none)."""
     return Counters(
         pid=pid,
         create_time=boot_time + st.start / CLK_TCK,
@@ -131,6 +138,7 @@ def make_counters(
         ppid=st.ppid,
         ccpu=st.child_ticks / CLK_TCK,
         start=st.start,
+        group=group,
     )
 
 
@@ -333,8 +341,10 @@ class ProcfsCollector:
     Cost per process and sample: /proc/PID/stat and a stat() of /proc/PID always;
     /proc/PID/status (the real uid, the context switches) only for a process not
     seen before, when the owner of /proc/PID changed (a setuid), when context
-    switches cost something, and for every process every `STATUS_EVERY` samples;
-    /proc/PID/io only when I/O costs something.
+    switches cost something, and for every process every `STATUS_EVERY` samples
+    (except a process kept in an lnode cgroup whose /proc/PID is still owned by the
+    real uid it had: a setuid changes that owner); /proc/PID/io only when I/O costs
+    something.
 
     With `groups` (the cgroup enforcers' `read_groups`: each lnode cgroup's CPU
     counter and the pids in it), the CPU of the processes in lnode cgroups comes
@@ -390,14 +400,14 @@ class ProcfsCollector:
         outside: list[int] = []  # indexes of fresh readings in no known lnode cgroup
         for pid in self._pids():
             group = member.get(pid, "")
-            c = self._kept.get(pid) if lean and group else None
+            last = self._kept.get(pid) if group else None
+            c = last if lean else None
             if c is None or c.group != group or c.nice != 0:
-                c = self._read(pid, boot, io, syscalls, refresh, uids)
+                same = (last.start, last.uid) if last is not None and not syscalls else None
+                c = self._read(pid, boot, io, syscalls, refresh, uids, group, same)
                 if c is None:
                     continue
-                if group:
-                    c = replace(c, group=group)
-                elif not refresh:
+                if not group and not refresh:
                     outside.append(len(readings))
             if group:
                 kept[pid] = c
@@ -428,7 +438,12 @@ class ProcfsCollector:
                     del born[pid]
                     changed = True
 
-    def _read(self, pid, boot, io, syscalls, refresh, uids) -> Counters | None:
+    def _read(self, pid, boot, io, syscalls, refresh, uids, group="", same=None) -> Counters | None:
+        """One process's Counters (None: gone or a zombie).  /proc/PID/status is read
+        for a process not seen before, when the owner of /proc/PID changed, and on
+        `refresh`, except for a process kept in an lnode cgroup whose (start, real uid)
+        of its last reading, `same`, still match its start and its owner: its uid is
+        known, and a setuid would have changed the owner."""
         base = f"{self._proc}/{pid}"
         try:
             st = parse_stat(read_bytes(f"{base}/stat"))
@@ -440,7 +455,9 @@ class ProcfsCollector:
         key = (pid, st.start)
         known = self._uids.get(key)
         ctx = -1
-        if refresh or known is None or known[0] != owner:
+        if same is not None and same == (st.start, owner):
+            uid = owner
+        elif refresh or known is None or known[0] != owner:
             try:
                 uid, n = parse_status(read_bytes(f"{base}/status"))
             except (OSError, ValueError, IndexError):
@@ -456,4 +473,4 @@ class ProcfsCollector:
                 counts = parse_io(read_bytes(f"{base}/io"))
             except (OSError, ValueError):
                 pass
-        return make_counters(pid, st, uid, ctx, counts, boot)
+        return make_counters(pid, st, uid, ctx, counts, boot, group)
