@@ -228,10 +228,13 @@ def main() -> int:
         d.run(cycles)
         (cpu0, wall0), (cpu1, wall1) = marks[1], marks[-1]
         share = (cpu1 - cpu0) / (wall1 - wall0)
+        each = [b[0] - a[0] for a, b in zip(marks[1:], marks[2:], strict=False)]
         print(
             f"the loop at delta 4 s: {cpu1 - cpu0:.3f} s CPU in {wall1 - wall0:.1f} s over "
             f"{len(marks) - 2} cycles = {share:.2%} of one core (target < {TARGET:.1%}, "
-            f"ratio {share / TARGET:.2f})"
+            f"ratio {share / TARGET:.2f}); per cycle median {statistics.median(each) * 1e3:.1f}"
+            f" ms, max {max(each) * 1e3:.1f} ms (every {ProcfsCollector.STATUS_EVERY} cycles "
+            "all cgroup members are re-read; the processes other users started in 4 s are new)"
         )
     return 0
 
