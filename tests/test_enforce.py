@@ -3,6 +3,7 @@ hierarchy and real nice values when root."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from busy import RecordedOs
 from machine_lock import machine_lock, skip_if_a_daemon_runs
 
+from fairshare.actions import REAL_OS
 from fairshare.collect import GroupReading
 from fairshare.enforce.base import LnodeTarget, safe_name
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
@@ -564,3 +566,38 @@ def test_the_kernel_reports_a_setuid():
     finally:
         ev.stop()
     assert (child.pid, 61003) in got
+
+
+def test_a_child_forked_while_its_cgroup_is_emptied_is_moved_out_too(tmp_path):
+    """The kernel refuses to remove a cgroup a process is still in (EBUSY): a child
+    forked while its parent was being moved out.  The cgroup is emptied again."""
+    mount = tmp_path / "cpu"
+    mount.mkdir()
+    (mount / "cgroup.procs").write_text("")
+    proc = fake_proc(tmp_path, [5, 6], "1:cpu:/\n")
+    real = REAL_OS
+
+    class ForkDuringMove:
+        """The real file operations, but the first rmdir finds child 6 born in the cgroup."""
+
+        def __init__(self):
+            self.busy = 1
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def rmdir(self, path):
+            if self.busy and path.name == "u1":
+                self.busy -= 1
+                (path / "cgroup.procs").write_text("6")
+                raise OSError(errno.EBUSY, "busy", str(path))
+            for f in path.iterdir():  # a fake cgroup's files go with it, as in cgroupfs
+                f.unlink()
+            real.rmdir(path)
+
+    e = Cgroup1Enforcer(mount, proc=proc, actions=ForkDuringMove())
+    e.setup()
+    e.apply([LnodeTarget("u1", (5,), 1.0, 1)])
+    e.teardown()
+    assert not (mount / "fairshare").exists()
+    assert (mount / "cgroup.procs").read_text() == "6"  # the last one moved back

@@ -41,6 +41,8 @@ PARENT = "fairshare"
 #: Counter files kept open (one descriptor per lnode cgroup, read again with pread: one
 #: system call instead of open, read and close); past this many they are opened each time.
 KEEP_OPEN = 512
+#: How many times `teardown` empties a cgroup that is still busy before giving up on it.
+REMOVE_TRIES = 5
 
 
 def parent_weight(nice0: int, cpus: int | None = None) -> int:
@@ -292,26 +294,38 @@ class CgroupEnforcer:
         self._close_counter(name)
         for i, (mount, _ctl) in enumerate(self.hierarchies):
             cg = mount / PARENT / name
-            try:
-                pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
-            except OSError:
-                pids = []
-            for pid in pids:
-                origin = self._origin.get(pid)
-                dest = mount / origin[i].lstrip("/") if origin else mount
-                if not (dest / "cgroup.procs").exists():
-                    dest = mount
+            # A process forking while its parent is moved out leaves the child behind
+            # (EBUSY): empty the cgroup again, a few times.
+            for attempt in range(REMOVE_TRIES):
+                self._empty(cg, mount, i)
                 try:
-                    self.actions.write_file(dest / "cgroup.procs", str(pid))
+                    self.actions.rmdir(cg)
+                    break
+                except FileNotFoundError:
+                    break
                 except OSError as err:
-                    if err.errno != errno.ESRCH:
-                        log.warning("could not move pid %d back to %s: %s", pid, dest, err)
-            try:
-                self.actions.rmdir(cg)
-            except FileNotFoundError:
-                pass
-            except OSError as err:
-                if err.errno != errno.EBUSY:
-                    log.warning("could not remove %s: %s", cg, err)
-                gone = False
+                    if err.errno == errno.EBUSY and attempt + 1 < REMOVE_TRIES:
+                        continue
+                    if err.errno != errno.EBUSY:
+                        log.warning("could not remove %s: %s", cg, err)
+                    gone = False
+                    break
         return gone
+
+    def _empty(self, cg: Path, mount: Path, i: int) -> None:
+        """Move every process of cgroup `cg` (in hierarchy `i`) back to its origin, else
+        the mount root."""
+        try:
+            pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            origin = self._origin.get(pid)
+            dest = mount / origin[i].lstrip("/") if origin else mount
+            if not (dest / "cgroup.procs").exists():
+                dest = mount
+            try:
+                self.actions.write_file(dest / "cgroup.procs", str(pid))
+            except OSError as err:
+                if err.errno != errno.ESRCH:
+                    log.warning("could not move pid %d back to %s: %s", pid, dest, err)
