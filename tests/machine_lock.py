@@ -12,8 +12,11 @@ import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 LOCK_FILE = "/tmp/fairshare-real-machine-tests.lock"
+#: Where a cgroup enforcer makes its `fairshare` tree (v1 cpu and cpuacct, v2).
+CGROUP_MOUNTS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup"))
 
 
 @contextmanager
@@ -51,3 +54,20 @@ def skip_if_a_daemon_runs() -> None:
     running = other_daemons()
     if running:
         pytest.skip(f"a shrdaemon is already running on this host ({running[0]}); stop it first")
+
+
+def remove_fairshare_cgroups() -> None:
+    """Remove the fair-share cgroups a failed daemon left (their processes go to the
+    root cgroup)."""
+    for mount in CGROUP_MOUNTS:
+        top = mount / "fairshare"
+        if not top.is_dir():
+            continue
+        for cg in [d for d in top.iterdir() if d.is_dir()]:
+            for pid in (cg / "cgroup.procs").read_text().split():
+                try:
+                    (mount / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass
+            cg.rmdir()
+        top.rmdir()

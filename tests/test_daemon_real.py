@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from machine_lock import machine_lock, skip_if_a_daemon_runs
+from machine_lock import machine_lock, remove_fairshare_cgroups, skip_if_a_daemon_runs
 from sqlalchemy import select
 
 from fairshare.consts import Consts, save_consts
@@ -61,7 +61,7 @@ def _one_at_a_time():
 
 def make_udb(tmp_path, shares_a: int, shares_b: int) -> str:
     url = f"sqlite:///{tmp_path / 'udb.sqlite'}"
-    engine = open_udb(url)
+    engine = open_udb(url, create=True)  # as udbgen makes it: only udbgen creates a UDB
     with write_session(engine) as s:
         s.add_all(
             [
@@ -162,26 +162,6 @@ def split(seconds: float) -> tuple[float, float]:
     return 100.0 * got[UID_A] / total, total / seconds
 
 
-def cleanup_cgroups() -> None:
-    """Remove a fair-share cgroup a failed daemon left (processes back to the root)."""
-    for mount in (
-        Path("/sys/fs/cgroup/cpu"),
-        Path("/sys/fs/cgroup/cpuacct"),
-        Path("/sys/fs/cgroup"),
-    ):
-        top = mount / "fairshare"
-        if not top.is_dir():
-            continue
-        for cg in [d for d in top.iterdir() if d.is_dir()]:
-            for pid in (cg / "cgroup.procs").read_text().split():
-                try:
-                    (mount / "cgroup.procs").write_text(pid)
-                except OSError:
-                    pass
-            cg.rmdir()
-        top.rmdir()
-
-
 def start_daemon(url: str, enforcer: str, log: Path, *args: str) -> subprocess.Popen:
     # Its own session, as under systemd: not in the test's autogroup with the busy loops.
     return subprocess.Popen(
@@ -233,7 +213,7 @@ def prove(tmp_path, enforcer: str, shares: tuple[int, int], session: bool, tol: 
             daemon.wait()
         stop_children(children)
         left = any(Path(f"/sys/fs/cgroup/{h}/fairshare").exists() for h in ("cpu", "cpuacct"))
-        cleanup_cgroups()
+        remove_fairshare_cgroups()
     assert not left, "the daemon left its cgroups behind"
 
 
@@ -425,7 +405,7 @@ def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
     finally:
         d.shutdown()
         stop_fork_heavy(loops)
-        cleanup_cgroups()
+        remove_fairshare_cgroups()
     print(f"\nfork-heavy uid, {choice.name} counters: charged {charged:.2f} s of {truth:.2f} s")
     assert "ta" in groups and groups["ta"].cpu > 0
     assert truth >= 2.0, "the loops got less than 2 CPU s in a minute"

@@ -26,6 +26,7 @@ from fairshare.display.shrinfo import (
 from fairshare.display.shrview import (
     load_published,
     local_time,
+    snapshot_json,
     stale_message,
     view_lnodes,
 )
@@ -117,11 +118,7 @@ def main(udb, socket_, user, verbose, every, host, now, as_json):
     who = "accounts" if mode == "account" else "users"
     if as_json:
         doc = {
-            "host": snap.host if snap else None,
-            "cycle": snap.cycle if snap else None,
-            "time": snap.time if snap else None,
-            "running": snap.running if snap else False,
-            "age": snap.age if snap else None,
+            **snapshot_json(snap),
             "notes": notes,
             "user": profile_json(profile),
             "site": site[1] if site else None,
@@ -151,11 +148,7 @@ def _show_every(engine, snap, verbose: bool, as_json: bool, settings: tuple) -> 
     active = (len(leaves), total, sum(v.kind == "group" for v in lnodes))
     if as_json:
         doc = {
-            "host": snap.host,
-            "cycle": snap.cycle,
-            "time": snap.time,
-            "running": snap.running,
-            "age": snap.age,
+            **snapshot_json(snap),
             "users": figure7_json(leaves),
         }
         if verbose:

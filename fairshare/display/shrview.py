@@ -877,14 +877,25 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
     return lines + columns([[c.heading for c in cols]], table, [c.right for c in cols])
 
 
-def display_json(snap: Snapshot, req: ViewRequest) -> dict:
-    """The JSON document of display `req.display` of `snap` (shape in shrview(1))."""
-    doc = {
+def snapshot_json(snap: Snapshot | None) -> dict:
+    """Where and when a published table comes from, as every JSON document starts
+    (host, cycle, time in epoch seconds, running, age in seconds; None when nothing
+    was published)."""
+    if snap is None:
+        return {"host": None, "cycle": None, "time": None, "running": False, "age": None}
+    return {
         "host": snap.host,
         "cycle": snap.cycle,
         "time": snap.time,
         "running": snap.running,
         "age": snap.age,
+    }
+
+
+def display_json(snap: Snapshot, req: ViewRequest) -> dict:
+    """The JSON document of display `req.display` of `snap` (shape in shrview(1))."""
+    doc = {
+        **snapshot_json(snap),
         "display": req.display,
         "select": req.select,
         "sort": req.sort,

@@ -54,7 +54,7 @@ CYCLE_TARGET = 0.010  # CPU s of one cycle
 
 def make_udb(path: str) -> str:
     url = f"sqlite:///{path}"
-    engine = open_udb(url)
+    engine = open_udb(url, create=True)
     with write_session(engine) as s:
         s.add(Entry(name="Idle", uid=11, shares=0))
         s.add(Entry(name="unknown", uid=12, shares=1))

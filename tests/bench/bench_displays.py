@@ -46,7 +46,7 @@ NOW = 1_700_003_600.0
 def make_udb(path: Path, users: int, groups: int) -> None:
     """The site's UDB with a published, stopped table of every user active."""
     rows = site_rows(users, groups)
-    engine = open_udb(str(path))
+    engine = open_udb(str(path), create=True)
     with write_session(engine) as s:
         s.execute(insert(Entry), rows)
     tree = build_tree([SimpleNamespace(**({"shflags": 0} | r)) for r in rows])

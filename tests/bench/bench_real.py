@@ -53,7 +53,12 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from machine_lock import machine_lock, other_daemons  # noqa: E402  (tests/machine_lock.py)
+from machine_lock import (  # noqa: E402  (tests/machine_lock.py)
+    CGROUP_MOUNTS,
+    machine_lock,
+    other_daemons,
+    remove_fairshare_cgroups,
+)
 
 from fairshare.consts import Consts, save_consts  # noqa: E402
 from udb.models import Entry  # noqa: E402
@@ -61,7 +66,6 @@ from udb.session import open_udb, write_session  # noqa: E402
 
 FIRST_UID = 63000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-MOUNTS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup"))
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
 
@@ -226,7 +230,7 @@ class Run:
 
     def udb(self) -> str:
         url = f"sqlite:///{self.tmp / 'udb.sqlite'}"
-        engine = open_udb(url)
+        engine = open_udb(url, create=True)
         with write_session(engine) as s:
             s.add(Entry(name="Idle", uid=11, shares=0))
             s.add(Entry(name="unknown", uid=12, shares=1))
@@ -277,7 +281,7 @@ class Run:
     def close(self) -> None:
         self.stop_daemon()
         self.stop_sessions()
-        remove_cgroups()
+        remove_fairshare_cgroups()
 
 
 def kill_uids(uids: set[int]) -> None:
@@ -293,23 +297,7 @@ def kill_uids(uids: set[int]) -> None:
 
 def stale_cgroups() -> list[str]:
     """Fair-share cgroups left on the machine."""
-    return [str(m / "fairshare") for m in MOUNTS if (m / "fairshare").exists()]
-
-
-def remove_cgroups() -> None:
-    """Remove fair-share cgroups a failed daemon left (their processes to the root)."""
-    for mount in MOUNTS:
-        top = mount / "fairshare"
-        if not top.is_dir():
-            continue
-        for cg in [d for d in top.iterdir() if d.is_dir()]:
-            for pid in (cg / "cgroup.procs").read_text().split():
-                try:
-                    (mount / "cgroup.procs").write_text(pid)
-                except OSError:
-                    pass
-            cg.rmdir()
-        top.rmdir()
+    return [str(m / "fairshare") for m in CGROUP_MOUNTS if (m / "fairshare").exists()]
 
 
 def reniced(uids: set[int]) -> list[str]:

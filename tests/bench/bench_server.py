@@ -47,7 +47,7 @@ def make_udb(path: Path, users: int) -> None:
         f"create:u{i}:uid:{200000 + i}:resgrp:g{i % groups}:shares:1:comment:user {i}:\n"
         for i in range(users)
     )
-    directives.run(open_udb(f"sqlite:///{path}"), directives.parse(text, "bench"))
+    directives.run(open_udb(f"sqlite:///{path}", create=True), directives.parse(text, "bench"))
 
 
 def fake_cycle() -> float:

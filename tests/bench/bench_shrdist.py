@@ -49,7 +49,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "udb.sqlite"
-        engine = open_udb(str(path))
+        engine = open_udb(str(path), create=True)
         with write_session(engine) as s:
             s.execute(insert(Entry), site_rows(args.users, args.groups))
             save_consts(s, Consts(maxlevels=5))

@@ -47,7 +47,7 @@ NOW = 1_700_000_000.0
 
 
 def make_udb(url: str):
-    engine = open_udb(url)
+    engine = open_udb(url, create=True)
     with write_session(engine) as s:
         groups = [
             {"name": f"G{g}", "uid": 50_000 + g, "shflags": SHF_GROUP, "shares": 1}

@@ -134,7 +134,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "udb.sqlite"
-        engine = open_udb(str(path))
+        engine = open_udb(str(path), create=True)
         with write_session(engine) as s:
             s.execute(insert(Entry), rows)
             const = getattr(models, "Const", None)

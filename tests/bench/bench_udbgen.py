@@ -60,7 +60,7 @@ def user_row(i: int) -> dict:
 
 def time_udbgen(path: Path, url: str) -> float:
     """Seconds to read, parse, check and write the file in one transaction."""
-    engine = open_udb(url)
+    engine = open_udb(url, create=True)
     t = time.perf_counter()
     directives.run(engine, directives.parse(path.read_text(), str(path)))
     return time.perf_counter() - t
