@@ -121,13 +121,19 @@ def stop_children(children: list[subprocess.Popen]) -> None:
 
 
 def kill_test_uids() -> None:
-    """SIGKILL every process of the test uids (nothing else runs as them)."""
+    """SIGKILL every process of the test uids (nothing else runs as them), and wait up to
+    5 s until they are reaped: a zombie still shows its CPU (and its children's) in
+    /proc, so a later test's measure of a uid's CPU would start from it and then see it
+    vanish."""
+    killed = []
     for p in psutil.process_iter(["uids"]):
         try:
             if p.info["uids"] and p.info["uids"].real in PROCS:
                 p.kill()
+                killed.append(p)
         except psutil.Error:
             pass
+    psutil.wait_procs(killed, timeout=5)
 
 
 def cpu_by_pid() -> dict[int, tuple[int, float]]:
