@@ -71,3 +71,24 @@ def remove_fairshare_cgroups() -> None:
                     pass
             cg.rmdir()
         top.rmdir()
+
+
+def cpu_by_uid(uids: set[int]) -> dict[int, float]:
+    """CPU seconds of each uid as the kernel counts it: utime + stime + cutime + cstime
+    of all its processes (zombies too), so it grows by every reaped child's CPU however
+    short it lived."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys(uids, 0.0)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            uid = os.stat(f"/proc/{name}").st_uid
+            if uid not in out:
+                continue
+            stat = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        rest = stat[stat.rindex(b")") + 2 :].split()
+        out[uid] += sum(int(x) for x in rest[11:15]) / tick
+    return out

@@ -25,7 +25,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from machine_lock import machine_lock, remove_fairshare_cgroups, skip_if_a_daemon_runs
+from machine_lock import (
+    cpu_by_uid,
+    machine_lock,
+    remove_fairshare_cgroups,
+    skip_if_a_daemon_runs,
+)
 from sqlalchemy import select
 
 from fairshare.consts import Consts, save_consts
@@ -310,17 +315,7 @@ def uid_total(uid: int) -> float:
     """CPU seconds of `uid` as the kernel counts it: utime + stime + cutime + cstime of
     all its processes (zombies too).  Its loops reap their children, so this grows by
     every child's CPU however short it lived."""
-    total = 0.0
-    for p in psutil.pids():
-        try:
-            if os.stat(f"/proc/{p}").st_uid != uid:
-                continue
-            stat = Path(f"/proc/{p}/stat").read_bytes()
-        except OSError:
-            continue
-        rest = stat[stat.rindex(b")") + 2 :].split()
-        total += sum(int(x) for x in rest[11:15]) / CLK_TCK
-    return total
+    return cpu_by_uid({uid})[uid]
 
 
 def fork_heavy(uid: int, loops: int) -> subprocess.Popen:

@@ -55,6 +55,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from machine_lock import (  # noqa: E402  (tests/machine_lock.py)
     CGROUP_MOUNTS,
+    cpu_by_uid,
     machine_lock,
     other_daemons,
     remove_fairshare_cgroups,
@@ -181,24 +182,6 @@ def session(uid: int, fn) -> int:
 
 
 # -- measuring -------------------------------------------------------------------------------
-
-
-def cpu_by_uid(uids: set[int]) -> dict[int, float]:
-    """CPU seconds of each uid: utime + stime + cutime + cstime of all its processes."""
-    out = dict.fromkeys(uids, 0.0)
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            uid = os.stat(f"/proc/{name}").st_uid
-            if uid not in out:
-                continue
-            stat = Path(f"/proc/{name}/stat").read_bytes()
-        except OSError:
-            continue
-        rest = stat[stat.rindex(b")") + 2 :].split()
-        out[uid] += sum(int(x) for x in rest[11:15]) / CLK_TCK
-    return out
 
 
 def split(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
