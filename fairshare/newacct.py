@@ -207,10 +207,12 @@ def session_request(
     to.  Returns the reply's fields; NotFound, OptionError or UdbError when refused."""
     if account and to_default:
         raise OptionError("give an account or default, not both")
-    sid = caller_session(uid, pid, session_id)
+    # The account first: one the caller may not take is refused whatever the session.
     name, acids = user_acids(session, uid)
-    if account:
-        accounts.choose(sid, uid, check_account(session, uid, account))
+    acid = check_account(session, uid, account) if account else None
+    sid = caller_session(uid, pid, session_id)
+    if acid is not None:
+        accounts.choose(sid, uid, acid)
     elif to_default:
         accounts.clear(sid, uid)
     current, chosen = accounts.current(sid, uid, acids)

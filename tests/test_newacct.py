@@ -110,7 +110,9 @@ def test_a_session_outside_this_pid_namespace_cannot_take_an_account(udb):
     assert accounts.sessions == {}
 
 
-def test_a_session_someone_else_leads_is_refused(udb):
+def test_a_session_someone_else_leads_is_refused(udb_url):
+    site(udb_url, {"me": (ME, "a1,a2"), "other": (ME + 1, "a1,a2")})
+    udb = udb_url
     child = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         accounts = SessionAccounts()
