@@ -95,6 +95,7 @@ class Consts:
     writeback: float = 60.0  # s, -n: how often released lnodes are written to the UDB
     checkpoint: float = 300.0  # s: how often every active lnode is checkpointed
     quota_threshold: float = 3.0  # CPU s past the quota (SIGXCPU) before SIGKILL
+    policy: str = "unicos"  # --policy: the fair-share policy the cycle runs (POLICIES)
 
     @property
     def K(self) -> float:
@@ -128,6 +129,12 @@ class Consts:
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Consts))
+
+#: The values a constant that names a choice may take, the default first.  `policy`
+#: names the cycle's Policy (fairshare.cycle.policy_for).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "policy": ("unicos",),
+}
 DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint")
 
 
@@ -293,6 +300,8 @@ def validate(consts: Consts) -> Consts:
     """`consts` itself if every value is in its range (RANGES); else OptionError naming
     the constant and its range."""
     parse_flags(consts.flags)
+    for name, choices in CHOICES.items():
+        _choice(name, getattr(consts, name))
     for name, rng in RANGES.items():
         value = getattr(consts, name)
         if name == "cost_tty":
@@ -312,8 +321,17 @@ def validate(consts: Consts) -> Consts:
     return consts
 
 
+def _choice(name: str, value: object) -> str:
+    """`value` if it is one of constant `name`'s CHOICES; else OptionError listing them."""
+    if value not in CHOICES[name]:
+        raise OptionError(f"{name}: expected one of {', '.join(CHOICES[name])}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
 def _coerce(name: str, value: object) -> object:
     """The typed value of constant `name` from a stored or user-supplied `value`."""
+    if name in CHOICES:
+        return _choice(name, value.strip().lower() if isinstance(value, str) else value)
     if name == "flags":
         return parse_flags(value)
     if name in DURATION_FIELDS:

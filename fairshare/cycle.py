@@ -597,8 +597,15 @@ class UnicosPolicy:
         )
 
 
-#: The policy run_cycle uses unless told otherwise.
-DEFAULT_POLICY: Policy = UnicosPolicy()
+#: The policies by name (fairshare.consts.CHOICES["policy"] lists the names a UDB may hold).
+POLICIES: dict[str, Policy] = {"unicos": UnicosPolicy()}
+#: The policy of the default constants.
+DEFAULT_POLICY: Policy = POLICIES["unicos"]
+
+
+def policy_for(consts: Consts) -> Policy:
+    """The policy `consts` selects (`shradmin --policy`)."""
+    return POLICIES[consts.policy]
 
 
 def run_cycle(
@@ -613,6 +620,7 @@ def run_cycle(
 
     `consumption` is what each leaf consumed during those seconds; leaves with processes
     (refs), runnable processes or CPU use become active even if `activate` was not
-    called for them (with their current usage, 0 for a new lnode).
+    called for them (with their current usage, 0 for a new lnode).  The policy is the
+    one `consts` selects unless `policy` is given.
     """
-    return (policy or DEFAULT_POLICY).cycle(tree, table, consumption, consts, elapsed)
+    return (policy or policy_for(consts)).cycle(tree, table, consumption, consts, elapsed)

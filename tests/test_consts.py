@@ -180,9 +180,11 @@ def test_migration_0002_keeps_entries(tmp_path):
 def test_every_constant_has_a_documented_range():
     from pathlib import Path
 
-    from fairshare.consts import FIELDS, RANGES
+    from fairshare.consts import CHOICES, FIELDS, RANGES
 
-    assert set(FIELDS) - set(RANGES) == {"flags"}  # flags: the known bits (parse_flags)
+    # flags: the known bits (parse_flags); a choice: its names
+    assert set(FIELDS) - set(RANGES) == {"flags", *CHOICES}
+    assert not set(CHOICES) & set(RANGES)
     page = (Path(__file__).parent.parent / "man" / "shradmin.8").read_text()
     assert ".SH RANGES" in page
     for name, rng in RANGES.items():

@@ -102,6 +102,7 @@ def test_flags_by_name_durations_with_units_and_percent(udb_url):
         (["-K", "nan"], "halflife"),
         (["-U", "inf"], "maxusage"),
         (["1e308"], "percent: expected a number from 0 to 10000 %"),
+        (["--policy", "lottery"], "policy: expected one of unicos"),
     ],
 )
 def test_nonsense_is_refused_and_nothing_changes(acme, args, message):
@@ -245,3 +246,38 @@ def test_a_running_daemon_follows_the_schedule_in_force(udb_url):
     run(udb_url, "--schedule", "batch", "--remove")
     daemon.step()
     assert (daemon.consts.delta, daemon.schedule) == (4.0, "")
+
+
+def test_a_running_daemon_takes_up_a_new_policy_within_one_cycle(udb_url, monkeypatch):
+    """`shradmin --policy` is stored, recorded and shown, and the daemon's next cycle runs
+    the policy it names (a recording policy registered beside unicos for the test)."""
+    from fairshare import consts as consts_module
+    from fairshare import cycle
+    from fairshare.daemon import simulated_daemon
+
+    class Recording:
+        name = "recording"
+        cycles = 0
+
+        def cycle(self, tree, table, consumption, consts, elapsed):
+            Recording.cycles += 1
+            return cycle.DEFAULT_POLICY.cycle(tree, table, consumption, consts, elapsed)
+
+    monkeypatch.setitem(cycle.POLICIES, "recording", Recording())
+    monkeypatch.setitem(consts_module.CHOICES, "policy", ("unicos", "recording"))
+    scenario = (
+        Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "01_equal_shares.toml"
+    )
+    daemon, _model, _cycles = simulated_daemon(open_udb(udb_url), str(scenario))
+    daemon.start()
+    daemon.step()
+    assert daemon.consts.policy == "unicos" and Recording.cycles == 0
+    r = run(udb_url, "--policy", "Recording")
+    assert r.exit_code == 0, r.output
+    assert "Scheduling policy = recording" in r.output
+    daemon.step()
+    assert daemon.consts.policy == "recording" and Recording.cycles >= 1
+    rows = run(udb_url, "--history", "--json")
+    assert {"name": "policy", "old": "unicos", "new": "recording"}.items() <= json.loads(
+        rows.output
+    )[-1].items()

@@ -57,6 +57,7 @@ SETTINGS = (
     ("-n", "--writeback", "writeback", "Write-back interval: 60s; 0 to 1 d."),
     (None, "--checkpoint", "checkpoint", "Checkpoint interval: 300s; 0 to 1 d."),
     (None, "--quota-threshold", "quota_threshold", "CPU s past the quota before SIGKILL, <= 1 d."),
+    (None, "--policy", "policy", "Fair-share policy the cycle runs: unicos (the default)."),
 )
 
 

@@ -42,6 +42,7 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
     run = nicetables.run_rate_decay(consts.halflife)
     lines = [
         f"Scheduling flags = {', '.join(names) if names else '(none)'} ({consts.flags:03o})",
+        f"Scheduling policy = {consts.policy}",
         f"Charging percentage = {_g(consts.percent)}%",
         f"Usage decay rate = {consts.K:.8f} per {_g(consts.delta)} s cycle "
         f"(half-life of {consts.halflife:.1f} seconds), shradmin -K {consts.halflife / 3600:g}"
