@@ -300,7 +300,7 @@ def validate(consts: Consts) -> Consts:
     """`consts` itself if every value is in its range (RANGES); else OptionError naming
     the constant and its range."""
     parse_flags(consts.flags)
-    for name, choices in CHOICES.items():
+    for name in CHOICES:
         _choice(name, getattr(consts, name))
     for name, rng in RANGES.items():
         value = getattr(consts, name)
