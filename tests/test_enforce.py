@@ -555,7 +555,9 @@ def test_the_kernel_reports_a_setuid():
     got = []
     ev = ProcessEvents()
     if not ev.start(lambda pid, uid: got.append((pid, uid))):
-        pytest.skip("no process events connector in this kernel")
+        pytest.skip(
+            "no process events here: a kernel without the connector, or a nested PID namespace"
+        )
     try:
         child = sleeper(61003)
         deadline = time.monotonic() + 5
@@ -601,3 +603,19 @@ def test_a_child_forked_while_its_cgroup_is_emptied_is_moved_out_too(tmp_path):
     e.teardown()
     assert not (mount / "fairshare").exists()
     assert (mount / "cgroup.procs").read_text() == "6"  # the last one moved back
+
+
+def test_process_events_are_not_used_in_a_nested_pid_namespace(tmp_path):
+    """In a container's PID namespace the connector's pids are the initial namespace's:
+    the daemon then places new sessions at the next cycle instead."""
+    from fairshare.enforce.events import nested_pid_namespace
+
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    for name, nspid in (("host", "4242"), ("below", "4242\t17")):
+        (tmp_path / name / "ns").mkdir(parents=True)
+        os.symlink("/proc/self/ns/pid", tmp_path / name / "ns" / "pid")
+        (tmp_path / name / "status").write_text(f"Name:\tx\nNSpid:\t{nspid}\n")
+    in_init = ns == 0xEFFFFFFC
+    assert nested_pid_namespace(str(tmp_path / "host")) is not in_init
+    assert nested_pid_namespace(str(tmp_path / "below"))
+    assert not nested_pid_namespace(str(tmp_path / "missing"))

@@ -83,6 +83,24 @@ def parse_uid_events(data: bytes) -> list[tuple[int, int]]:
     return out
 
 
+#: The inode number of the initial PID namespace (the kernel's PROC_PID_INIT_INO).
+INIT_PID_NAMESPACE = 0xEFFFFFFC
+
+
+def nested_pid_namespace(proc: str = "/proc/self") -> bool:
+    """True when this process runs in a PID namespace below the initial one (a container).
+    The process events connector speaks in the initial namespace's pids, which name other
+    processes (or none) here.  Its namespace's inode tells, and so does an NSpid line with
+    a pid per level when /proc was mounted from above."""
+    try:
+        if os.stat(f"{proc}/ns/pid").st_ino != INIT_PID_NAMESPACE:
+            return True
+        with open(f"{proc}/status") as f:
+            return any(line.startswith("NSpid:") and len(line.split()) > 2 for line in f)
+    except OSError:
+        return False
+
+
 class ProcessEvents:
     """Listens for uid changes and calls `on_uid(pid, uid)` for each, on its own thread."""
 
@@ -92,7 +110,15 @@ class ProcessEvents:
         self._stop = threading.Event()
 
     def start(self, on_uid: Callable[[int, int], None]) -> bool:
-        """Subscribe and start the thread; False (logged) when the kernel will not tell us."""
+        """Subscribe and start the thread; False (logged) when the kernel will not tell us
+        (or would tell us pids of another PID namespace)."""
+        if nested_pid_namespace():
+            log.info(
+                "process events unused: this daemon runs in a nested PID namespace and the "
+                "kernel reports the initial namespace's pids; new sessions are placed at "
+                "the next cycle"
+            )
+            return False
         try:
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
             prog = uid_filter()
