@@ -1,6 +1,7 @@
 """Benchmark: shrdaemon's overhead with 1,000 processes across 200 uids.
 
-Run as root: ``python tests/bench/bench_daemon.py [--cycles N] [--loop-seconds S]``.
+Run as root: ``python tests/bench/bench_daemon.py [--cycles N] [--loop-seconds S]``,
+or as anyone: ``python tests/bench/bench_daemon.py --fake [--cycles N] [--repeat R]``.
 
 It forks 1,000 sleeping children setuid to 200 test uids (62000..62199, 5 each;
 no system accounts needed), loads a UDB with those 200 users in 10 resource
@@ -19,6 +20,14 @@ enforcer this machine offers, the SQLite store) in this process:
 Every child is killed and the daemon's cgroups removed at the end.  It waits for
 the host's real-machine test lock (tests/machine_lock.py): both use the
 machine's fair-share cgroup.
+
+`--fake` times the daemon's own work without the machine: the same UDB, a scripted
+collector handing it the same 1,000 processes (each with some CPU, a few runnable,
+some in lnode cgroups) on a simulated clock, the none enforcer and a recording
+OsActions.  It prints the median CPU of one cycle (and of the same parts) over
+`--cycles` cycles, `--repeat` times, and the median of those medians: what the
+daemon's charging, cycle, quotas, targets and UDB round trips cost, /proc and the
+kernel aside.  No root, nothing on the machine is touched.
 """
 
 from __future__ import annotations
@@ -121,11 +130,115 @@ def children():
             k.wait()
 
 
+class FakeCollector:
+    """The benchmark's 1,000 processes as a scripted sample: every process used a little
+    CPU, one in five is runnable, the users of even groups sit in lnode cgroups."""
+
+    def __init__(self, clock) -> None:
+        from fairshare.collect import ProcessSample
+
+        self.clock, self.last = clock, None
+        self.procs = []
+        for i in range(USERS):
+            uid = FIRST_UID + i
+            group = f"bu{i}" if i % GROUPS % 2 == 0 else ""
+            for k in range(PER_USER):
+                pid = 10_000 + i * PER_USER + k
+                self.procs.append(
+                    ProcessSample(
+                        pid, 0.0, uid, cpu=0.001 * (1 + k), runnable=k == 0, nice=0, group=group
+                    )
+                )
+        self.groups = {f"bu{i}": 0.01 for i in range(USERS) if i % GROUPS % 2 == 0}
+
+    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True):
+        from fairshare.collect import Sample
+
+        now = self.clock.now
+        elapsed = 0.0 if self.last is None else now - self.last
+        self.last = now
+        return Sample(self.clock.time(), elapsed, list(self.procs), 0.5, dict(self.groups))
+
+
+def fake(cycles: int, repeat: int) -> int:
+    """The --fake mode (see the module docstring)."""
+    import fairshare.daemon as daemon_module
+    from fairshare.collect.sim import SimClock
+    from fairshare.enforce.none import NoEnforcer
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from busy import RecordedOs  # tests/busy.py
+
+    medians, parts = [], defaultdict(list)
+    spent: dict[str, float] = defaultdict(float)
+    real_run_cycle = daemon_module.run_cycle
+
+    def timed_cycle(*a, **kw):
+        t = time.process_time()
+        try:
+            return real_run_cycle(*a, **kw)
+        finally:
+            spent["cycle.run_cycle"] += time.process_time() - t
+
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp:
+            engine = open_udb(make_udb(f"{tmp}/udb.sqlite"))
+            clock = SimClock(1_700_000_000.0)
+            actions = RecordedOs()
+            store = Timed(LnodeStore(engine, host="bench"), ["publish"], spent, "store")
+            daemon_module.run_cycle = timed_cycle
+            d = Daemon(
+                engine,
+                FakeCollector(clock),
+                NoEnforcer(actions),
+                store,
+                actions,
+                clock=clock,
+                options=Options(enforce_min_uid=1000, cpus=2),
+            )
+            d._read_consts = Timed(d, ["_read_consts"], spent, "udb")._read_consts
+            per_cycle = []
+            try:
+                d.start()
+                for i in range(cycles):
+                    clock.sleep(d.consts.delta, d.wake)
+                    spent.clear()
+                    t = time.process_time()
+                    d.step()
+                    if i >= 2:
+                        per_cycle.append(time.process_time() - t)
+                        for k, v in spent.items():
+                            parts[k].append(v)
+                lnodes = int(d.lnodes.table.active.sum())
+            finally:
+                d.shutdown()
+                daemon_module.run_cycle = real_run_cycle
+                engine.dispose()
+            medians.append(statistics.median(per_cycle))
+            print(
+                f"fake: {len(FakeCollector(clock).procs)} processes, {lnodes} active lnodes, "
+                f"one cycle median {medians[-1] * 1e3:.2f} ms CPU over {len(per_cycle)} cycles "
+                f"(min {min(per_cycle) * 1e3:.2f}, max {max(per_cycle) * 1e3:.2f})"
+            )
+    for k in sorted(parts):
+        print(f"  {k:<18} median {statistics.median(parts[k]) * 1e3:7.2f} ms")
+    med = statistics.median(medians)
+    print(
+        f"fake: median of {repeat} runs' medians {med * 1e3:.2f} ms CPU per cycle (range "
+        f"{min(medians) * 1e3:.2f}-{max(medians) * 1e3:.2f}); /proc and the kernel excluded"
+    )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=20, help="cycles timed back to back")
     ap.add_argument("--loop-seconds", type=float, default=40.0, help="wall time of the loop")
+    ap.add_argument("--fake", action="store_true", help="no machine: scripted processes")
+    ap.add_argument("--repeat", type=int, default=3, help="--fake: runs (median of medians)")
     args = ap.parse_args()
+    if args.fake:
+        return fake(args.cycles, args.repeat)
     if os.geteuid() != 0:
         print("bench_daemon.py must run as root (setuid children, cgroups)", file=sys.stderr)
         return 2
