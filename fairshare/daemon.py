@@ -4,30 +4,32 @@
 simulator), an enforcer, a store on the UDB, a clock, and the one OsActions object
 (fairshare.actions) through which it and its enforcer change processes: signals,
 nice values, cgroup files.  The simulated daemon gets the simulated machine's
-actions, so it cannot reach a real process.  Each cycle it
+actions, so it cannot reach a real process.  `step` is one cycle; each of its steps
+is a function of its own module, the daemon only holds the state between them:
 
-1. re-reads the constants (so a shradmin change acts within one delta) and, when
-   the UDB's entries changed (a cheap fingerprint query), or on SIGHUP, rebuilds
-   the share tree and carries the lnodes over by name;
-2. samples the processes and maps each to its leaf lnode: by uid (Share by User),
-   or by account (Share by Account: the account the `account_of` hook gives, e.g.
-   the one newacct set, else the user's default acid, the first of its acids);
-   uids with no UDB entry go to `unknown`; idle CPU goes to the Idle lnode;
-3. activates new lnodes with their stored usage aged since shextime, and runs the
-   pure `fairshare.cycle.run_cycle`;
-4. applies CPU quotas (SIGXCPU at the quota, SIGKILL past quota + threshold),
-   hands the effective shares to the enforcer, applies the UDB's nice of each
-   lnode to its processes as a floor (beside cgroup enforcement; the nice enforcer
-   folds it into its own values; none changes nothing), and publishes the lnode table;
-5. every `writeback` seconds adds what every lnode accrued to the UDB (increments, so
-   hosts sharing one UDB never erase each other's charges) and releases the lnodes whose
-   processes have all gone; with GLOBALUSAGE it then refreshes the site-wide usage and
-   site factors (fairshare.site); every `checkpoint` seconds checkpoints every active
+1. re-read the constants (shradmin's schedule applied: fairshare.admin), so a change
+   acts within one delta, and, when the UDB's entries changed (a cheap fingerprint
+   query), periodically, or on SIGHUP, rebuild the share tree and carry the lnodes
+   over by name (fairshare.state);
+2. sample the processes (fairshare.collect) and charge each to its leaf lnode
+   (fairshare.charges; Share by Account through fairshare.accounts);
+3. create the lnodes of new leaves with their stored usage aged since shextime
+   (fairshare.state), and run the pure cycle (fairshare.cycle.run_cycle); with
+   GLOBALUSAGE the site factors adjust the effective shares (fairshare.site);
+4. serve shrsync's requests (fairshare.sync), send the CPU-quota signals and hand the
+   enforcer its targets (fairshare.decisions; fairshare.enforce.switch keeps the
+   enforcer off under NOSCHED/NOSHARE and applies the UDB's nice beside it), and
+   publish the lnode table (fairshare.store);
+5. every `writeback` seconds add what every lnode accrued to the UDB (increments, so
+   hosts sharing one UDB never erase each other's charges) and release the lnodes whose
+   processes have all gone (fairshare.state.leave); with GLOBALUSAGE then refresh the
+   site-wide usage and site factors; every `checkpoint` seconds checkpoint every active
    lnode's unwritten increment.
 
 When the UDB cannot be reached the daemon keeps scheduling from what it knows (the last
 constants and tree; new lnodes start from usage 0), logs one line a minute, and keeps
-what it owes the UDB until the UDB answers again, then writes it all back.
+what it owes the UDB until the UDB answers again, then writes it all back
+(fairshare.outage).
 
 SIGTERM and SIGINT stop it: everything is written back, the enforcer undoes what
 it did, the published table is marked stopped, and `run` returns.  The time comes
@@ -37,61 +39,54 @@ seconds without sleeping.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 from sqlalchemy import Engine, func, select
-from sqlalchemy.exc import InterfaceError, OperationalError
 
+from fairshare.accounts import AccountLookup, AccountsOf
 from fairshare.actions import OsActions
 from fairshare.admin import load_effective_consts
-from fairshare.collect import WEAKEST_NICE, Collector, ProcessSample, Sample
+from fairshare.charges import consumption, leaf_of
+from fairshare.collect import Collector, ProcessSample, Sample
 from fairshare.consts import GLOBALUSAGE, Consts, load_consts
-from fairshare.cycle import Consumption, run_cycle
-from fairshare.enforce.base import Enforcer, LnodeTarget, safe_name
-from fairshare.enforce.renice import Renicer
-from fairshare.lnode import (
-    LnodeTable,
-    WriteBack,
-    accrued,
-    activate,
-    aged_usage,
-    keep_finite,
-    new_table,
-    release,
-)
-from fairshare.nicetables import tick_rates
+from fairshare.cycle import run_cycle
+from fairshare.decisions import enforcer_targets, quota_signals
+from fairshare.enforce.base import Enforcer
+from fairshare.enforce.switch import Enforcement
+from fairshare.lnode import LnodeTable, WriteBack, keep_finite
+from fairshare.outage import UdbCalls
 from fairshare.site import SiteState, apply_factors, refresh_usage, update_factors
-from fairshare.store import CycleHeader, EntryState, LnodeStore, add_counts
-from fairshare.sync import serve_requests
-from fairshare.tree import TREE_COLUMNS, UNKNOWN_NAMES, Kind, ShareTree, build_tree
-from udb.models import IDLE_UID, Entry, Serial
+from fairshare.state import (
+    Lnodes,
+    activate_leaves,
+    arriving,
+    carry_over,
+    leave,
+    lnodes_for,
+    refresh_entries,
+    same_tree,
+)
+from fairshare.store import CycleHeader, LnodeStore, add_counts
+from fairshare.sync import QUOTA, UPDATE, reread_quotas, serve_requests
+from fairshare.tree import TREE_COLUMNS, build_tree
+from udb.models import Entry, Serial
 from udb.session import read_session
 
 log = logging.getLogger("shrdaemon")
 
-#: Processes at the weakest nice (fairshare.collect.WEAKEST_NICE) are not charged (the
-#: guide's rule), unless the nice enforcer put them there itself.  Other nice values are
-#: charged per CPU tick at the guide's graded rate (fairshare.nicetables.TICKS), except
-#: under the nice enforcer, whose nice values are its own doing and are all charged at
-#: nice 0's rate.
 #: Rebuild the tree at least this often (cycles) even when the fingerprint is unchanged,
 #: so quota changes and edits the fingerprint cannot see are picked up.
 RELOAD_EVERY = 15
-#: While the UDB cannot be reached, say so at most once per this many seconds.
-UNREACHABLE_LOG_EVERY = 60.0
-#: The errors that mean the UDB cannot be reached (server down, network, lock timeout).
-UNREACHABLE = (OperationalError, InterfaceError)
 
 _COSTS = ("cost_tick", "cost_bio", "cost_sio", "cost_syscall", "cost_mem", "percent")
 #: The constants each lnode field is computed from, named when a value is not finite.
@@ -156,22 +151,6 @@ class Options:
     cpus: float | None = None
 
 
-@dataclass
-class Lnodes:
-    """The tree and the lnode table over it, plus what the daemon knows per leaf."""
-
-    tree: ShareTree
-    table: LnodeTable
-    fingerprint: tuple
-    acids: dict[int, list[int]]  # user uid -> acids (Share by Account)
-    unknown: int | None  # the unknown leaf's node
-    idle: int | None  # the Idle leaf's node
-    leaf_of_id: dict[int, int] = field(default_factory=dict)  # uid (acid) -> its leaf node
-    leaf_of_group: dict[str, int] = field(default_factory=dict)  # lnode cgroup -> leaf node
-    entry: dict[int, EntryState] = field(default_factory=dict)  # active leaf -> its entry
-    warned: set[int] = field(default_factory=set)  # leaves sent SIGXCPU this activation
-
-
 def entries_fingerprint(session) -> tuple:
     """A cheap summary of the entries that changes whenever udbgen or shrdist changed
     them (their change serial); count and highest id catch rows added by other means.
@@ -183,68 +162,14 @@ def entries_fingerprint(session) -> tuple:
     return (count, top, changes or 0)
 
 
-def same_tree(a: ShareTree, b: ShareTree) -> bool:
-    """True when `a` and `b` have the same nodes, parents, shares and kinds."""
-    return (
-        a.mode == b.mode
-        and a.names == b.names
-        and np.array_equal(a.ids, b.ids)
-        and np.array_equal(a.parent, b.parent)
-        and np.array_equal(a.shares, b.shares)
-        and np.array_equal(a.kinds, b.kinds)
-    )
-
-
 def load_lnodes(session, mode: str) -> Lnodes:
     """The share tree of the UDB in `mode`, an empty lnode table and the uid maps."""
-    rows = session.execute(select(*TREE_COLUMNS)).all()
-    tree = build_tree(rows, mode)
+    tree = build_tree(session.execute(select(*TREE_COLUMNS)).all(), mode)
     acids = {}
     if mode == "account":
         for uid, ac in session.execute(select(Entry.uid, Entry.acids)).all():
             acids[int(uid)] = list(ac or [])
-    unknown = next((n for name in UNKNOWN_NAMES if (n := tree.find(name)) is not None), None)
-    idle = tree.find_id(IDLE_UID)
-    if idle is not None and tree.kind(idle) != Kind.IDLE:
-        idle = None
-    leaves = np.flatnonzero(tree.leaf_mask).tolist()
-    leaf_of_id = dict(zip(tree.ids[leaves].tolist(), leaves, strict=True))
-    leaf_of_group = {safe_name(tree.names[n]): n for n in leaves}
-    return Lnodes(
-        tree,
-        new_table(tree),
-        entries_fingerprint(session),
-        acids,
-        unknown,
-        idle,
-        leaf_of_id,
-        leaf_of_group,
-    )
-
-
-def carry_over(old: Lnodes, new: Lnodes, now: float) -> list[tuple[int, WriteBack]]:
-    """Copy every active leaf lnode of `old` into `new` by name (in place).
-
-    Returns the write-backs (released at `now`, epoch s) of active leaves that the
-    new tree no longer has.
-    """
-    gone = []
-    for n in np.flatnonzero(old.table.active & old.tree.leaf_mask):
-        name = old.tree.names[n]
-        m = new.tree.find(name)
-        if m is None or not new.tree.leaf_mask[m]:
-            gone.append((int(old.tree.ids[n]), release(old.table, int(n), now)))
-            continue
-        activate(new.table, m, 0.0)
-        for f in dataclasses.fields(LnodeTable):
-            if f.name in ("parent", "active"):
-                continue
-            getattr(new.table, f.name)[m] = getattr(old.table, f.name)[n]
-        if n in old.entry:
-            new.entry[m] = old.entry[n]
-        if n in old.warned:
-            new.warned.add(m)
-    return gone
+    return lnodes_for(tree, acids, entries_fingerprint(session))
 
 
 class Daemon:
@@ -261,22 +186,18 @@ class Daemon:
         actions: OsActions,
         clock: Clock | None = None,
         options: Options | None = None,
-        account_of: Callable[[ProcessSample], int | None] | None = None,
+        account_of: AccountLookup | None = None,
         process_events=None,
         observers: Sequence[Observer] = (),
     ) -> None:
-        theirs = getattr(enforcer, "actions", actions)
-        if theirs is not actions:
+        if enforcer.actions is not actions:
             raise ValueError(
-                f"the {enforcer.name} enforcer acts on the {theirs.name} machine, "
+                f"the {enforcer.name} enforcer acts on the {enforcer.actions.name} machine, "
                 f"the daemon on the {actions.name} one"
             )
-        self.engine = engine
-        self.collector = collector
+        self.engine, self.collector, self.store, self.actions = engine, collector, store, actions
         self.enforcer = enforcer
-        self.store = store
-        self.actions = actions
-        self.user_nice = Renicer(actions)  # the UDB's nice beside cgroup enforcement
+        self.enforcement = Enforcement(enforcer, actions)
         self.clock = clock or SystemClock()
         self.options = options or Options()
         self.account_of = account_of
@@ -292,20 +213,31 @@ class Daemon:
         self.lnodes: Lnodes | None = None
         self.consts: Consts | None = None
         self.schedule = ""  # the shradmin schedule in force ("" = the base settings)
-        self.scheduling = True  # False while NOSCHED/NOSHARE keep the enforcer off
         self._pids: dict[int, list[ProcessSample]] = {}  # leaf -> its processes, last sample
         self._next_writeback = 0.0
         self._next_checkpoint = 0.0
-        self._enforcer_is_set_up = False
         self.cpus = float(self.options.cpus or os.cpu_count() or 1)
         self.site: SiteState | None = None  # GLOBALUSAGE state (fairshare.site)
         self.pending: list[tuple[int, WriteBack]] = []  # increments the UDB has not taken
-        self.unreachable_since: float | None = None  # monotonic s; None while it answers
-        self._unreachable_logged = 0.0
+        self.udb = UdbCalls(self.clock.monotonic, lambda: len(self.pending), self._udb_back)
         self.observers = list(observers)
         self.writebacks = 0  # lnodes written back since start
         self.checkpoints = 0  # checkpoints taken since start
         self.last_cycle_seconds = 0.0  # wall-clock seconds the last step took
+
+    @property
+    def scheduling(self) -> bool:
+        """False while NOSCHED/NOSHARE keep the enforcer off."""
+        return self.enforcement.scheduling
+
+    @property
+    def enforcer_name(self) -> str:
+        return self.enforcement.name
+
+    @property
+    def unreachable_since(self) -> float | None:
+        """Since when (monotonic s) the UDB has not answered; None while it answers."""
+        return self.udb.unreachable_since
 
     # -- signals ---------------------------------------------------------------------------
 
@@ -360,23 +292,14 @@ class Daemon:
         with read_session(self.engine) as s:
             halflife = self._load_consts(s).halflife
         for r in self.store.recover(halflife):
-            log.info(
-                "recovered lnode %s (uid %d) from the checkpoint of %s: usage %.6g, "
-                "charge %.6g, %.3f CPU s",
-                r.name,
-                r.uid,
-                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.time)),
-                r.usage,
-                r.charge,
-                r.cpu_seconds,
-            )
+            log_recovered(r)
         with read_session(self.engine) as s:
             self.consts = self._load_consts(s)
             self.lnodes = load_lnodes(s, self.consts.mode)
-        self._log_tree()
+        log_tree(self.lnodes)
         self.site = SiteState.new(self.lnodes.tree.size)
-        self._sync_enforcer(self.consts)
-        if self.process_events is not None and hasattr(self.enforcer, "place"):
+        self.enforcement.sync(self.consts.scheduling)
+        if self.process_events is not None and self.enforcer.capabilities.places:
             self.process_events.start(self.place_new)
         now = self.clock.monotonic()
         self._next_writeback = now + self.consts.writeback
@@ -386,38 +309,16 @@ class Daemon:
     def step(self) -> None:
         """One cycle (see the module docstring)."""
         t0 = time.perf_counter()
-        consts = self._udb("read the constants", self._read_consts) or self.consts
+        consts = self.udb.call("read the constants", self._read_consts) or self.consts
         self.consts = consts
-        self._sync_enforcer(consts)
-        wanted = {
-            "io": consts.cost_bio > 0 or consts.cost_sio > 0,
-            "syscalls": consts.cost_syscall > 0,
-            "mem": consts.cost_mem > 0,
-        }
-        sample = self.collector.sample(**wanted)
+        self.enforcement.sync(consts.scheduling)
+        sample, used, elapsed = self._charge(consts)
         ln = self.lnodes
-        refresh = getattr(self.account_of, "refresh", None)
-        if refresh is not None:  # newacct's session records (fairshare.newacct)
-            refresh(sample, ln.acids)
-        consumption, procs = self._consumption(ln, sample, **wanted)
-        add_counts(self.counts, consumption)
-        self._activate(ln, consumption, sample.time)
-        elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
-        before = ln.table
-        ln.table = run_cycle(ln.tree, before, consumption, consts, elapsed)
-        self.site.add(consumption.cpu, elapsed)
-        if consts.flags & GLOBALUSAGE:
-            ln.table.e_share = apply_factors(ln.tree, ln.table, self.site.factor)
-        self._keep_finite(ln, before, consts)
-        self._pids = procs
         self.cycle += 1
-        # shrsync -u / -q, before the quotas (fairshare.sync)
-        self._udb("serve shrsync requests", serve_requests, self, sample.time)
+        self.udb.call("serve shrsync requests", self._serve_requests, sample.time)
         self._quotas(ln, consts)
         if self.scheduling:
-            targets = self._targets(ln)
-            self.enforcer.apply(targets)
-            self._apply_user_nice(targets)
+            self.enforcement.apply(enforcer_targets(ln, self._pids, self.options.enforce_min_uid))
         header = CycleHeader(
             time=sample.time,
             delta=consts.delta,
@@ -428,21 +329,62 @@ class Daemon:
             started=self.started,
             counts=dict(self.counts),
             cpus=self.cpus,
-            delivered=float(consumption.cpu.sum()) / elapsed,
+            delivered=used / elapsed,
         )
-        self._udb("publish the lnode table", self.store.publish, ln.tree, ln.table, header)
-        now = self.clock.monotonic()
-        if now >= self._next_writeback:
-            self._next_writeback = now + consts.writeback
-            self.write_back(sample.time, everything=False)
-        if now >= self._next_checkpoint:
-            self._next_checkpoint = now + consts.checkpoint
-            n = self._udb("checkpoint", self.store.checkpoint, ln.tree, ln.table, sample.time)
+        self.udb.call("publish the lnode table", self.store.publish, ln.tree, ln.table, header)
+        self._timers(sample.time, consts)
+        self.last_cycle_seconds = time.perf_counter() - t0
+        self._tell("cycled", self.last_cycle_seconds)
+
+    def _charge(self, consts: Consts) -> tuple[Sample, float, float]:
+        """Sample, charge, activate and run the cycle on the lnode table; returns the
+        sample, the CPU seconds it saw used and the seconds it covers."""
+        wanted = {
+            "io": consts.cost_bio > 0 or consts.cost_sio > 0,
+            "syscalls": consts.cost_syscall > 0,
+            "mem": consts.cost_mem > 0,
+        }
+        sample = self.collector.sample(**wanted)
+        ln = self.lnodes
+        if self.account_of is not None:  # e.g. newacct's sessions (fairshare.newacct)
+            self.account_of.refresh(sample, ln.acids)
+        sets_nice = self.enforcer.capabilities.sets_nice and self.scheduling
+        c, self._pids = consumption(ln, sample, self.account_of, sets_nice, **wanted)
+        add_counts(self.counts, c)
+        self._activate(ln, arriving(ln, c), sample.time)
+        elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
+        before = ln.table
+        ln.table = run_cycle(ln.tree, before, c, consts, elapsed)
+        self.site.add(c.cpu, elapsed)
+        if consts.flags & GLOBALUSAGE:
+            ln.table.e_share = apply_factors(ln.tree, ln.table, self.site.factor)
+        log_not_finite(ln, before, consts)
+        return sample, float(c.cpu.sum()), elapsed
+
+    def _timers(self, now: float, consts: Consts) -> None:
+        """The write-back and checkpoint when their time has come (`now` epoch s)."""
+        ln, mono = self.lnodes, self.clock.monotonic()
+        if mono >= self._next_writeback:
+            self._next_writeback = mono + consts.writeback
+            self.write_back(now, everything=False)
+        if mono >= self._next_checkpoint:
+            self._next_checkpoint = mono + consts.checkpoint
+            n = self.udb.call("checkpoint", self.store.checkpoint, ln.tree, ln.table, now)
             if n is not None:
                 self.checkpoints += 1
             log.debug("checkpointed %s lnodes", n)
-        self.last_cycle_seconds = time.perf_counter() - t0
-        self._tell("cycled", self.last_cycle_seconds)
+
+    def _serve_requests(self, now: float) -> int:
+        """shrsync -u / -q (fairshare.sync), before the quotas."""
+        return serve_requests(
+            self.engine,
+            self.store.host,
+            now,
+            {
+                UPDATE: lambda: self.write_back(now, everything=False, release_gone=False),
+                QUOTA: lambda: reread_quotas(self.lnodes, self.store),
+            },
+        )
 
     def _read_consts(self) -> Consts:
         with read_session(self.engine) as s:
@@ -450,46 +392,16 @@ class Daemon:
             self._maybe_reload(s, consts)
         return consts
 
-    def _udb(self, what: str, fn: Callable, *args):
-        """`fn(*args)`, or None when the UDB cannot be reached (logged once a minute)."""
-        try:
-            out = fn(*args)
-        except UNREACHABLE as err:
-            now = self.clock.monotonic()
-            if self.unreachable_since is None:
-                self.unreachable_since = now
-            if self._unreachable_logged == 0.0 or now - self._unreachable_logged >= (
-                UNREACHABLE_LOG_EVERY
-            ):
-                self._unreachable_logged = now
-                reason = str(getattr(err, "orig", err) or err).strip().splitlines()[0]
-                log.warning(
-                    "UDB unreachable for %.0f s (could not %s: %s): scheduling from the last "
-                    "known state, %d write-backs kept until it answers",
-                    now - self.unreachable_since,
-                    what,
-                    reason,
-                    len(self.pending),
-                )
-            return None
-        if self.unreachable_since is not None:
-            log.info(
-                "UDB reachable again after %.0f s", self.clock.monotonic() - self.unreachable_since
-            )
-            self.unreachable_since = None
-            self._unreachable_logged = 0.0
-            self._next_writeback = 0.0  # write back what was kept, at the end of this cycle
-        return out
+    def _udb_back(self) -> None:
+        self._next_writeback = 0.0  # write back what was kept, at the end of this cycle
 
     def shutdown(self) -> None:
         """Undo the enforcement, write every lnode back, drop the published table."""
         self._tell("stopping")
         if self.process_events is not None:
             self.process_events.stop()
-        if self._enforcer_is_set_up:
-            self.enforcer.teardown()
-            self.user_nice.restore()
-            self._enforcer_is_set_up = False
+        if self.enforcement.set_up:
+            self.enforcement.undo()
             log.debug("%s enforcement undone", self.enforcer.name)
         if self.lnodes is not None:
             now = self.clock.time()
@@ -502,12 +414,8 @@ class Daemon:
                     sum(wb.shusage for _u, wb in self.pending),
                     sum(wb.charge for _u, wb in self.pending),
                 )
-            self._udb("mark the published table stopped", self.store.mark_stopped, now)
+            self.udb.call("mark the published table stopped", self.store.mark_stopped, now)
         log.info("stopped after %d cycles; every lnode written back", self.cycle)
-
-    @property
-    def enforcer_name(self) -> str:
-        return self.enforcer.name if self.scheduling else "none"
 
     # -- the pieces ----------------------------------------------------------------------
 
@@ -529,37 +437,6 @@ class Daemon:
             self.schedule = schedule
         return consts
 
-    def _keep_finite(self, ln: Lnodes, before: LnodeTable, consts: Consts) -> None:
-        """Keep every lnode's last finite value where the cycle produced NaN or infinity
-        (the constants' ranges should make that impossible), and say which lnode and
-        which constants were in play, so the site keeps its scheduler."""
-        for node, name in keep_finite(before, ln.table):
-            names = [c for c in _CONSTS_OF.get(name, ()) if getattr(consts, c)]
-            involved = ", ".join(f"{c}={getattr(consts, c):g}" for c in names)
-            log.error(
-                "lnode %s: %s was not finite after the cycle (constants in play: %s); "
-                "its last finite value %g is kept",
-                ln.tree.names[node],
-                name,
-                involved or "none",
-                float(getattr(ln.table, name)[node]),
-            )
-
-    def _sync_enforcer(self, consts: Consts) -> None:
-        """Keep the enforcer off while NOSCHED or NOSHARE is set, on otherwise."""
-        wanted = consts.scheduling
-        if wanted and not self._enforcer_is_set_up:
-            self.enforcer.setup()
-            self._enforcer_is_set_up = True
-            if not self.scheduling:
-                log.info("NOSCHED/NOSHARE cleared: %s enforcement resumes", self.enforcer.name)
-        elif not wanted and self._enforcer_is_set_up:
-            self.enforcer.teardown()
-            self.user_nice.restore()
-            self._enforcer_is_set_up = False
-            log.info("NOSCHED/NOSHARE set: accounting only, %s undone", self.enforcer.name)
-        self.scheduling = wanted
-
     def _maybe_reload(self, session, consts: Consts) -> None:
         ln = self.lnodes
         reason = None
@@ -578,52 +455,14 @@ class Daemon:
         if same_tree(new.tree, ln.tree):
             # Same tree: keep the table, refresh what we know of the active entries.
             ln.acids = new.acids
-            self._refresh_entries(ln)
+            refresh_entries(ln, self.store)
             return
-        gone = carry_over(ln, new, self.clock.time())
-        self.pending.extend(gone)
+        self.pending.extend(carry_over(ln, new, self.clock.time()))
         self.lnodes = new
         self.site = SiteState.new(new.tree.size)  # site factors restart on the new tree
-        self._refresh_entries(new)
+        refresh_entries(new, self.store)
         log.info("share tree reloaded (%s)", reason)
-        self._log_tree()
-
-    def _refresh_entries(self, ln: Lnodes) -> None:
-        active = np.flatnonzero(ln.table.active & ln.tree.leaf_mask)
-        states = self.store.entry_states(int(ln.tree.ids[n]) for n in active)
-        for n in active:
-            st = states.get(int(ln.tree.ids[n]))
-            if st is not None:
-                ln.entry[int(n)] = st
-
-    def _log_tree(self) -> None:
-        ln = self.lnodes
-        tree = ln.tree
-        leaves = int(tree.leaf_mask.sum())
-        log.info(
-            "share tree: %d nodes, %d leaves, Share by %s",
-            tree.size,
-            leaves,
-            "Account" if tree.mode == "account" else "User",
-        )
-        if ln.unknown is None:
-            log.warning("no 'unknown' entry: processes of uids without an entry are not charged")
-        for d in tree.detached:
-            log.warning("entry %s (uid %d) is not in the share tree: %s", d.name, d.uid, d.reason)
-
-    def leaf_of(self, ln: Lnodes, p: ProcessSample) -> int | None:
-        """The leaf lnode process `p` is charged to (None: nowhere to charge it)."""
-        if ln.tree.mode == "account":
-            acid = self.account_of(p) if self.account_of else None
-            if acid is None:
-                acids = ln.acids.get(p.uid)
-                acid = acids[0] if acids else None
-            node = ln.leaf_of_id.get(acid) if acid is not None else None
-            if node is None and p.uid == IDLE_UID:
-                node = ln.idle
-        else:
-            node = ln.leaf_of_id.get(p.uid)
-        return ln.unknown if node is None else node
+        log_tree(new)
 
     def place_new(self, pid: int, uid: int) -> None:
         """Put process `pid`, which has just become uid `uid`'s, in its lnode's cgroup now
@@ -634,161 +473,38 @@ class Daemon:
             return
         if ln.tree.mode == "account":
             return
-        node = self.leaf_of(ln, ProcessSample(pid=pid, create_time=0.0, uid=uid))
+        node = leaf_of(ln, ProcessSample(pid=pid, create_time=0.0, uid=uid), self.account_of)
         if node is not None:
             self.enforcer.place(pid, ln.tree.names[node])
 
-    def _consumption(
-        self, ln: Lnodes, sample: Sample, io: bool = True, syscalls: bool = True, mem: bool = True
-    ) -> tuple[Consumption, dict[int, list[ProcessSample]]]:
-        """Consumption per leaf and the processes of each leaf (`io`, `syscalls`, `mem`
-        False: the collector did not read them, their totals stay 0)."""
-        n = ln.tree.size
-        c = Consumption.zeros(n)
-        procs: dict[int, list[ProcessSample]] = {}
-        charge_weakest = self.enforcer.name == "nice" and self.scheduling
-        leaf_of = self.leaf_of
-        mine = [(node, p) for p in sample.processes if (node := leaf_of(ln, p)) is not None]
-        for node, p in mine:
-            procs.setdefault(node, []).append(p)
-        charged = [charge_weakest or p.nice < WEAKEST_NICE for _node, p in mine]
-        # The guide's graded tick rate of each process (nice 0's under the nice enforcer).
-        rate = tick_rates([0 if charge_weakest else p.nice for _node, p in mine])
-        # CPU the kernel counted per lnode cgroup: a process in an lnode cgroup is
-        # charged through the counter, not its own, less what the guide does not charge:
-        # all of a nice-19 process's CPU, part of another niced one's (the collector
-        # re-reads such processes every sample, so their own CPU is known).
-        counted = dict(sample.groups)
-        graded_counted = dict(counted)
-        for (_node, p), ch, r in zip(mine, charged, rate, strict=True):
-            if p.group in counted and p.cpu > 0:
-                if not ch:
-                    counted[p.group] = max(counted[p.group] - p.cpu, 0.0)
-                graded_counted[p.group] = max(graded_counted[p.group] - p.cpu * (1 - r), 0.0)
-        if mine:
-            idx = np.array([node for node, _p in mine], dtype=np.int64)
-
-            def total(values) -> np.ndarray:
-                return np.bincount(idx, weights=np.asarray(values, dtype=float), minlength=n)
-
-            pc = list(zip(mine, charged, strict=True))
-            own = np.array([p.cpu if ch and not p.group else 0.0 for (_n, p), ch in pc])
-            c.cpu = total(own)
-            c.cpu_charged = total(own * rate)
-            if io:
-                c.bio = total([p.bio if ch else 0.0 for (_n, p), ch in pc])
-                c.sio = total([p.sio if ch else 0.0 for (_n, p), ch in pc])
-            if syscalls:
-                c.syscalls = total([p.syscalls if ch else 0.0 for (_n, p), ch in pc])
-            if mem:
-                c.mem = total([p.mem if ch else 0.0 for (_n, p), ch in pc])
-            c.refs = np.bincount(idx, minlength=n).astype(np.int64)
-            c.nrun = total([p.runnable for _n, p in mine]).astype(np.int64)
-        for name, used in counted.items():
-            node = ln.leaf_of_group.get(name)
-            if node is not None:
-                c.cpu[node] += used
-                if c.cpu_charged is not None:
-                    c.cpu_charged[node] += graded_counted[name]
-        if ln.idle is not None and sample.idle > 0:
-            c.cpu[ln.idle] += sample.idle
-            if c.cpu_charged is not None:
-                c.cpu_charged[ln.idle] += sample.idle
-        return c, procs
-
-    def _activate(self, ln: Lnodes, c: Consumption, now: float) -> None:
-        """Create the lnodes of leaves that got processes (or idle time) this cycle
-        (from usage 0 while the UDB cannot be reached)."""
-        new = np.flatnonzero(ln.tree.leaf_mask & ~ln.table.active & ((c.refs > 0) | (c.cpu > 0)))
-        if len(new) == 0:
+    def _activate(self, ln: Lnodes, new: list[int], now: float) -> None:
+        """Create the lnodes of the leaves `new` (from usage 0 while the UDB cannot be
+        reached)."""
+        if not new:
             return
         uids = [int(ln.tree.ids[n]) for n in new]
-        states = self._udb("read the new lnodes' entries", self.store.entry_states, uids) or {}
-        for n in new.tolist():
-            st = states.get(int(ln.tree.ids[n]))
-            usage = aged_usage(st.shusage, st.shextime, now, self.consts) if st else 0.0
-            activate(ln.table, n, usage)
-            if st is not None:
-                ln.entry[n] = st
-            ln.warned.discard(n)
+        states = self.udb.call("read the new lnodes' entries", self.store.entry_states, uids)
+        for n, usage in activate_leaves(ln, new, states or {}, now, self.consts):
             log.debug("lnode %s created, usage %.6g", ln.tree.names[n], usage)
-
-    def _targets(self, ln: Lnodes) -> list[LnodeTarget]:
-        """What the enforcer must do: every active leaf that has processes to place."""
-        t = ln.table
-        out = []
-        min_uid = self.options.enforce_min_uid
-        for node in sorted(self._pids):
-            if not t.active[node]:
-                continue
-            procs = [p for p in self._pids[node] if p.uid >= min_uid and not p.kernel]
-            if not procs:
-                continue
-            out.append(
-                LnodeTarget(
-                    name=ln.tree.names[node],
-                    pids=tuple(p.pid for p in procs),
-                    e_share=float(t.e_share[node]),
-                    nrun=int(t.nrun[node]),
-                    background=bool(t.background[node]),
-                    runnable=frozenset(p.pid for p in procs if p.runnable),
-                    nice=st.nice if (st := ln.entry.get(node)) is not None else 0,
-                )
-            )
-        return out
-
-    def _apply_user_nice(self, targets: list[LnodeTarget]) -> None:
-        """Raise (or, from the default 0, set) every target process's nice to its
-        lnode's UDB nice, where the enforcer leaves that to the daemon (see
-        fairshare.enforce.renice for how it combines with a nice the user chose)."""
-        if not getattr(self.enforcer, "udb_nice", False):
-            return
-        self.user_nice.forget({pid for t in targets for pid in t.pids})
-        for t in targets:
-            for pid in t.pids:
-                # UDB nice 0 changes nothing, unless we set this process before (the
-                # entry's nice was reset since): then its own nice comes back.
-                if t.nice or pid in self.user_nice.changed:
-                    self.user_nice.renice(pid, udb_nice=t.nice)
 
     def _quotas(self, ln: Lnodes, consts: Consts) -> None:
         """SIGXCPU to an lnode's processes at its CPU quota, SIGKILL past the threshold."""
-        for node, st in ln.entry.items():
-            if st.cpuquota <= 0 or not ln.table.active[node]:
-                continue
-            used = st.cpuquotaused + float(ln.table.cpu_seconds[node] - ln.table.cpu_written[node])
-            if used < st.cpuquota:
-                continue
-            procs = [p for p in self._pids.get(node, ()) if not p.kernel]
-            if not procs:
-                continue
-            name = ln.tree.names[node]
-            if used >= st.cpuquota + consts.quota_threshold:
-                sig = signal.SIGKILL
+        for q in quota_signals(ln, self._pids, consts.quota_threshold):
+            if q.signal == signal.SIGKILL:
                 log.warning(
                     "%s: CPU quota %.1f s exceeded by more than %.1f s (%.1f s used): SIGKILL "
                     "to %d processes",
-                    name,
-                    st.cpuquota,
-                    consts.quota_threshold,
-                    used,
-                    len(procs),
-                )
-            elif node not in ln.warned:
-                sig = signal.SIGXCPU
-                ln.warned.add(node)
-                log.warning(
-                    "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
-                    name,
-                    st.cpuquota,
-                    used,
-                    len(procs),
+                    *(q.name, q.quota, consts.quota_threshold, q.used, len(q.pids)),
                 )
             else:
-                continue
-            for p in procs:
+                ln.warned.add(q.node)
+                log.warning(
+                    "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
+                    *(q.name, q.quota, q.used, len(q.pids)),
+                )
+            for pid in q.pids:
                 try:
-                    self.actions.signal(p.pid, sig)
+                    self.actions.signal(pid, q.signal)
                 except ProcessLookupError:
                     pass
 
@@ -798,39 +514,20 @@ class Daemon:
         `release_gone`); with GLOBALUSAGE, then refresh the site.  Returns how many
         lnodes were written.  Increments the UDB does not take are kept for the next try.
         """
-        ln = self.lnodes
-        t = ln.table
-        leaves = t.active & ln.tree.leaf_mask
-        gone = leaves & (t.refs == 0) if release_gone else np.zeros_like(leaves)
-        if ln.idle is not None:
-            gone[ln.idle] = False  # Idle never leaves while the daemon runs
-        if everything:
-            gone = leaves
-        out = []
-        for n in np.flatnonzero(leaves).tolist():
-            uid = int(ln.tree.ids[n])
-            if gone[n]:
-                out.append((uid, release(t, n, now)))
-                ln.entry.pop(n, None)
-                ln.warned.discard(n)
-                continue
-            wb = accrued(t, n, now)
-            out.append((uid, wb))
-            st = ln.entry.get(n)
-            if st is not None:  # the CPU seconds move from the lnode to the entry
-                ln.entry[n] = dataclasses.replace(st, cpuquotaused=st.cpuquotaused + wb.cpu_seconds)
+        ln, consts = self.lnodes, self.consts
+        out = leave(ln, now, everything, release_gone)
         self.pending.extend(out)
-        consts = self.consts
-        if self._udb("write back", self.store.write_back, self.pending, consts.halflife) is None:
+        kept = self.pending
+        if self.udb.call("write back", self.store.write_back, kept, consts.halflife) is None:
             return 0
         written, self.pending = len(self.pending), []
         self.writebacks += written
         if out:
             log.debug("wrote back %d lnodes", written)
         if not everything:
-            self._udb("re-read the active entries", self._refresh_entries, ln)
+            self.udb.call("re-read the active entries", refresh_entries, ln, self.store)
             if consts.flags & GLOBALUSAGE:
-                self._udb("refresh the site-wide usage", self.refresh_site, now)
+                self.udb.call("refresh the site-wide usage", self.refresh_site, now)
         return written
 
     def refresh_site(self, now: float) -> None:
@@ -844,6 +541,53 @@ class Daemon:
         refresh_usage(ln.table, mine, usage)
         self.site.view = view
         self.site.factor = update_factors(ln.tree, ln.table, self.site, consts, self.cpus)
+
+
+def log_recovered(r) -> None:
+    """Say that lnode `r` (fairshare.store.Recovered) came back from a checkpoint."""
+    log.info(
+        "recovered lnode %s (uid %d) from the checkpoint of %s: usage %.6g, "
+        "charge %.6g, %.3f CPU s",
+        r.name,
+        r.uid,
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.time)),
+        r.usage,
+        r.charge,
+        r.cpu_seconds,
+    )
+
+
+def log_tree(ln: Lnodes) -> None:
+    """Say what the share tree holds, and what in the UDB it leaves out."""
+    tree = ln.tree
+    leaves = int(tree.leaf_mask.sum())
+    log.info(
+        "share tree: %d nodes, %d leaves, Share by %s",
+        tree.size,
+        leaves,
+        "Account" if tree.mode == "account" else "User",
+    )
+    if ln.unknown is None:
+        log.warning("no 'unknown' entry: processes of uids without an entry are not charged")
+    for d in tree.detached:
+        log.warning("entry %s (uid %d) is not in the share tree: %s", d.name, d.uid, d.reason)
+
+
+def log_not_finite(ln: Lnodes, before: LnodeTable, consts: Consts) -> None:
+    """Keep every lnode's last finite value where the cycle produced NaN or infinity
+    (the constants' ranges should make that impossible), and say which lnode and
+    which constants were in play, so the site keeps its scheduler."""
+    for node, name in keep_finite(before, ln.table):
+        names = [c for c in _CONSTS_OF.get(name, ()) if getattr(consts, c)]
+        involved = ", ".join(f"{c}={getattr(consts, c):g}" for c in names)
+        log.error(
+            "lnode %s: %s was not finite after the cycle (constants in play: %s); "
+            "its last finite value %g is kept",
+            ln.tree.names[node],
+            name,
+            involved or "none",
+            float(getattr(ln.table, name)[node]),
+        )
 
 
 def simulated_daemon(
@@ -920,7 +664,7 @@ def simulated_daemon(
         actions,
         clock=clock,
         options=Options(enforce_min_uid=0, cpus=cpus),
-        account_of=(lambda p: p.uid) if consts.share_by_account else None,
+        account_of=AccountsOf(lambda p: p.uid) if consts.share_by_account else None,
     )
     return daemon, sc.enforcer, length
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from fairshare.accounts import default_acid
 from fairshare.collect import ProcessSample, Sample
 from fairshare.consts import load_consts
 from udb.errors import NotFound, OptionError, UdbError
@@ -130,8 +131,8 @@ def caller_session(uid: int, pid: int, session: int | None = None) -> int:
 
 
 class SessionAccounts:
-    """shrdaemon's record of the accounts newacct chose, per session, and its
-    `account_of` hook.
+    """shrdaemon's record of the accounts newacct chose, per session: its
+    fairshare.accounts.AccountLookup.
 
     The socket server calls `choose` and `clear` (from its own threads); the daemon
     calls `refresh(sample, acids)` once a cycle (acids: user uid -> acids) before it
@@ -163,7 +164,7 @@ class SessionAccounts:
         rec = self._by_sid.get(sid)
         if rec is not None and rec.uid == uid and rec.acid in acids:
             return rec.acid, True
-        return (acids[0] if acids else None), False
+        return default_acid(acids), False
 
     def refresh(self, sample: Sample, acids: Mapping[int, Sequence[int]]) -> None:
         """Forget the sessions no process of `sample` belongs to (when sessions are

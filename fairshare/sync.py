@@ -2,8 +2,10 @@
 
 shrsync does not signal the daemon: it inserts a `SyncRequest` row for the daemon's
 host and waits for the daemon to mark it done; the daemon looks for requests once a
-cycle (`serve_requests`, called from `Daemon.step`), so this works the same on the real
-machine and on the simulator, and as an unprivileged administrator.
+cycle (`serve_requests`, called from `Daemon.step` with a handler per kind), so this
+works the same on the real machine and on the simulator, and as an unprivileged
+administrator.  The handlers work on the daemon's lnode state (fairshare.state.Lnodes)
+through its store.
 
 - "update" (shrsync -u): what every active leaf lnode accrued since it was created (or
   last written) is added to its entry, as the daemon does every write-back interval:
@@ -20,13 +22,13 @@ The guide's procedure for clearing an active user's quota is therefore
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
 from sqlalchemy import Engine, delete, select, update
 from sqlalchemy.orm import Session
 
+from fairshare.state import EntryReader, Lnodes, refresh_entries
 from udb.errors import UdbError
 from udb.models import LnodeCycle, SyncRequest
 from udb.session import read_session, write_session
@@ -116,59 +118,41 @@ def wait(
 # -- the daemon's side ---------------------------------------------------------------------
 
 
-def serve_requests(daemon, now: float) -> int:
-    """Handle the pending requests for the daemon's host (called once a cycle by
-    `fairshare.daemon.Daemon.step`; `now` epoch s).  Returns how many it handled."""
-    host = daemon.store.host
-    with read_session(daemon.engine) as s:
+def serve_requests(
+    engine: Engine, host: str, now: float, handlers: Mapping[str, Callable[[], int]]
+) -> int:
+    """Handle the pending requests for `host` (called once a cycle by
+    `fairshare.daemon.Daemon.step`; `now` epoch s): each by its kind's handler in
+    `handlers`, which returns how many lnodes it touched (UPDATE: the daemon's
+    write-back without release; QUOTA: `reread_quotas`).  Returns how many it handled."""
+    with read_session(engine) as s:
         pending = s.execute(
             select(SyncRequest.id, SyncRequest.kind)
             .where(SyncRequest.host == host, SyncRequest.done.is_(None))
             .order_by(SyncRequest.id)
         ).all()
     for rid, kind in pending:
-        count = update_udb(daemon, now) if kind == UPDATE else reread_quotas(daemon)
-        with write_session(daemon.engine) as s:
+        count = handlers[kind]()
+        with write_session(engine) as s:
             s.execute(
                 update(SyncRequest).where(SyncRequest.id == rid).values(done=now, lnodes=count)
             )
     return len(pending)
 
 
-def _active_leaves(daemon) -> list[int]:
-    ln = daemon.lnodes
-    return np.flatnonzero(ln.table.active & ln.tree.leaf_mask).tolist()
-
-
-def update_udb(daemon, now: float) -> int:
-    """shrsync -u: add what every active leaf lnode accrued to the UDB without releasing
-    it (fairshare.daemon.Daemon.write_back); returns how many lnodes were written."""
-    return daemon.write_back(now, everything=False, release_gone=False)
-
-
-def reread_quotas(daemon) -> int:
-    """shrsync -q: every active leaf lnode takes its entry's cpuquotaused as its quota
-    base; returns how many lnodes were refreshed."""
-    nodes = _active_leaves(daemon)
-    _reread_entries(daemon, nodes)
-    ln = daemon.lnodes
+def reread_quotas(ln: Lnodes, store: EntryReader) -> int:
+    """shrsync -q: every active leaf lnode of `ln` takes its entry's cpuquotaused (read
+    through `store`) as its quota base; returns how many lnodes were refreshed."""
+    nodes = ln.active_leaves()
+    refresh_entries(ln, store, nodes)
+    t = ln.table
     for n in nodes:
         st = ln.entry.get(n)
-        t = ln.table
         if st is not None and st.cpuquotaused + float(t.cpu_seconds[n] - t.cpu_written[n]) < (
             st.cpuquota
         ):
             ln.warned.discard(n)  # under the quota again: warn again when it is reached
     return len(nodes)
-
-
-def _reread_entries(daemon, nodes: list[int]) -> None:
-    ln = daemon.lnodes
-    states = daemon.store.entry_states(int(ln.tree.ids[n]) for n in nodes)
-    for n in nodes:
-        st = states.get(int(ln.tree.ids[n]))
-        if st is not None:
-            ln.entry[n] = st
 
 
 def pending(engine: Engine, host: str | None = None) -> list[SyncRequest]:

@@ -17,11 +17,13 @@ from busy import RecordedOs
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
+from fairshare.accounts import AccountsOf
 from fairshare.cli.shrdaemon import main
 from fairshare.collect import ProcessSample, Sample
 from fairshare.collect.sim import SimClock
 from fairshare.consts import NOSCHED, SHAREBYACCT, TICKS_PER_SECOND, Consts, save_consts
 from fairshare.daemon import Daemon, Options
+from fairshare.enforce.base import Capabilities
 from fairshare.store import LnodeStore
 from udb.models import SHF_ACCOUNT, SHF_GROUP, Entry, LnodeCheckpoint
 from udb.session import open_udb, read_session, write_session
@@ -59,8 +61,10 @@ class Recorder:
 
     name = "recorder"
 
-    def __init__(self):
+    def __init__(self, actions=None):
         self.calls = []
+        self.actions = actions
+        self.capabilities = Capabilities()
 
     def setup(self):
         self.calls.append("setup")
@@ -95,8 +99,8 @@ def engine(udb_url):
 def make(engine, plan, idle=0.0, **kw):
     clock = SimClock(EPOCH)
     col = Script(clock, plan, idle)
-    enf = Recorder()
     actions = RecordedOs()
+    enf = Recorder(actions)
     d = Daemon(
         engine,
         col,
@@ -178,7 +182,7 @@ def test_under_the_nice_enforcer_every_nice_is_charged_at_nice_0s_rate(engine):
     d, clock, _col, enf, _sent = make(
         engine, lambda i: [proc(7, 1001, 1.0, nice=10), proc(8, 1002, 1.0, nice=19)]
     )
-    enf.name = "nice"
+    enf.capabilities = Capabilities(sets_nice=True)  # as the nice enforcer
     d.start()
     cycle(d, clock)
     _, rows = published(d)
@@ -236,7 +240,9 @@ def test_share_by_account_default_acid_and_the_newacct_hook(udb_url):
         )
         save_consts(s, Consts(flags=SHAREBYACCT))
     procs = [proc(7, 1001, 1.0), proc(8, 1001, 2.0)]
-    d, clock, *_ = make(engine, lambda i: procs, account_of=lambda p: 2001 if p.pid == 8 else None)
+    d, clock, *_ = make(
+        engine, lambda i: procs, account_of=AccountsOf(lambda p: 2001 if p.pid == 8 else None)
+    )
     d.start()
     cycle(d, clock)
     head, rows = published(d)
@@ -359,9 +365,8 @@ def test_the_udb_nice_is_applied_beside_a_cgroup_enforcer_and_undone(engine):
     plan = [proc(7, 1001, 1.0), proc(8, 1001, 1.0, nice=9), proc(9, 1002, 1.0), proc(3, 0)]
     clock = SimClock(EPOCH)
     actions = RecordedOs({8: 9})
-    enf = Recorder()
-    enf.udb_nice = True  # as the cgroup enforcers: the daemon applies the UDB nice
-    enf.actions = actions
+    enf = Recorder(actions)
+    enf.capabilities = Capabilities(udb_nice=True)  # as the cgroup enforcers
     d = Daemon(
         engine,
         Script(clock, lambda i: plan),

@@ -352,13 +352,13 @@ def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daem
     enforcer = make_enforcer(choice, actions, by_account)
     return Daemon(
         engine,
-        ProcfsCollector(groups=getattr(enforcer, "read_groups", None)),
+        ProcfsCollector(groups=enforcer.read_groups if enforcer.capabilities.counts else None),
         enforcer,
         LnodeStore(engine, host),
         actions,
         options=Options(enforce_min_uid=enforce_min_uid),
         account_of=SessionAccounts(),  # newacct's accounts, per session
-        process_events=ProcessEvents() if hasattr(enforcer, "place") else None,
+        process_events=ProcessEvents() if enforcer.capabilities.places else None,
     )
 
 

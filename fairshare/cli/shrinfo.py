@@ -11,6 +11,7 @@ import click
 import orjson
 from sqlalchemy import select
 
+from fairshare.accounts import default_acid
 from fairshare.admin import load_effective_consts, schedules
 from fairshare.consts import GLOBALUSAGE, load_consts
 from fairshare.display.settings import settings_json, settings_lines
@@ -207,9 +208,9 @@ def _entry(session, name: str | None) -> Entry:
 
 def _default_account(session, entry: Entry) -> Entry:
     """The shareholder entry of `entry`'s default account (the first of its acids)."""
-    if not entry.acids:
+    acid = default_acid(entry.acids)
+    if acid is None:
         raise NotFound(f"{entry.name}: no account (acids is empty) in Share by Account mode")
-    acid = entry.acids[0]
     account = session.scalar(select(Entry).where(Entry.uid == acid))
     if account is None or not account.shflags & SHF_ACCOUNT:
         raise NotFound(f"{entry.name}: its default account {acid} has no shareholder entry")

@@ -6,6 +6,12 @@ the cycle computed and whether the lnode is a background user.  Each backend
 turns e_share into its own kernel knob through `fairshare.enforce.mapping`
 (cgroup v2 weights, cgroup v1 shares, nice values) and applies it; the
 arithmetic lives there, the file writes here.
+
+An enforcer says what else it does through its `Capabilities`, never through its
+name: the daemon reads them to decide whether it applies the UDB's nice beside the
+enforcer, how it charges nice values, whether new processes can be placed between
+cycles (`place`) and whether the lnode cgroups' CPU counters can be read
+(`read_groups`, handed to the procfs collector).
 """
 
 from __future__ import annotations
@@ -21,6 +27,28 @@ import numpy as np
 from fairshare.actions import OsActions
 
 log = logging.getLogger("shrdaemon")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an enforcer does beyond setup, apply and teardown.
+
+    - `udb_nice`: the daemon applies the UDB's nice of each lnode to its processes
+      beside this enforcer (fairshare.enforce.renice.Renicer); False where the
+      enforcer folds it into its own nice values, or changes nothing;
+    - `sets_nice`: the enforcer sets the processes' nice values itself, so a nice
+      value is its doing, not the user's: every process is charged, at nice 0's rate
+      (fairshare.charges);
+    - `places`: it has `place(pid, lnode)`, which puts a process that has just become
+      the lnode's in its place at once (fairshare.enforce.events);
+    - `counts`: it has `read_groups(members=True)`, the CPU counters of its lnode
+      cgroups (fairshare.collect.procfs.ProcfsCollector's `groups`).
+    """
+
+    udb_nice: bool = False
+    sets_nice: bool = False
+    places: bool = False
+    counts: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,14 +70,12 @@ class LnodeTarget:
 class Enforcer(Protocol):
     """A way of making the kernel deliver the cycle's effective shares."""
 
-    #: "cgroup2", "cgroup1", "nice", "none" or "sim"
+    #: "cgroup2", "cgroup1", "systemd", "nice", "none" or "sim": published and logged
     name: str
     #: Where its changes go: the daemon's own OsActions (fairshare.actions), no other.
     actions: OsActions
-    #: Whether the daemon applies the UDB's nice beside this enforcer (cgroup v1/v2 and
-    #: the simulator's cgroup model); False for the nice enforcer, which folds it into
-    #: its own values, and for none, which changes nothing.
-    udb_nice: bool
+    #: What it does beyond the three methods below.
+    capabilities: Capabilities
 
     def setup(self) -> None:
         """Prepare the machine (create the fair-share cgroup root, ...)."""

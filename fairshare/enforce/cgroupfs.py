@@ -32,7 +32,7 @@ import numpy as np
 from fairshare.actions import REAL_OS, OsActions
 from fairshare.collect import GroupReading
 from fairshare.collect.procfs import read_bytes
-from fairshare.enforce.base import LnodeTarget, arrays, safe_name
+from fairshare.enforce.base import Capabilities, LnodeTarget, arrays, safe_name
 
 log = logging.getLogger("shrdaemon")
 
@@ -86,7 +86,8 @@ class CgroupEnforcer:
     counter_file = ""
     counter_controller: str | None = None
 
-    udb_nice = True  # the daemon applies the UDB's nice inside the lnode cgroups
+    # The daemon applies the UDB's nice inside the lnode cgroups.
+    capabilities = Capabilities(udb_nice=True, places=True, counts=True)
 
     def __init__(
         self,

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from fairshare.actions import REAL_OS, OsActions
-from fairshare.enforce.base import LnodeTarget, arrays
+from fairshare.enforce.base import Capabilities, LnodeTarget, arrays
 from fairshare.enforce.mapping import nice_values
 from fairshare.enforce.renice import user_floor
 
@@ -97,7 +97,8 @@ class NiceEnforcer:
     """Autogroup nice per single-lnode session, per-process nice elsewhere."""
 
     name = "nice"
-    udb_nice = False  # folded into its own values: the larger of the two
+    # The UDB's nice is folded into its own values (the larger of the two).
+    capabilities = Capabilities(sets_nice=True)
 
     def __init__(
         self, autogroup: bool | None = None, proc: str = "/proc", actions: OsActions = REAL_OS

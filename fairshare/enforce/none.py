@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fairshare.actions import REAL_OS, OsActions
-from fairshare.enforce.base import LnodeTarget
+from fairshare.enforce.base import Capabilities, LnodeTarget
 
 
 class NoEnforcer:
     """Leaves every process where it is, at the nice value it has (the UDB's nice too)."""
 
     name = "none"
-    udb_nice = False
+    capabilities = Capabilities()
 
     def __init__(self, actions: OsActions = REAL_OS) -> None:
         self.actions = actions  # never used: nothing is changed

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fairshare.collect.sim import SimOs
-from fairshare.enforce.base import LnodeTarget, arrays
+from fairshare.enforce.base import Capabilities, LnodeTarget, arrays
 
 
 class SimEnforcer:
@@ -19,8 +19,9 @@ class SimEnforcer:
         self.world = actions.world
         # As the real enforcers: the UDB's nice is applied beside the cgroup model and
         # folded into the nice model's values (the world takes the larger nice); none
-        # changes nothing.
-        self.udb_nice = self.world.model != "none"
+        # changes nothing.  The simulated processes keep their own nice values (the
+        # model weighs them, it does not renice them), so they are charged as they are.
+        self.capabilities = Capabilities(udb_nice=self.world.model != "none")
 
     def setup(self) -> None:
         """Nothing to prepare."""

@@ -42,7 +42,7 @@ from jeepney.low_level import HeaderFields, MessageType
 
 from fairshare.actions import REAL_OS, OsActions
 from fairshare.collect import GroupReading
-from fairshare.enforce.base import LnodeTarget, arrays, safe_name
+from fairshare.enforce.base import Capabilities, LnodeTarget, arrays, safe_name
 from fairshare.enforce.mapping import cgroup2_weights
 from udb.errors import OptionError
 
@@ -136,6 +136,9 @@ class SystemdEnforcer:
     """CPUWeight= on the user slices (or session scopes) holding each lnode's processes."""
 
     name = "systemd"
+    # It moves no process (systemd owns the tree), so it places none and leaves every
+    # nice value, the UDB's too, as it is; its units' cgroups count their CPU.
+    capabilities = Capabilities(counts=True)
 
     def __init__(
         self,

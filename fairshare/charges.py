@@ -1,0 +1,125 @@
+"""From a sample to charges: which leaf lnode each process is charged to, and what
+each leaf consumed (fairshare.cycle.Consumption), before the cycle turns it into
+charges with the shradmin costs.  Pure: the sample, the lnode state and the rules.
+
+- `leaf_of`: a process's leaf: its uid's entry (Share by User), or its account
+  (Share by Account: fairshare.accounts.account_of), Idle's own uid to Idle; a uid
+  with no entry goes to `unknown` (None when there is no unknown entry: not charged);
+- `consumption`: per leaf, the CPU, I/O, system calls and memory of its processes,
+  their count and runnable count.  A process in an lnode cgroup is charged through
+  the cgroup's kernel counter (which also saw the short-lived processes no sample
+  did), less what the guide does not charge.  Processes at the weakest nice
+  (fairshare.collect.WEAKEST_NICE) are not charged (the guide's rule) and other nice
+  values are charged per CPU tick at the guide's graded rate
+  (fairshare.nicetables.tick_rates), unless the enforcer sets nice values itself
+  (`enforcer_nice`): then they are its doing and all charged at nice 0's rate.
+  Idle CPU goes to the Idle lnode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from fairshare.accounts import AccountLookup, account_of
+from fairshare.collect import WEAKEST_NICE, ProcessSample, Sample
+from fairshare.cycle import Consumption
+from fairshare.nicetables import tick_rates
+from fairshare.state import Lnodes
+from udb.models import IDLE_UID
+
+
+def leaf_of(ln: Lnodes, p: ProcessSample, accounts: AccountLookup | None) -> int | None:
+    """The leaf lnode process `p` is charged to (None: nowhere to charge it)."""
+    return leaf_finder(ln, accounts)(p)
+
+
+def leaf_finder(
+    ln: Lnodes, accounts: AccountLookup | None
+) -> Callable[[ProcessSample], int | None]:
+    """`leaf_of` for `ln` and `accounts` as a function of the process alone (the maps
+    looked up once, for a whole sample)."""
+    by_id, unknown = ln.leaf_of_id.get, ln.unknown
+    if ln.tree.mode != "account":
+        return lambda p: by_id(p.uid, unknown)
+    acids, idle = ln.acids, ln.idle
+
+    def find(p: ProcessSample) -> int | None:
+        acid = account_of(p, accounts, acids)
+        node = by_id(acid) if acid is not None else None
+        if node is None and p.uid == IDLE_UID:
+            node = idle
+        return unknown if node is None else node
+
+    return find
+
+
+def consumption(
+    ln: Lnodes,
+    sample: Sample,
+    accounts: AccountLookup | None = None,
+    enforcer_nice: bool = False,
+    io: bool = True,
+    syscalls: bool = True,
+    mem: bool = True,
+) -> tuple[Consumption, dict[int, list[ProcessSample]]]:
+    """Consumption per leaf of `sample` and the processes of each leaf (`io`,
+    `syscalls`, `mem` False: the collector did not read them, their totals stay 0;
+    `enforcer_nice`: the nice values are the enforcer's, every one charged)."""
+    n = ln.tree.size
+    c = Consumption.zeros(n)
+    procs: dict[int, list[ProcessSample]] = {}
+    find = leaf_finder(ln, accounts)
+    mine = [(node, p) for p in sample.processes if (node := find(p)) is not None]
+    for node, p in mine:
+        procs.setdefault(node, []).append(p)
+    charged = [enforcer_nice or p.nice < WEAKEST_NICE for _node, p in mine]
+    # The guide's graded tick rate of each process (nice 0's under the nice enforcer).
+    rate = tick_rates([0 if enforcer_nice else p.nice for _node, p in mine])
+    counted, graded = _group_cpu(sample, mine, charged, rate)
+    if mine:
+        idx = np.array([node for node, _p in mine], dtype=np.int64)
+
+        def total(values) -> np.ndarray:
+            return np.bincount(idx, weights=np.asarray(values, dtype=float), minlength=n)
+
+        pc = list(zip(mine, charged, strict=True))
+        own = np.array([p.cpu if ch and not p.group else 0.0 for (_n, p), ch in pc])
+        c.cpu = total(own)
+        c.cpu_charged = total(own * rate)
+        if io:
+            c.bio = total([p.bio if ch else 0.0 for (_n, p), ch in pc])
+            c.sio = total([p.sio if ch else 0.0 for (_n, p), ch in pc])
+        if syscalls:
+            c.syscalls = total([p.syscalls if ch else 0.0 for (_n, p), ch in pc])
+        if mem:
+            c.mem = total([p.mem if ch else 0.0 for (_n, p), ch in pc])
+        c.refs = np.bincount(idx, minlength=n).astype(np.int64)
+        c.nrun = total([p.runnable for _n, p in mine]).astype(np.int64)
+    for name, used in counted.items():
+        node = ln.leaf_of_group.get(name)
+        if node is not None:
+            c.cpu[node] += used
+            if c.cpu_charged is not None:
+                c.cpu_charged[node] += graded[name]
+    if ln.idle is not None and sample.idle > 0:
+        c.cpu[ln.idle] += sample.idle
+        if c.cpu_charged is not None:
+            c.cpu_charged[ln.idle] += sample.idle
+    return c, procs
+
+
+def _group_cpu(sample: Sample, mine, charged, rate) -> tuple[dict, dict]:
+    """CPU the kernel counted per lnode cgroup, as charged and at the graded rate: less
+    what the guide does not charge, all of a nice-19 process's CPU, part of another
+    niced one's (the collector re-reads such processes every sample, so their own CPU
+    is known)."""
+    counted = dict(sample.groups)
+    graded = dict(counted)
+    for (_node, p), ch, r in zip(mine, charged, rate, strict=True):
+        if p.group in counted and p.cpu > 0:
+            if not ch:
+                counted[p.group] = max(counted[p.group] - p.cpu, 0.0)
+            graded[p.group] = max(graded[p.group] - p.cpu * (1 - r), 0.0)
+    return counted, graded

@@ -1,0 +1,91 @@
+"""What the daemon does with a cycle's result, decided without doing it (pure).
+
+- `quota_signals`: CPU quotas (the entry's cpuquota, guide 4.6): the processes of a
+  lnode whose CPU used (the entry's cpuquotaused plus what the lnode ran since it
+  was last written back) reaches its quota get SIGXCPU, once per activation; past
+  the quota plus shradmin's `quota_threshold` they get SIGKILL, every cycle.
+  Kernel threads are never signalled.
+- `enforcer_targets`: one fairshare.enforce.base.LnodeTarget per active leaf with
+  processes the enforcer may touch (uid at least `enforce_min_uid`, not a kernel
+  thread): its processes, e_share, runnable count, background flag and UDB nice.
+
+The daemon (fairshare.daemon) sends the signals, logs them and hands the targets
+to its enforcer.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from fairshare.collect import ProcessSample
+from fairshare.enforce.base import LnodeTarget
+from fairshare.state import Lnodes
+
+
+@dataclass(frozen=True)
+class QuotaSignal:
+    """`signal` for the processes `pids` of leaf `node` (`name`), which used `used` CPU
+    seconds of its `quota`."""
+
+    node: int
+    name: str
+    signal: signal.Signals
+    pids: tuple[int, ...]
+    used: float
+    quota: float
+
+
+def quota_signals(
+    ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], threshold: float
+) -> list[QuotaSignal]:
+    """The quota signals due now (`procs`: each leaf's processes at the last sample;
+    `threshold`: CPU seconds past the quota before SIGKILL).  A SIGXCPU is due only
+    to a leaf not in `ln.warned`; the caller adds it there once sent."""
+    out = []
+    t = ln.table
+    for node, st in ln.entry.items():
+        if st.cpuquota <= 0 or not t.active[node]:
+            continue
+        used = st.cpuquotaused + float(t.cpu_seconds[node] - t.cpu_written[node])
+        if used < st.cpuquota:
+            continue
+        pids = tuple(p.pid for p in procs.get(node, ()) if not p.kernel)
+        if not pids:
+            continue
+        if used >= st.cpuquota + threshold:
+            sig = signal.SIGKILL
+        elif node not in ln.warned:
+            sig = signal.SIGXCPU
+        else:
+            continue
+        out.append(QuotaSignal(node, ln.tree.names[node], sig, pids, used, st.cpuquota))
+    return out
+
+
+def enforcer_targets(
+    ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], min_uid: int
+) -> list[LnodeTarget]:
+    """What the enforcer must do: every active leaf that has processes to place, in
+    node order (`procs`: each leaf's processes at the last sample)."""
+    t = ln.table
+    out = []
+    for node in sorted(procs):
+        if not t.active[node]:
+            continue
+        mine = [p for p in procs[node] if p.uid >= min_uid and not p.kernel]
+        if not mine:
+            continue
+        out.append(
+            LnodeTarget(
+                name=ln.tree.names[node],
+                pids=tuple(p.pid for p in mine),
+                e_share=float(t.e_share[node]),
+                nrun=int(t.nrun[node]),
+                background=bool(t.background[node]),
+                runnable=frozenset(p.pid for p in mine if p.runnable),
+                nice=st.nice if (st := ln.entry.get(node)) is not None else 0,
+            )
+        )
+    return out
