@@ -24,10 +24,22 @@ import numpy as np
 
 from fairshare.accounts import AccountLookup, account_of
 from fairshare.collect import WEAKEST_NICE, ProcessSample, Sample
+from fairshare.consts import Consts
 from fairshare.cycle import Consumption
 from fairshare.nicetables import tick_rates
 from fairshare.state import Lnodes
 from udb.models import IDLE_UID
+
+
+def resources_charged(consts: Consts) -> dict[str, bool]:
+    """Which of the collector's optional readings the costs charge: `io` (block and
+    stream I/O), `syscalls`, `mem` (the keyword arguments of Collector.sample and
+    `consumption`)."""
+    return {
+        "io": consts.cost_bio > 0 or consts.cost_sio > 0,
+        "syscalls": consts.cost_syscall > 0,
+        "mem": consts.cost_mem > 0,
+    }
 
 
 def leaf_of(ln: Lnodes, p: ProcessSample, accounts: AccountLookup | None) -> int | None:

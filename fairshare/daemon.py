@@ -46,7 +46,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -55,38 +54,32 @@ from sqlalchemy import Engine, func, select
 
 from fairshare.accounts import AccountLookup, AccountsOf
 from fairshare.actions import OsActions
-from fairshare.admin import load_effective_consts
-from fairshare.charges import consumption, leaf_of
+from fairshare.charges import consumption, leaf_of, resources_charged
 from fairshare.collect import Collector, ProcessSample, Sample
 from fairshare.consts import GLOBALUSAGE, Consts, load_consts
-from fairshare.cycle import run_cycle
+from fairshare.cycle import Consumption, run_cycle
 from fairshare.decisions import enforcer_targets, quota_signals
 from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
-from fairshare.lnode import LnodeTable, WriteBack, keep_finite
+from fairshare.lnode import LnodeTable, keep_finite
+from fairshare.loop import Loop
 from fairshare.outage import UdbCalls
+from fairshare.reload import Reloader, load_lnodes
 from fairshare.site import SiteState, apply_factors, refresh_usage, update_factors
 from fairshare.state import (
     Lnodes,
     activate_leaves,
     arriving,
     carry_over,
-    leave,
-    lnodes_for,
     refresh_entries,
     same_tree,
 )
 from fairshare.store import CycleHeader, LnodeStore, add_counts
 from fairshare.sync import QUOTA, UPDATE, reread_quotas, serve_requests
-from fairshare.tree import TREE_COLUMNS, build_tree
-from udb.models import Entry, Serial
+from fairshare.writeback import WriteBacks
 from udb.session import read_session
 
 log = logging.getLogger("shrdaemon")
-
-#: Rebuild the tree at least this often (cycles) even when the fingerprint is unchanged,
-#: so quota changes and edits the fingerprint cannot see are picked up.
-RELOAD_EVERY = 15
 
 _COSTS = ("cost_tick", "cost_bio", "cost_sio", "cost_syscall", "cost_mem", "percent")
 #: The constants each lnode field is computed from, named when a value is not finite.
@@ -151,27 +144,6 @@ class Options:
     cpus: float | None = None
 
 
-def entries_fingerprint(session) -> tuple:
-    """A cheap summary of the entries that changes whenever udbgen or shrdist changed
-    them (their change serial); count and highest id catch rows added by other means.
-    Edits made behind the commands' back are found by the periodic reload (or SIGHUP)."""
-    serial = select(Serial.value).where(Serial.name == "entries").scalar_subquery()
-    count, top, changes = session.execute(
-        select(func.count(Entry.id), func.max(Entry.id), serial)
-    ).one()
-    return (count, top, changes or 0)
-
-
-def load_lnodes(session, mode: str) -> Lnodes:
-    """The share tree of the UDB in `mode`, an empty lnode table and the uid maps."""
-    tree = build_tree(session.execute(select(*TREE_COLUMNS)).all(), mode)
-    acids = {}
-    if mode == "account":
-        for uid, ac in session.execute(select(Entry.uid, Entry.acids)).all():
-            acids[int(uid)] = list(ac or [])
-    return lnodes_for(tree, acids, entries_fingerprint(session))
-
-
 class Daemon:
     """The fair-share daemon's loop over injected collector, enforcer, store, clock and
     OS actions (there is no default for `actions`: whoever builds a daemon says which
@@ -190,39 +162,28 @@ class Daemon:
         process_events=None,
         observers: Sequence[Observer] = (),
     ) -> None:
-        if enforcer.actions is not actions:
-            raise ValueError(
-                f"the {enforcer.name} enforcer acts on the {enforcer.actions.name} machine, "
-                f"the daemon on the {actions.name} one"
-            )
+        same_machine(enforcer, actions)
         self.engine, self.collector, self.store, self.actions = engine, collector, store, actions
         self.enforcer = enforcer
         self.enforcement = Enforcement(enforcer, actions)
         self.clock = clock or SystemClock()
         self.options = options or Options()
         self.account_of = account_of
-        # fairshare.enforce.events.ProcessEvents (or None): new sessions are placed as
-        # soon as they change uid, not at the next cycle.
-        self.process_events = process_events
-        self.wake = threading.Event()
-        self.stopping = False
-        self.reload_requested = False
+        self.process_events = process_events  # places new sessions at once (or None)
+        self.config = Reloader()  # the constants and tree read from the UDB
+        self.loop = Loop(self.clock, on_hup=self.config.request)
+        self.wake = self.loop.wake
         self.cycle = 0
         self.started = self.clock.time()
         self.counts: dict[str, float] = {}  # resource totals since start (shrview -ds)
         self.lnodes: Lnodes | None = None
         self.consts: Consts | None = None
-        self.schedule = ""  # the shradmin schedule in force ("" = the base settings)
         self._pids: dict[int, list[ProcessSample]] = {}  # leaf -> its processes, last sample
-        self._next_writeback = 0.0
-        self._next_checkpoint = 0.0
         self.cpus = float(self.options.cpus or os.cpu_count() or 1)
         self.site: SiteState | None = None  # GLOBALUSAGE state (fairshare.site)
-        self.pending: list[tuple[int, WriteBack]] = []  # increments the UDB has not taken
-        self.udb = UdbCalls(self.clock.monotonic, lambda: len(self.pending), self._udb_back)
+        self.udb = UdbCalls(self.clock.monotonic, lambda: len(self.ledger.pending), self._udb_back)
+        self.ledger = WriteBacks(store, self.udb)
         self.observers = list(observers)
-        self.writebacks = 0  # lnodes written back since start
-        self.checkpoints = 0  # checkpoints taken since start
         self.last_cycle_seconds = 0.0  # wall-clock seconds the last step took
 
     @property
@@ -235,75 +196,48 @@ class Daemon:
         return self.enforcement.name
 
     @property
-    def unreachable_since(self) -> float | None:
-        """Since when (monotonic s) the UDB has not answered; None while it answers."""
-        return self.udb.unreachable_since
+    def schedule(self) -> str:
+        """The shradmin schedule in force ("" = the base settings)."""
+        return self.config.schedule
 
-    # -- signals ---------------------------------------------------------------------------
+    # -- the loop (fairshare.loop) ----------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop the loop, SIGHUP reloads the tree (main thread only)."""
-        signal.signal(signal.SIGTERM, self._on_stop)
-        signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGHUP, self._on_hup)
-
-    def _on_stop(self, signum, _frame) -> None:
-        log.info("%s: stopping", signal.Signals(signum).name)
-        self.stop()
+        self.loop.install_signal_handlers()
 
     def _on_hup(self, signum, _frame) -> None:
-        self.reload_requested = True
-        self.wake.set()
+        self.loop.hup(signum, _frame)
 
     def stop(self) -> None:
         """Ask the loop to stop after the current step (safe from signal handlers)."""
-        self.stopping = True
-        self.wake.set()
-
-    # -- the loop ---------------------------------------------------------------------------
+        self.loop.stop()
 
     def run(self, cycles: int | None = None) -> int:
         """Run `cycles` cycles (None: until stopped), then shut down; returns cycles run."""
-        done = 0
-        try:
-            self.start()
-            self._tell("started")
-            began = self.clock.monotonic()
-            while not self.stopping and (cycles is None or done < cycles):
-                # The baseline sample (or the previous cycle) was taken at `began`: wait
-                # one delta so every cycle covers `delta` seconds of consumption.
-                delay = self.consts.delta - (self.clock.monotonic() - began)
-                if delay > 0:
-                    self.wake.clear()
-                    if self.stopping:
-                        break
-                    self.clock.sleep(delay, self.wake)
-                    if self.stopping:
-                        break
-                began = self.clock.monotonic()
-                self.step()
-                done += 1
-        finally:
-            self.shutdown()
-        return done
+        return self.loop.run(
+            cycles, self._start_told, self.step, self.shutdown, lambda: self.consts.delta
+        )
+
+    def _start_told(self) -> None:
+        self.start()
+        self._tell("started")
 
     def start(self) -> None:
         """Recover from a crash, load consts and tree, set the enforcer up, take a baseline."""
         with read_session(self.engine) as s:
-            halflife = self._load_consts(s).halflife
+            halflife = self.config.consts(s, self.clock.time()).halflife
         for r in self.store.recover(halflife):
             log_recovered(r)
         with read_session(self.engine) as s:
-            self.consts = self._load_consts(s)
+            self.consts = self.config.consts(s, self.clock.time())
             self.lnodes = load_lnodes(s, self.consts.mode)
         log_tree(self.lnodes)
         self.site = SiteState.new(self.lnodes.tree.size)
         self.enforcement.sync(self.consts.scheduling)
         if self.process_events is not None and self.enforcer.capabilities.places:
             self.process_events.start(self.place_new)
-        now = self.clock.monotonic()
-        self._next_writeback = now + self.consts.writeback
-        self._next_checkpoint = now + self.consts.checkpoint
+        self.ledger.start(self.clock.monotonic(), self.consts)
         self.collector.sample()  # baseline: the next sample's deltas start here
 
     def step(self) -> None:
@@ -316,7 +250,7 @@ class Daemon:
         ln = self.lnodes
         self.cycle += 1
         self.udb.call("serve shrsync requests", self._serve_requests, sample.time)
-        self._quotas(ln, consts)
+        send_quota_signals(ln, self._pids, consts, self.actions)
         if self.scheduling:
             self.enforcement.apply(enforcer_targets(ln, self._pids, self.options.enforce_min_uid))
         header = CycleHeader(
@@ -339,11 +273,7 @@ class Daemon:
     def _charge(self, consts: Consts) -> tuple[Sample, float, float]:
         """Sample, charge, activate and run the cycle on the lnode table; returns the
         sample, the CPU seconds it saw used and the seconds it covers."""
-        wanted = {
-            "io": consts.cost_bio > 0 or consts.cost_sio > 0,
-            "syscalls": consts.cost_syscall > 0,
-            "mem": consts.cost_mem > 0,
-        }
+        wanted = resources_charged(consts)
         sample = self.collector.sample(**wanted)
         ln = self.lnodes
         if self.account_of is not None:  # e.g. newacct's sessions (fairshare.newacct)
@@ -353,47 +283,32 @@ class Daemon:
         add_counts(self.counts, c)
         self._activate(ln, arriving(ln, c), sample.time)
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
-        before = ln.table
-        ln.table = run_cycle(ln.tree, before, c, consts, elapsed)
-        self.site.add(c.cpu, elapsed)
-        if consts.flags & GLOBALUSAGE:
-            ln.table.e_share = apply_factors(ln.tree, ln.table, self.site.factor)
-        log_not_finite(ln, before, consts)
+        advance(ln, c, consts, elapsed, self.site)
         return sample, float(c.cpu.sum()), elapsed
 
     def _timers(self, now: float, consts: Consts) -> None:
         """The write-back and checkpoint when their time has come (`now` epoch s)."""
-        ln, mono = self.lnodes, self.clock.monotonic()
-        if mono >= self._next_writeback:
-            self._next_writeback = mono + consts.writeback
+        mono = self.clock.monotonic()
+        if self.ledger.writeback_due(mono, consts):
             self.write_back(now, everything=False)
-        if mono >= self._next_checkpoint:
-            self._next_checkpoint = mono + consts.checkpoint
-            n = self.udb.call("checkpoint", self.store.checkpoint, ln.tree, ln.table, now)
-            if n is not None:
-                self.checkpoints += 1
-            log.debug("checkpointed %s lnodes", n)
+        self.ledger.checkpoint_if_due(self.lnodes, mono, now, consts)
 
     def _serve_requests(self, now: float) -> int:
         """shrsync -u / -q (fairshare.sync), before the quotas."""
-        return serve_requests(
-            self.engine,
-            self.store.host,
-            now,
-            {
-                UPDATE: lambda: self.write_back(now, everything=False, release_gone=False),
-                QUOTA: lambda: reread_quotas(self.lnodes, self.store),
-            },
-        )
+        update = lambda: self.write_back(now, everything=False, release_gone=False)  # noqa: E731
+        quota = lambda: reread_quotas(self.lnodes, self.store)  # noqa: E731
+        return serve_requests(self.engine, self.store.host, now, {UPDATE: update, QUOTA: quota})
 
     def _read_consts(self) -> Consts:
         with read_session(self.engine) as s:
-            consts = self._load_consts(s)
-            self._maybe_reload(s, consts)
+            consts = self.config.consts(s, self.clock.time())
+            reloaded = self.config.tree(s, self.lnodes, consts, self.cycle)
+            if reloaded is not None:
+                self._reload(*reloaded)
         return consts
 
     def _udb_back(self) -> None:
-        self._next_writeback = 0.0  # write back what was kept, at the end of this cycle
+        self.ledger.next_writeback = 0.0  # write back what was kept, at the end of this cycle
 
     def shutdown(self) -> None:
         """Undo the enforcement, write every lnode back, drop the published table."""
@@ -406,14 +321,7 @@ class Daemon:
         if self.lnodes is not None:
             now = self.clock.time()
             self.write_back(now, everything=True)
-            if self.pending:
-                log.error(
-                    "UDB unreachable at exit: the increments of %d lnodes (usage %.6g, charge "
-                    "%.6g) were not written back",
-                    len(self.pending),
-                    sum(wb.shusage for _u, wb in self.pending),
-                    sum(wb.charge for _u, wb in self.pending),
-                )
+            self.ledger.log_unwritten()
             self.udb.call("mark the published table stopped", self.store.mark_stopped, now)
         log.info("stopped after %d cycles; every lnode written back", self.cycle)
 
@@ -427,37 +335,15 @@ class Daemon:
             except Exception:
                 log.exception("%s observer failed on %s", type(o).__name__, event)
 
-    def _load_consts(self, session) -> Consts:
-        """The constants in force now: the stored ones with shradmin's schedule in force
-        at the clock's local time applied (logged when the schedule changes)."""
-        when = datetime.fromtimestamp(self.clock.time())
-        consts, schedule = load_effective_consts(session, when)
-        if schedule != self.schedule:
-            log.info("schedule %s now in force", schedule or "(none: base settings)")
-            self.schedule = schedule
-        return consts
-
-    def _maybe_reload(self, session, consts: Consts) -> None:
+    def _reload(self, new: Lnodes, reason: str) -> None:
+        """Take the tree of `new` (read for `reason`): the same tree keeps the table and
+        re-reads the active entries; another takes the active lnodes over by name."""
         ln = self.lnodes
-        reason = None
-        if self.reload_requested:
-            reason = "SIGHUP"
-        elif consts.mode != ln.tree.mode:
-            reason = f"share mode changed to {consts.mode}"
-        elif self.cycle % RELOAD_EVERY == 0:
-            reason = "periodic"
-        elif entries_fingerprint(session) != ln.fingerprint:
-            reason = "the UDB's entries changed"
-        if reason is None:
-            return
-        self.reload_requested = False
-        new = load_lnodes(session, consts.mode)
         if same_tree(new.tree, ln.tree):
-            # Same tree: keep the table, refresh what we know of the active entries.
             ln.acids = new.acids
             refresh_entries(ln, self.store)
             return
-        self.pending.extend(carry_over(ln, new, self.clock.time()))
+        self.ledger.pending.extend(carry_over(ln, new, self.clock.time()))
         self.lnodes = new
         self.site = SiteState.new(new.tree.size)  # site factors restart on the new tree
         refresh_entries(new, self.store)
@@ -487,43 +373,16 @@ class Daemon:
         for n, usage in activate_leaves(ln, new, states or {}, now, self.consts):
             log.debug("lnode %s created, usage %.6g", ln.tree.names[n], usage)
 
-    def _quotas(self, ln: Lnodes, consts: Consts) -> None:
-        """SIGXCPU to an lnode's processes at its CPU quota, SIGKILL past the threshold."""
-        for q in quota_signals(ln, self._pids, consts.quota_threshold):
-            if q.signal == signal.SIGKILL:
-                log.warning(
-                    "%s: CPU quota %.1f s exceeded by more than %.1f s (%.1f s used): SIGKILL "
-                    "to %d processes",
-                    *(q.name, q.quota, consts.quota_threshold, q.used, len(q.pids)),
-                )
-            else:
-                ln.warned.add(q.node)
-                log.warning(
-                    "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
-                    *(q.name, q.quota, q.used, len(q.pids)),
-                )
-            for pid in q.pids:
-                try:
-                    self.actions.signal(pid, q.signal)
-                except ProcessLookupError:
-                    pass
-
     def write_back(self, now: float, everything: bool, release_gone: bool = True) -> int:
         """Add what every active leaf lnode accrued to the UDB, releasing those with no
         processes (all of them when `everything`, at shutdown; none unless
-        `release_gone`); with GLOBALUSAGE, then refresh the site.  Returns how many
-        lnodes were written.  Increments the UDB does not take are kept for the next try.
-        """
+        `release_gone`); then re-read the active entries and, with GLOBALUSAGE, refresh
+        the site.  Returns how many lnodes were written.  Increments the UDB does not
+        take are kept for the next try (fairshare.writeback)."""
         ln, consts = self.lnodes, self.consts
-        out = leave(ln, now, everything, release_gone)
-        self.pending.extend(out)
-        kept = self.pending
-        if self.udb.call("write back", self.store.write_back, kept, consts.halflife) is None:
+        written = self.ledger.write_back(ln, now, consts.halflife, everything, release_gone)
+        if written is None:
             return 0
-        written, self.pending = len(self.pending), []
-        self.writebacks += written
-        if out:
-            log.debug("wrote back %d lnodes", written)
         if not everything:
             self.udb.call("re-read the active entries", refresh_entries, ln, self.store)
             if consts.flags & GLOBALUSAGE:
@@ -531,16 +390,68 @@ class Daemon:
         return written
 
     def refresh_site(self, now: float) -> None:
-        """GLOBALUSAGE: the active lnodes take their site-wide usage from the UDB, the
-        site view of the other live hosts is read, the site factors are updated."""
-        ln, consts = self.lnodes, self.consts
-        view, usage = self.store.site_view(
-            ln.tree, now, consts.halflife, live_after=now - 3 * max(consts.writeback, consts.delta)
+        """GLOBALUSAGE: the site-wide usage and the site factors (`refresh_site`)."""
+        refresh_site(self.store, self.lnodes, self.site, self.consts, self.cpus, now)
+
+
+def same_machine(enforcer: Enforcer, actions: OsActions) -> None:
+    """ValueError unless `enforcer` changes the machine of `actions`."""
+    if enforcer.actions is not actions:
+        raise ValueError(
+            f"the {enforcer.name} enforcer acts on the {enforcer.actions.name} machine, "
+            f"the daemon on the {actions.name} one"
         )
-        mine = np.flatnonzero(ln.table.active & ln.tree.leaf_mask)
-        refresh_usage(ln.table, mine, usage)
-        self.site.view = view
-        self.site.factor = update_factors(ln.tree, ln.table, self.site, consts, self.cpus)
+
+
+def advance(ln: Lnodes, c: Consumption, consts: Consts, elapsed: float, site: SiteState) -> None:
+    """Run the cycle (fairshare.cycle.run_cycle) on the lnode table of `ln` with the
+    consumption `c` over `elapsed` seconds; with GLOBALUSAGE the site factors then
+    adjust the effective shares (fairshare.site).  A value the cycle made not finite
+    keeps its last finite value, logged (`log_not_finite`)."""
+    before = ln.table
+    ln.table = run_cycle(ln.tree, before, c, consts, elapsed)
+    site.add(c.cpu, elapsed)
+    if consts.flags & GLOBALUSAGE:
+        ln.table.e_share = apply_factors(ln.tree, ln.table, site.factor)
+    log_not_finite(ln, before, consts)
+
+
+def send_quota_signals(
+    ln: Lnodes, procs: dict[int, list[ProcessSample]], consts: Consts, actions: OsActions
+) -> None:
+    """SIGXCPU to an lnode's processes at its CPU quota, SIGKILL past the threshold
+    (fairshare.decisions.quota_signals), through `actions`, each logged."""
+    for q in quota_signals(ln, procs, consts.quota_threshold):
+        if q.signal == signal.SIGKILL:
+            log.warning(
+                "%s: CPU quota %.1f s exceeded by more than %.1f s (%.1f s used): SIGKILL "
+                "to %d processes",
+                *(q.name, q.quota, consts.quota_threshold, q.used, len(q.pids)),
+            )
+        else:
+            ln.warned.add(q.node)
+            log.warning(
+                "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
+                *(q.name, q.quota, q.used, len(q.pids)),
+            )
+        for pid in q.pids:
+            try:
+                actions.signal(pid, q.signal)
+            except ProcessLookupError:
+                pass
+
+
+def refresh_site(
+    store: LnodeStore, ln: Lnodes, site: SiteState, consts: Consts, cpus: float, now: float
+) -> None:
+    """GLOBALUSAGE: the active lnodes take their site-wide usage from the UDB, the
+    site view of the other live hosts is read, the site factors are updated."""
+    view, usage = store.site_view(
+        ln.tree, now, consts.halflife, live_after=now - 3 * max(consts.writeback, consts.delta)
+    )
+    refresh_usage(ln.table, np.flatnonzero(ln.table.active & ln.tree.leaf_mask), usage)
+    site.view = view
+    site.factor = update_factors(ln.tree, ln.table, site, consts, cpus)
 
 
 def log_recovered(r) -> None:
@@ -617,6 +528,7 @@ def simulated_daemon(
     from fairshare.sim import load_scenario
     from udb import directives
     from udb.errors import OptionError
+    from udb.models import Entry
     from udb.session import write_session
 
     path = Path(scenario)

@@ -113,8 +113,8 @@ def take_snapshot(daemon, max_lnodes: int | None) -> Snapshot:
         values={attr: getattr(t, attr)[idx].astype(float) for attr, _n, _h in LNODE_METRICS},
         active=active,
         cycles=daemon.cycle,
-        writebacks=daemon.writebacks,
-        checkpoints=daemon.checkpoints,
+        writebacks=daemon.ledger.writebacks,
+        checkpoints=daemon.ledger.checkpoints,
         enforcer=daemon.enforcer_name,
         time=daemon.clock.time(),
     )

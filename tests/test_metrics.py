@@ -83,10 +83,10 @@ def test_snapshot_after_each_cycle_capped_to_the_largest_usage(tmp_path):
     # At shutdown every active leaf (the 16 busy users, Idle) is written back and counted.
     leaves = int((t.active & daemon.lnodes.tree.leaf_mask).sum())
     assert leaves >= 17
-    before = daemon.writebacks
+    before = daemon.ledger.writebacks
     assert fam["fairshare_writebacks_total"][()] == before
     daemon.shutdown()
-    assert daemon.writebacks == before + leaves
+    assert daemon.ledger.writebacks == before + leaves
 
 
 def test_lnode_block_escapes_labels_and_non_finite_values():

@@ -371,14 +371,14 @@ def test_a_daemon_outlives_its_database(pg_server, pg_db, tmp_path, daemon_log):
         step_all(daemons, 45)  # 3 simulated minutes without a database
         lines = [line for line in daemon_log if "unreachable" in line]
         assert len(lines) == 3, lines  # one line a minute
-        assert a.pending  # what it owes is kept
+        assert a.ledger.pending  # what it owes is kept
         assert a.lnodes.table.active[a.lnodes.tree.node("z")]  # still scheduling
         assert (a.lnodes.table.e_share > 0).any()
     finally:
         pg_server.start()
     step_all(daemons, 2)
     assert any("reachable again" in line for line in daemon_log)
-    assert a.pending == []
+    assert a.ledger.pending == []
     a.shutdown()
     for uid, name in ((1001, "x"), (1003, "z")):
         e = entry(engine, name)
