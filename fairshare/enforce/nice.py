@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ import numpy as np
 from fairshare.actions import REAL_OS, OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget, arrays
 from fairshare.enforce.mapping import nice_values
-from fairshare.enforce.renice import user_floor
+from fairshare.enforce.renice import Changed, Renicer, user_floor
 
 log = logging.getLogger("shrdaemon")
 
@@ -86,13 +85,6 @@ def parent_of(pid: int, proc: str = "/proc") -> int | None:
         return None
 
 
-@dataclass
-class _Changed:
-    original: int  # the value before we touched it
-    ours: int  # the value we set last
-    given: set[int] = field(default_factory=set)  # every value we set (children inherit)
-
-
 class NiceEnforcer:
     """Autogroup nice per single-lnode session, per-process nice elsewhere."""
 
@@ -106,8 +98,10 @@ class NiceEnforcer:
         self.autogroup = autogroup_enabled() if autogroup is None else autogroup
         self.proc = proc
         self.actions = actions  # every renice and autogroup write goes through it
-        self._procs: dict[int, _Changed] = {}  # pid -> per-process nice we changed
-        self._groups: dict[str, tuple[int, _Changed]] = {}  # autogroup -> (a pid, change)
+        # The per-process nice values it changed; a process first seen at a value it gave
+        # its parent inherited it: its original is the parent's.
+        self.renicer = Renicer(actions, original=self._original)
+        self._groups: dict[str, tuple[int, Changed]] = {}  # autogroup -> (a pid, change)
         self._group_of: dict[int, tuple[str, int]] = {}  # pid -> (autogroup, its nice)
         self._mixed_reported = -1
 
@@ -187,46 +181,24 @@ class NiceEnforcer:
         """Restore every nice value we changed that is still ours, and those of the
         processes forked since by processes we reniced, which inherited our value."""
         self._adopt_unseen_children()
-        for pid, ch in self._procs.items():
-            try:
-                if self.actions.get_nice(pid) == ch.ours:
-                    self.actions.set_nice(pid, ch.original)
-            except OSError:
-                pass
+        self.renicer.restore()
         for g, (pid, ch) in self._groups.items():
             now = read_autogroup(pid, self.proc)
             if now is not None and now[0] == g and now[1] == ch.ours:
                 self._write_group(pid, ch.original)
-        self._procs.clear()
         self._groups.clear()
         self._group_of.clear()
 
     # -- helpers ---------------------------------------------------------------------------
 
     def _renice(self, pid: int, target: int, udb_nice: int = 0) -> None:
-        try:
-            current = self.actions.get_nice(pid)
-        except OSError:
-            return
-        ch = self._procs.get(pid)
-        if ch is None or current != ch.ours:  # new, or the user changed it since
-            ch = _Changed(original=self._original(pid, current), ours=current)
-        # never below what the user chose, nor below the UDB's nice
-        value = max(target, user_floor(ch.original, udb_nice))
-        if value != current:
-            try:
-                self.actions.set_nice(pid, value)
-            except OSError:
-                return
-        ch.ours = value
-        if value != ch.original:
-            ch.given.add(value)
-        self._procs[pid] = ch
+        self.renicer.renice(pid, target, udb_nice)
 
     def _adopt_unseen_children(self) -> None:
         """Record, as ours, the descendants of reniced processes that no cycle saw and
         whose nice is one we gave their parent (one pass over /proc, at teardown)."""
-        if not self._procs:
+        procs = self.renicer.changed
+        if not procs:
             return
         children: dict[int, list[int]] = {}
         try:
@@ -234,27 +206,27 @@ class NiceEnforcer:
         except OSError:
             return
         for name in names:
-            if name.isdigit() and int(name) not in self._procs:
+            if name.isdigit() and int(name) not in procs:
                 parent = parent_of(int(name), self.proc)
                 if parent is not None:
                     children.setdefault(parent, []).append(int(name))
-        todo = list(self._procs)
+        todo = list(procs)
         while todo:
             pid = todo.pop()
-            ch = self._procs[pid]
+            ch = procs[pid]
             for kid in children.pop(pid, ()):
                 try:
                     nice = self.actions.get_nice(kid)
                 except OSError:
                     continue
                 if nice in ch.given:
-                    self._procs[kid] = _Changed(original=ch.original, ours=nice, given={nice})
+                    procs[kid] = Changed(original=ch.original, ours=nice, given={nice})
                     todo.append(kid)
 
     def _original(self, pid: int, current: int) -> int:
         """The nice `pid` had before this enforcer: `current`, unless it inherited a value
         we gave its parent (a child forked after we reniced its shell), then the parent's."""
-        parent = self._procs.get(parent_of(pid, self.proc) or 0)
+        parent = self.renicer.changed.get(parent_of(pid, self.proc) or 0)
         if parent is not None and current in parent.given:
             return parent.original
         return current
@@ -266,7 +238,7 @@ class NiceEnforcer:
         held = self._groups.get(group)
         ch = held[1] if held else None
         if ch is None or now[1] != ch.ours:
-            ch = _Changed(original=now[1], ours=now[1])
+            ch = Changed(original=now[1], ours=now[1])
         value = max(target, user_floor(ch.original, udb_nice))
         if value != now[1] and not self._write_group(pid, value):
             return

@@ -3,9 +3,10 @@
 Two things set a process's nice: the nice enforcer (a value from the lnode's
 e_share) and the UDB's `nice` field of the process's user or account (its default
 nice, see man/shrdaemon.8).  Both combine them with the nice the process had before
-the daemon touched it by `user_floor`; the daemon applies the UDB's nice beside the
-cgroup enforcers through a `Renicer`, and the nice enforcer folds it into its own
-bookkeeping (which also follows children that inherited a value it set):
+the daemon touched it by `user_floor`, and both keep their books in a `Renicer`: the
+daemon's applies the UDB's nice beside the cgroup enforcers
+(fairshare.enforce.switch); the nice enforcer's folds it into its own values and also
+follows children that inherited a value it set (its `original` hook):
 
 - the user's floor (`user_floor`): a process still at the default nice 0 gets the
   UDB's nice (which may be negative, a boost); a process at any other nice (the
@@ -21,7 +22,8 @@ Every change goes through the OsActions object (fairshare.actions).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from fairshare.actions import OsActions
 
@@ -40,17 +42,28 @@ def user_floor(own: int, udb_nice: int) -> int:
 
 @dataclass
 class Changed:
-    """A nice value the daemon changed: what it was before, and what we set last."""
+    """A nice value the daemon changed: what it was before, what we set last, and every
+    value we set other than the original (a child forked since inherited one of them)."""
 
     original: int
     ours: int
+    given: set[int] = field(default_factory=set)
+
+
+def _as_found(pid: int, current: int) -> int:
+    return current
 
 
 class Renicer:
-    """Sets per-process nice values through `actions`, remembering the originals."""
+    """Sets per-process nice values through `actions`, remembering the originals.
 
-    def __init__(self, actions: OsActions) -> None:
+    `original(pid, current)` says what nice a process first seen at `current` had
+    before the daemon (default: `current`; the nice enforcer's knows a value a child
+    inherited from a parent it reniced)."""
+
+    def __init__(self, actions: OsActions, original: Callable[[int, int], int] = _as_found) -> None:
         self.actions = actions
+        self.original = original
         self.changed: dict[int, Changed] = {}  # pid -> its change
 
     def renice(self, pid: int, target: int = NICE_LOWEST, udb_nice: int = 0) -> int | None:
@@ -63,7 +76,7 @@ class Renicer:
             return None
         ch = self.changed.get(pid)
         if ch is None or current != ch.ours:  # new, or the user changed it since
-            ch = Changed(original=current, ours=current)
+            ch = Changed(original=self.original(pid, current), ours=current)
         value = max(target, user_floor(ch.original, udb_nice))
         if value != current:
             try:
@@ -71,6 +84,8 @@ class Renicer:
             except OSError:
                 return current
         ch.ours = value
+        if value != ch.original:
+            ch.given.add(value)
         self.changed[pid] = ch
         return value
 
