@@ -240,7 +240,7 @@ def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_pa
     # The counters are read again through descriptors kept open: new values are seen.
     (acct / "fairshare" / "u1" / "cpuacct.usage").write_text("3000000000\n")
     assert e.read_groups(members=False)["u1"].cpu == 3.0
-    assert sorted(e._counter_fd) == ["u1", "u_2"]
+    assert sorted(e._counters._fd) == ["u1", "u_2"]
     # A new session of u3 between cycles: its cgroup is made at the top weight at once.
     e.place(7, "u3")
     assert (cpu / "fairshare" / "u3" / "cpu.shares").read_text() == "262144"
@@ -254,7 +254,7 @@ def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_pa
     assert (cpu / "cgroup.procs").read_text() == "6"
     e.teardown()
     assert (acct / "users" / "cgroup.procs").read_text() == "5"
-    assert e._counter_fd == {}  # every descriptor closed
+    assert e._counters._fd == {}  # every descriptor closed
 
 
 # -- the real cgroup v1 hierarchy ------------------------------------------------------------

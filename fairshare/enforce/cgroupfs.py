@@ -71,6 +71,41 @@ def cgroup_of(pid: int, controller: str | None, proc: str = "/proc") -> str | No
     return None
 
 
+class CounterFiles:
+    """The lnode cgroups' counter files, kept open (up to KEEP_OPEN): a read at offset 0
+    (pread) makes the kernel print the file afresh, one system call instead of open,
+    read and close."""
+
+    def __init__(self) -> None:
+        self._fd: dict[str, int] = {}  # cgroup name -> its open counter file
+
+    def read(self, name: str, path: str) -> bytes:
+        """The text of cgroup `name`'s counter file at `path`.  A descriptor gone stale
+        (the cgroup was removed and made again) is reopened once."""
+        fd = self._fd.get(name)
+        if fd is not None:
+            try:
+                return os.pread(fd, 4096, 0)
+            except OSError:
+                self.close(name)
+        if len(self._fd) >= KEEP_OPEN:
+            return read_bytes(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._fd[name] = fd
+        return os.pread(fd, 4096, 0)
+
+    def close(self, name: str) -> None:
+        """Close cgroup `name`'s counter file (before the cgroup is removed)."""
+        fd = self._fd.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close_all(self) -> None:
+        """Close every counter file."""
+        for name in list(self._fd):
+            self.close(name)
+
+
 class CgroupEnforcer:
     """One cgroup per active lnode under MOUNT/fairshare; subclasses write the weight
     and read the CPU counter.
@@ -113,7 +148,7 @@ class CgroupEnforcer:
         self._members: dict[int, str] = {}  # pid -> lnode cgroup, at the last read_groups
         self._fresh: set[str] = set()  # cgroups `place` used since the last read_groups
         self._moved: dict[str, set[int]] = {}  # cgroup -> pids moved in since read_groups
-        self._counter_fd: dict[str, int] = {}  # cgroup -> its open counter file
+        self._counters = CounterFiles()
         self._up = False
 
     # -- what the versions differ in ----------------------------------------------------
@@ -201,7 +236,7 @@ class CgroupEnforcer:
             for name in self._weight:
                 d = f"{mount}/{name}"
                 try:
-                    cpu = self.parse_counter(self._read_counter(name, f"{d}/{self.counter_file}"))
+                    cpu = self.parse_counter(self._counters.read(name, f"{d}/{self.counter_file}"))
                     if members:
                         pids = frozenset(int(p) for p in read_bytes(f"{d}/cgroup.procs").split())
                     else:
@@ -238,31 +273,9 @@ class CgroupEnforcer:
             self._origin.clear()
             self._weight.clear()
             self._members.clear()
-            for name in list(self._counter_fd):
-                self._close_counter(name)
+            self._counters.close_all()
 
     # -- helpers (called with the lock held) -----------------------------------------------
-
-    def _read_counter(self, name: str, path: str) -> bytes:
-        """The text of cgroup `name`'s counter file at `path`.  Its descriptor is kept
-        open: a read at offset 0 makes the kernel print the file afresh.  A descriptor
-        gone stale (the cgroup was removed and made again) is reopened once."""
-        fd = self._counter_fd.get(name)
-        if fd is not None:
-            try:
-                return os.pread(fd, 4096, 0)
-            except OSError:
-                self._close_counter(name)
-        if len(self._counter_fd) >= KEEP_OPEN:
-            return read_bytes(path)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        self._counter_fd[name] = fd
-        return os.pread(fd, 4096, 0)
-
-    def _close_counter(self, name: str) -> None:
-        fd = self._counter_fd.pop(name, None)
-        if fd is not None:
-            os.close(fd)
 
     def _make(self, name: str, values: tuple) -> None:
         if name not in self._weight:
@@ -292,7 +305,7 @@ class CgroupEnforcer:
         """Empty lnode cgroup `name` in every hierarchy (processes to their origin, else
         the mount root) and remove it; True if it is gone."""
         gone = True
-        self._close_counter(name)
+        self._counters.close(name)
         for i, (mount, _ctl) in enumerate(self.hierarchies):
             cg = mount / PARENT / name
             # A process forking while its parent is moved out leaves the child behind
