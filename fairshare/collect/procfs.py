@@ -284,11 +284,7 @@ class DeltaTracker:
             else:
                 d_cpu = reaped = d_blocks = d_calls = d_ctx = used = 0.0
             if reaped > 0 and key in owed:
-                back = min(reaped, owed[key])
-                reaped -= back
-                owed[key] -= back
-                if owed[key] <= 0 or math.isinf(owed[key]):  # unknown: this reap forfeits
-                    del owed[key]
+                reaped = self._repay(key, reaped)
             out.append(
                 ProcessSample(
                     pid=c.pid,
@@ -307,17 +303,32 @@ class DeltaTracker:
                 )
             )
         d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)
-        d_groups = {}
-        for name, v in (groups or {}).items():
-            old = self._groups.get(name)
-            if first:
-                d_groups[name] = 0.0
-            else:  # a cgroup new (or made anew) since the previous sample: all of it is new
-                d_groups[name] = v - old if old is not None and v >= old else v
-        self._groups = dict(groups or {})
+        d_groups = self._group_deltas(groups or {}, first)
         self._prev, self._kept = current, still
         self._prev_idle, self._prev_mono, self._prev_time = idle, mono, now
         return Sample(time=now, elapsed=elapsed, processes=out, idle=d_idle, groups=d_groups)
+
+    def _repay(self, key: tuple[int, float], reaped: float) -> float:
+        """The part of `reaped` (CPU s of children process `key` reaped) not charged
+        already, the rest repaid from what it owes; an unknown debt takes it all."""
+        owed = self._owed
+        back = min(reaped, owed[key])
+        owed[key] -= back
+        if owed[key] <= 0 or math.isinf(owed[key]):  # unknown: this reap forfeits
+            del owed[key]
+        return reaped - back
+
+    def _group_deltas(self, groups: Mapping[str, float], first: bool) -> dict[str, float]:
+        """Each lnode cgroup's counter growth since the previous call (0 on the first)."""
+        out = {}
+        for name, v in groups.items():
+            old = self._groups.get(name)
+            if first:
+                out[name] = 0.0
+            else:  # a cgroup new (or made anew) since the previous sample: all of it is new
+                out[name] = v - old if old is not None and v >= old else v
+        self._groups = dict(groups)
+        return out
 
     def _owe_for_the_gone(self, current: Mapping[tuple[int, float], Counters]) -> None:
         """Record what each process gone since the previous reading was charged, against
