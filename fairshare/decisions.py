@@ -19,6 +19,8 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from fairshare.collect import ProcessSample
 from fairshare.enforce.base import LnodeTarget
 from fairshare.state import Lnodes
@@ -70,22 +72,35 @@ def enforcer_targets(
     """What the enforcer must do: every active leaf that has processes to place, in
     node order (`procs`: each leaf's processes at the last sample)."""
     t = ln.table
-    out = []
+    placed = []  # (node, its processes the enforcer may touch)
     for node in sorted(procs):
-        if not t.active[node]:
-            continue
         mine = [p for p in procs[node] if p.uid >= min_uid and not p.kernel]
-        if not mine:
+        if mine:
+            placed.append((node, mine))
+    if not placed:
+        return []
+    idx = np.array([node for node, _mine in placed], dtype=np.int64)
+    keep = t.active[idx].tolist()
+    # One fancy index per field, not a numpy scalar per field and target.
+    columns = zip(
+        t.e_share[idx].tolist(), t.nrun[idx].tolist(), t.background[idx].tolist(), strict=True
+    )
+    names, entry = ln.tree.names, ln.entry
+    out = []
+    for (node, mine), active, (e_share, nrun, background) in zip(
+        placed, keep, columns, strict=True
+    ):
+        if not active:
             continue
         out.append(
             LnodeTarget(
-                name=ln.tree.names[node],
+                name=names[node],
                 pids=tuple(p.pid for p in mine),
-                e_share=float(t.e_share[node]),
-                nrun=int(t.nrun[node]),
-                background=bool(t.background[node]),
+                e_share=e_share,
+                nrun=nrun,
+                background=background,
                 runnable=frozenset(p.pid for p in mine if p.runnable),
-                nice=st.nice if (st := ln.entry.get(node)) is not None else 0,
+                nice=st.nice if (st := entry.get(node)) is not None else 0,
             )
         )
     return out

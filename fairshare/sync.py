@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from fairshare.state import EntryReader, Lnodes, refresh_entries
@@ -118,6 +118,13 @@ def wait(
 # -- the daemon's side ---------------------------------------------------------------------
 
 
+_PENDING = (
+    select(SyncRequest.id, SyncRequest.kind)
+    .where(SyncRequest.host == bindparam("host"), SyncRequest.done.is_(None))
+    .order_by(SyncRequest.id)
+)
+
+
 def serve_requests(
     engine: Engine, host: str, now: float, handlers: Mapping[str, Callable[[], int]]
 ) -> int:
@@ -125,12 +132,8 @@ def serve_requests(
     `fairshare.daemon.Daemon.step`; `now` epoch s): each by its kind's handler in
     `handlers`, which returns how many lnodes it touched (UPDATE: the daemon's
     write-back without release; QUOTA: `reread_quotas`).  Returns how many it handled."""
-    with read_session(engine) as s:
-        pending = s.execute(
-            select(SyncRequest.id, SyncRequest.kind)
-            .where(SyncRequest.host == host, SyncRequest.done.is_(None))
-            .order_by(SyncRequest.id)
-        ).all()
+    with read_session(engine) as s:  # every cycle: Core, one statement built once
+        pending = s.connection().execute(_PENDING, {"host": host}).all()
     for rid, kind in pending:
         count = handlers[kind]()
         with write_session(engine) as s:
