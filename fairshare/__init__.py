@@ -1,1 +1,12 @@
-"""Fair-share scheduling: the share tree, the lnode cycle, the daemon and its commands."""
+"""Fair-share scheduling: the share tree, the lnode cycle, the daemon and its commands.
+
+One cycle of the daemon (fairshare.daemon), module by module: `collect` samples the
+processes; `charges` charges each to its leaf lnode (`accounts` in Share by Account
+mode); `state` creates the lnodes of new leaves; `cycle` runs the policy (pure);
+`decisions` picks the quota signals and the enforcer's targets; `enforce` applies them;
+`store` publishes the lnode table; `writeback` adds what the lnodes accrued to the UDB
+and releases those that are gone.  `reload` re-reads the constants and tree, `loop`
+times the cycles and takes the signals, `outage` keeps the daemon scheduling while
+the UDB cannot be reached, `sync` serves shrsync's requests and `server` (with
+`answers`) the socket.
+"""
