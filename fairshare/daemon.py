@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -295,8 +296,8 @@ class Daemon:
 
     def _serve_requests(self, now: float) -> int:
         """shrsync -u / -q (fairshare.sync), before the quotas."""
-        update = lambda: self.write_back(now, everything=False, release_gone=False)  # noqa: E731
-        quota = lambda: reread_quotas(self.lnodes, self.store)  # noqa: E731
+        update = partial(self.write_back, now, everything=False, release_gone=False)
+        quota = partial(reread_quotas, self.lnodes, self.store)
         return serve_requests(self.engine, self.store.host, now, {UPDATE: update, QUOTA: quota})
 
     def _read_consts(self) -> Consts:

@@ -256,7 +256,8 @@ def main() -> int:
         print(f"{len(kids)} processes across {USERS} uids; enforcer {choice.name}: {choice.reason}")
         spent: dict[str, float] = defaultdict(float)
         real_enforcer = make_enforcer(choice, REAL_OS)
-        groups = getattr(real_enforcer, "read_groups", None)  # the cgroups' CPU counters
+        # the cgroups' CPU counters, where the enforcer keeps any
+        groups = real_enforcer.read_groups if real_enforcer.capabilities.counts else None
         collector = Timed(ProcfsCollector(groups=groups), ["sample"], spent, "collect")
         enforcer = Timed(real_enforcer, ["apply"], spent, "enforce")
         store = Timed(LnodeStore(engine, host="bench"), ["publish"], spent, "store")
@@ -331,7 +332,9 @@ def main() -> int:
         loop_enforcer = make_enforcer(choice, REAL_OS)
         d = Daemon(
             engine,
-            ProcfsCollector(groups=getattr(loop_enforcer, "read_groups", None)),
+            ProcfsCollector(
+                groups=loop_enforcer.read_groups if loop_enforcer.capabilities.counts else None
+            ),
             loop_enforcer,
             loop_store,
             REAL_OS,
