@@ -1,0 +1,149 @@
+"""The daemon's pure steps alone: which leaf a process is charged to (fairshare.charges,
+fairshare.accounts), the quota signals and enforcer targets (fairshare.decisions), and
+the write-back's release of the lnodes that are gone (fairshare.state)."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from fairshare.accounts import AccountsOf, account_of, default_acid
+from fairshare.charges import consumption, leaf_of
+from fairshare.collect import ProcessSample, Sample
+from fairshare.decisions import enforcer_targets, quota_signals
+from fairshare.lnode import activate
+from fairshare.state import leave, lnodes_for
+from fairshare.store import EntryState
+from fairshare.tree import build_tree
+from udb.models import IDLE_UID, SHF_ACCOUNT, SHF_GROUP
+
+
+@dataclass
+class Row:
+    name: str
+    uid: int
+    resgrp: int = 0
+    shares: int = 1
+    shflags: int = 0
+
+
+def user_tree():
+    rows = [
+        Row("Idle", IDLE_UID, shares=0),
+        Row("unknown", 12),
+        Row("G", 500, shflags=SHF_GROUP),
+        Row("alice", 1001, 500),
+        Row("bob", 1002, 500),
+    ]
+    return lnodes_for(build_tree(rows, "user"), {}, ())
+
+
+def account_tree():
+    rows = [
+        Row("Idle", IDLE_UID, shares=0),
+        Row("unknown", 12),
+        Row("a1", 3001, shflags=SHF_ACCOUNT),
+        Row("a2", 3002, shflags=SHF_ACCOUNT),
+        Row("carol", 1003),
+    ]
+    return lnodes_for(build_tree(rows, "account"), {1003: [3001, 3002], 1004: []}, ())
+
+
+def p(pid, uid, cpu=0.0, **kw):
+    return ProcessSample(pid, 0.0, uid, cpu=cpu, **kw)
+
+
+def test_share_by_user_charges_the_uids_leaf_and_unknown_uids_to_unknown():
+    ln = user_tree()
+    assert ln.tree.names[leaf_of(ln, p(1, 1001), None)] == "alice"
+    assert ln.tree.names[leaf_of(ln, p(2, 4242), None)] == "unknown"
+    assert ln.tree.names[leaf_of(ln, p(3, IDLE_UID), None)] == "Idle"
+
+
+def test_share_by_account_takes_the_chosen_account_else_the_first_acid():
+    ln = account_tree()
+    chosen = AccountsOf(lambda q: 3002 if q.sid == 7 else None)
+    assert ln.tree.names[leaf_of(ln, p(1, 1003), chosen)] == "a1"  # default: first acid
+    assert ln.tree.names[leaf_of(ln, p(2, 1003, sid=7), chosen)] == "a2"  # newacct's
+    assert ln.tree.names[leaf_of(ln, p(3, 1004), chosen)] == "unknown"  # no acids
+    assert ln.tree.names[leaf_of(ln, p(4, IDLE_UID), None)] == "Idle"
+    assert default_acid([3001, 3002]) == 3001 and default_acid([]) is None
+    assert account_of(p(5, 1003), None, {1003: [3002]}) == 3002
+
+
+def test_consumption_grades_nice_unless_the_enforcer_set_it():
+    """A nice-19 process is not charged; a nice-10 one at the guide's graded rate; when the
+    enforcer sets nice values itself, both are charged at nice 0's rate."""
+    ln = user_tree()
+    alice, bob = ln.tree.node("alice"), ln.tree.node("bob")
+    sample = Sample(0.0, 4.0, [p(1, 1001, 1.0, nice=19), p(2, 1002, 1.0, nice=10)], idle=0.5)
+    c, procs = consumption(ln, sample)
+    assert c.cpu[alice] == 0.0 and c.cpu[bob] == 1.0
+    assert 0 < c.cpu_charged[bob] < 1.0
+    assert c.cpu[ln.idle] == 0.5 and sorted(procs) == sorted([alice, bob])
+    c, _ = consumption(ln, sample, enforcer_nice=True)
+    assert c.cpu[alice] == c.cpu_charged[alice] == 1.0 and c.cpu_charged[bob] == 1.0
+
+
+def quota_lnodes(used_before: float, ran: float):
+    ln = user_tree()
+    a = ln.tree.node("alice")
+    activate(ln.table, a, 0.0)
+    ln.table.cpu_seconds[a] = ran
+    ln.entry[a] = EntryState(1001, 0.0, 0.0, cpuquota=10.0, cpuquotaused=used_before)
+    return ln, a
+
+
+def test_quota_signals_warn_once_then_kill_past_the_threshold():
+    procs_of = {}
+    ln, a = quota_lnodes(8.0, 1.5)  # 9.5 s of 10: nothing yet
+    procs_of[a] = [p(7, 1001), p(8, 1001, kernel=True)]
+    assert quota_signals(ln, procs_of, threshold=5.0) == []
+    ln.table.cpu_seconds[a] = 2.0  # 10 s: SIGXCPU to the process (never a kernel thread)
+    (q,) = quota_signals(ln, procs_of, threshold=5.0)
+    assert (q.signal, q.pids, q.used, q.quota) == (signal.SIGXCPU, (7,), 10.0, 10.0)
+    ln.warned.add(a)  # sent: not again while between the quota and the threshold
+    assert quota_signals(ln, procs_of, threshold=5.0) == []
+    ln.table.cpu_seconds[a] = 7.0  # 15 s = quota + threshold: SIGKILL, every cycle
+    assert [q.signal for q in quota_signals(ln, procs_of, threshold=5.0)] == [signal.SIGKILL]
+
+
+def test_targets_are_active_leaves_with_processes_the_enforcer_may_touch():
+    ln = user_tree()
+    alice, bob = ln.tree.node("alice"), ln.tree.node("bob")
+    activate(ln.table, alice, 0.0)
+    ln.table.e_share[alice] = 0.25
+    ln.entry[alice] = EntryState(1001, 0.0, 0.0, 0.0, 0.0, nice=4)
+    procs_of = {
+        alice: [p(7, 1001, runnable=True), p(8, 1001), p(9, 1001, kernel=True)],
+        bob: [p(10, 1002)],  # no lnode (not active): no target
+        ln.unknown: [p(11, 12)],  # below the enforce_min_uid: charged, never moved
+    }
+    (t,) = enforcer_targets(ln, procs_of, min_uid=1000)
+    assert (t.name, t.pids, t.runnable, t.e_share, t.nice) == (
+        "alice",
+        (7, 8),
+        frozenset({7}),
+        0.25,
+        4,
+    )
+
+
+def test_leave_releases_the_gone_keeps_idle_and_moves_cpu_into_the_quota_base():
+    ln = user_tree()
+    alice, bob = ln.tree.node("alice"), ln.tree.node("bob")
+    for n in (alice, bob, ln.idle):
+        activate(ln.table, n, 1.0)
+    ln.table.refs[alice] = 2  # alice still has processes; bob and Idle none
+    ln.table.cpu_seconds[alice] = 3.0
+    ln.entry[alice] = EntryState(1001, 0.0, 0.0, cpuquota=10.0, cpuquotaused=1.0)
+    out = dict(leave(ln, 100.0, everything=False))
+    assert set(out) == {1001, 1002, IDLE_UID}
+    assert not ln.table.active[bob] and ln.table.active[alice] and ln.table.active[ln.idle]
+    assert ln.entry[alice].cpuquotaused == pytest.approx(4.0)
+    assert out[1001].cpu_seconds == pytest.approx(3.0)
+    leave(ln, 101.0, everything=True)
+    assert not np.any(ln.table.active & ln.tree.leaf_mask)
