@@ -119,6 +119,24 @@ class Timed:
 
 
 @contextmanager
+def timed_functions(module, keys: dict[str, str], spent):
+    """Within the block, calls to each function `module.NAME` of `keys` add their CPU time
+    to `spent[keys[NAME]]` (the daemon calls them through its module's globals)."""
+    real = {name: getattr(module, name) for name in keys}
+    for name, key in keys.items():
+        setattr(module, name, Timed._wrap(real[name], spent, key))
+    try:
+        yield
+    finally:
+        for name, fn in real.items():
+            setattr(module, name, fn)
+
+
+#: The daemon's module functions timed apart, and their labels.
+TIMED_FUNCTIONS = {"run_cycle": "cycle.run_cycle", "serve_requests": "udb.requests"}
+
+
+@contextmanager
 def children():
     kids = spawn_children()
     try:
@@ -171,22 +189,15 @@ def fake(cycles: int, repeat: int) -> int:
 
     medians, parts = [], defaultdict(list)
     spent: dict[str, float] = defaultdict(float)
-    real_run_cycle = daemon_module.run_cycle
-
-    def timed_cycle(*a, **kw):
-        t = time.process_time()
-        try:
-            return real_run_cycle(*a, **kw)
-        finally:
-            spent["cycle.run_cycle"] += time.process_time() - t
-
     for _ in range(repeat):
-        with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp:
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp,
+            timed_functions(daemon_module, TIMED_FUNCTIONS, spent),
+        ):
             engine = open_udb(make_udb(f"{tmp}/udb.sqlite"))
             clock = SimClock(1_700_000_000.0)
             actions = RecordedOs()
             store = Timed(LnodeStore(engine, host="bench"), ["publish"], spent, "store")
-            daemon_module.run_cycle = timed_cycle
             d = Daemon(
                 engine,
                 FakeCollector(clock),
@@ -212,7 +223,6 @@ def fake(cycles: int, repeat: int) -> int:
                 lnodes = int(d.lnodes.table.active.sum())
             finally:
                 d.shutdown()
-                daemon_module.run_cycle = real_run_cycle
                 engine.dispose()
             medians.append(statistics.median(per_cycle))
             print(
@@ -261,49 +271,28 @@ def main() -> int:
         collector = Timed(ProcfsCollector(groups=groups), ["sample"], spent, "collect")
         enforcer = Timed(real_enforcer, ["apply"], spent, "enforce")
         store = Timed(LnodeStore(engine, host="bench"), ["publish"], spent, "store")
-        real_run_cycle = daemon_module.run_cycle
-
-        def timed_cycle(*a, **kw):
-            t = time.process_time()
-            try:
-                return real_run_cycle(*a, **kw)
-            finally:
-                spent["cycle.run_cycle"] += time.process_time() - t
-
-        real_serve = daemon_module.serve_requests
-
-        def timed_serve(*a, **kw):
-            t = time.process_time()
-            try:
-                return real_serve(*a, **kw)
-            finally:
-                spent["udb.requests"] += time.process_time() - t
-
-        daemon_module.run_cycle = timed_cycle
-        daemon_module.serve_requests = timed_serve
         d = Daemon(
             engine, collector, enforcer, store, REAL_OS, options=Options(enforce_min_uid=1000)
         )
         d._read_consts = Timed(d, ["_read_consts"], spent, "udb")._read_consts
         per_cycle, parts = [], defaultdict(list)
-        try:
-            d.start()
-            for i in range(args.cycles):
-                spent.clear()
-                t = time.process_time()
-                d.step()
-                used = time.process_time() - t
-                if i >= 2:
-                    per_cycle.append(used)
-                    for k, v in spent.items():
-                        parts[k].append(v)
-                else:
-                    print(f"  cycle {i + 1} (placing processes): {used * 1e3:.1f} ms CPU")
-            lnodes = int(d.lnodes.table.active.sum())
-        finally:
-            d.shutdown()
-            daemon_module.run_cycle = real_run_cycle
-            daemon_module.serve_requests = real_serve
+        with timed_functions(daemon_module, TIMED_FUNCTIONS, spent):
+            try:
+                d.start()
+                for i in range(args.cycles):
+                    spent.clear()
+                    t = time.process_time()
+                    d.step()
+                    used = time.process_time() - t
+                    if i >= 2:
+                        per_cycle.append(used)
+                        for k, v in spent.items():
+                            parts[k].append(v)
+                    else:
+                        print(f"  cycle {i + 1} (placing processes): {used * 1e3:.1f} ms CPU")
+                lnodes = int(d.lnodes.table.active.sum())
+            finally:
+                d.shutdown()
         med = statistics.median(per_cycle)
         print(
             f"one cycle, {lnodes} active lnodes: median {med * 1e3:.1f} ms CPU over "
