@@ -4,7 +4,7 @@ Everything shrdaemon changes on a machine goes through one `OsActions` object ch
 at start-up: signals (CPU quotas), nice values (the nice enforcer, the UDB's nice
 field), cgroup and /proc files (the cgroup enforcers, autogroup nice).  `RealOs`
 wraps os.kill, setpriority and file writes; the simulator's actions
-(fairshare.collect.sim.SimOs) act on the simulated machine and import nothing that
+(fairshare.sim.machine.SimOs) act on the simulated machine and import nothing that
 reaches the real one, so `shrdaemon --simulate` cannot signal or renice a real
 process whatever the daemon's code does.  Reading /proc and cgroup files stays with
 the collectors and enforcers: reading changes nothing.

@@ -47,26 +47,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Protocol
 
-import numpy as np
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
-from fairshare.accounts import AccountLookup, AccountsOf
+from fairshare.accounts import AccountLookup
 from fairshare.actions import OsActions
 from fairshare.charges import consumption, leaf_of, resources_charged
 from fairshare.collect import Collector, ProcessSample, Sample
-from fairshare.consts import GLOBALUSAGE, Consts, load_consts
-from fairshare.cycle import Consumption, run_cycle
+from fairshare.consts import GLOBALUSAGE, Consts
 from fairshare.decisions import enforcer_targets, quota_signals
 from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
-from fairshare.lnode import LnodeTable, keep_finite
 from fairshare.loop import Loop
 from fairshare.outage import UdbCalls
 from fairshare.reload import Reloader, load_lnodes
-from fairshare.site import SiteState, apply_factors, refresh_usage, update_factors
+from fairshare.site import SiteState
 from fairshare.state import (
     Lnodes,
     activate_leaves,
@@ -75,6 +71,7 @@ from fairshare.state import (
     refresh_entries,
     same_tree,
 )
+from fairshare.steps import advance, refresh_site
 from fairshare.store import CycleHeader, LnodeStore, add_counts
 from fairshare.sync import QUOTA, UPDATE, reread_quotas, serve_requests
 from fairshare.writeback import WriteBacks
@@ -284,7 +281,8 @@ class Daemon:
         add_counts(self.counts, c)
         self._activate(ln, arriving(ln, c), sample.time)
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
-        advance(ln, c, consts, elapsed, self.site)
+        ln.table, not_finite = advance(ln.tree, ln.table, c, consts, elapsed, self.site)
+        log_not_finite(ln, not_finite, consts)
         return sample, float(c.cpu.sum()), elapsed
 
     def _timers(self, now: float, consts: Consts) -> None:
@@ -391,8 +389,13 @@ class Daemon:
         return written
 
     def refresh_site(self, now: float) -> None:
-        """GLOBALUSAGE: the site-wide usage and the site factors (`refresh_site`)."""
-        refresh_site(self.store, self.lnodes, self.site, self.consts, self.cpus, now)
+        """GLOBALUSAGE: the active lnodes take their site-wide usage from the UDB, the
+        site view of the other live hosts is read, the site factors are updated."""
+        ln, consts = self.lnodes, self.consts
+        view, usage = self.store.site_view(
+            ln.tree, now, consts.halflife, live_after=now - 3 * max(consts.writeback, consts.delta)
+        )
+        refresh_site(ln.tree, ln.table, self.site, view, usage, consts, self.cpus)
 
 
 def same_machine(enforcer: Enforcer, actions: OsActions) -> None:
@@ -402,19 +405,6 @@ def same_machine(enforcer: Enforcer, actions: OsActions) -> None:
             f"the {enforcer.name} enforcer acts on the {enforcer.actions.name} machine, "
             f"the daemon on the {actions.name} one"
         )
-
-
-def advance(ln: Lnodes, c: Consumption, consts: Consts, elapsed: float, site: SiteState) -> None:
-    """Run the cycle (fairshare.cycle.run_cycle) on the lnode table of `ln` with the
-    consumption `c` over `elapsed` seconds; with GLOBALUSAGE the site factors then
-    adjust the effective shares (fairshare.site).  A value the cycle made not finite
-    keeps its last finite value, logged (`log_not_finite`)."""
-    before = ln.table
-    ln.table = run_cycle(ln.tree, before, c, consts, elapsed)
-    site.add(c.cpu, elapsed)
-    if consts.flags & GLOBALUSAGE:
-        ln.table.e_share = apply_factors(ln.tree, ln.table, site.factor)
-    log_not_finite(ln, before, consts)
 
 
 def send_quota_signals(
@@ -440,19 +430,6 @@ def send_quota_signals(
                 actions.signal(pid, q.signal)
             except ProcessLookupError:
                 pass
-
-
-def refresh_site(
-    store: LnodeStore, ln: Lnodes, site: SiteState, consts: Consts, cpus: float, now: float
-) -> None:
-    """GLOBALUSAGE: the active lnodes take their site-wide usage from the UDB, the
-    site view of the other live hosts is read, the site factors are updated."""
-    view, usage = store.site_view(
-        ln.tree, now, consts.halflife, live_after=now - 3 * max(consts.writeback, consts.delta)
-    )
-    refresh_usage(ln.table, np.flatnonzero(ln.table.active & ln.tree.leaf_mask), usage)
-    site.view = view
-    site.factor = update_factors(ln.tree, ln.table, site, consts, cpus)
 
 
 def log_recovered(r) -> None:
@@ -485,11 +462,11 @@ def log_tree(ln: Lnodes) -> None:
         log.warning("entry %s (uid %d) is not in the share tree: %s", d.name, d.uid, d.reason)
 
 
-def log_not_finite(ln: Lnodes, before: LnodeTable, consts: Consts) -> None:
-    """Keep every lnode's last finite value where the cycle produced NaN or infinity
-    (the constants' ranges should make that impossible), and say which lnode and
-    which constants were in play, so the site keeps its scheduler."""
-    for node, name in keep_finite(before, ln.table):
+def log_not_finite(ln: Lnodes, not_finite: list[tuple[int, str]], consts: Consts) -> None:
+    """Say which lnode kept its last finite value where the cycle produced NaN or
+    infinity (fairshare.steps.advance; the constants' ranges should make that
+    impossible) and which constants were in play, so the site keeps its scheduler."""
+    for node, name in not_finite:
         names = [c for c in _CONSTS_OF.get(name, ()) if getattr(consts, c)]
         involved = ", ".join(f"{c}={getattr(consts, c):g}" for c in names)
         log.error(
@@ -500,98 +477,3 @@ def log_not_finite(ln: Lnodes, before: LnodeTable, consts: Consts) -> None:
             involved or "none",
             float(getattr(ln.table, name)[node]),
         )
-
-
-def simulated_daemon(
-    engine: Engine,
-    scenario: str,
-    enforcer: str = "auto",
-    host: str = "simulator",
-    epoch: float | None = None,
-    cycles: int | None = None,
-) -> tuple[Daemon, str, int]:
-    """The daemon's loop on the simulated machine of `scenario` (a shrsim TOML file).
-
-    The daemon's UDB gives the tree: an empty UDB is first loaded with the
-    scenario's `udb` or `directives`; the scenario's [consts] and delta are stored
-    in the UDB (one transaction), so shradmin can still change them mid-run.
-    `enforcer` picks the weight model: auto = the scenario's, cgroup1/cgroup2 =
-    cgroup, nice, none.  Simulated second 0 is `epoch` (default: early enough that a
-    run of `cycles`, else of the whole scenario, ends now, so displays show a fresh
-    table).  Returns (daemon, model, cycles the scenario lasts).
-    """
-    import math
-    import tomllib
-
-    from fairshare.collect.sim import SimClock, SimCollector, SimOs, world_for
-    from fairshare.consts import consts_from_mapping, from_user, save_consts
-    from fairshare.enforce.sim import SimEnforcer
-    from fairshare.sim import load_scenario
-    from udb import directives
-    from udb.errors import OptionError
-    from udb.models import Entry
-    from udb.session import write_session
-
-    path = Path(scenario)
-    model = {"auto": None, "cgroup1": "cgroup", "cgroup2": "cgroup", "systemd": "cgroup"}.get(
-        enforcer, enforcer
-    )
-    # The whole scenario is checked (TOML, ranges, its directives) before the UDB is touched.
-    sc = load_scenario(path, model, udb=engine.url.render_as_string(hide_password=False))
-    doc = tomllib.loads(path.read_text())
-    with read_session(engine) as s:
-        empty = s.execute(select(func.count()).select_from(Entry)).scalar_one() == 0
-    if empty and ("udb" in doc or "directives" in doc):
-        if "udb" in doc:
-            src = path.parent / doc["udb"]
-            text = src.read_text()
-        else:
-            src, text = path, doc["directives"]
-        directives.run(engine, directives.parse(text, str(src)))
-        log.info("loaded the scenario's UDB (%s) into the empty UDB", src)
-    overrides = dict(doc.get("consts", {}))
-    if "delta" in doc:
-        overrides["delta"] = doc["delta"]
-    with write_session(engine) as s:
-        save_consts(s, consts_from_mapping(from_user(overrides), load_consts(s)))
-        consts = load_consts(s)
-    with read_session(engine) as s:
-        tree = load_lnodes(s, consts.mode).tree
-    missing = [w.name for w in sc.workloads if tree.find(w.name) is None]
-    if missing:
-        raise OptionError(
-            f"{scenario}: workloads name lnodes the UDB does not have: {', '.join(missing)}"
-        )
-    workloads, cpus = site_part(sc, host)
-    length = max(1, math.ceil(sc.duration / consts.delta - 1e-9))
-    if epoch is None:  # the run of `cycles` (or the scenario's length) ends about now
-        epoch = time.time() - (cycles or length) * consts.delta
-    clock = SimClock(epoch)
-    world = world_for(tree, workloads, cpus, sc.enforcer, clock, end=sc.duration)
-    actions = SimOs(world)  # the daemon's only way to change a process: the simulated one
-    daemon = Daemon(
-        engine,
-        SimCollector(world),
-        SimEnforcer(actions),
-        LnodeStore(engine, host),
-        actions,
-        clock=clock,
-        options=Options(enforce_min_uid=0, cpus=cpus),
-        account_of=AccountsOf(lambda p: p.uid) if consts.share_by_account else None,
-    )
-    return daemon, sc.enforcer, length
-
-
-def site_part(sc, host: str) -> tuple[list, float]:
-    """(workloads, CPUs) of host `host` in scenario `sc`: a site scenario's (its `hosts`
-    table) for that host, else the whole scenario's machine."""
-    from udb.errors import OptionError
-
-    if not sc.hosts:
-        return sc.workloads, sc.cpus
-    if host not in sc.hosts:
-        raise OptionError(
-            f"{sc.source}: --host {host}: expected one of the scenario's hosts "
-            f"{', '.join(sc.hosts)}"
-        )
-    return [w for w in sc.workloads if w.host == host], sc.hosts[host]

@@ -6,7 +6,7 @@ and the simulator work on.  Its steps, in the order of a cycle:
 
 - `arriving`: the leaves that got processes (or idle time) and have no lnode yet;
   `activate_leaves` creates their lnodes with the stored usage aged since shextime
-  (fairshare.lnode.aged_usage) from the entries the store read;
+  (fairshare.steps.activate_stored) from the entries the store read;
 - `leave`: at a write-back, what every active leaf accrued (`accrued`) and the
   release of those whose processes have all gone (`release`), as (uid, WriteBack)
   pairs for the store; the CPU seconds written move into the entry's cpuquotaused;
@@ -30,7 +30,8 @@ import numpy as np
 from fairshare.consts import Consts
 from fairshare.cycle import Consumption
 from fairshare.enforce.base import safe_name
-from fairshare.lnode import LnodeTable, WriteBack, accrued, activate, aged_usage, new_table, release
+from fairshare.lnode import LnodeTable, WriteBack, accrued, activate, new_table, release
+from fairshare.steps import activate_stored
 from fairshare.tree import UNKNOWN_NAMES, Kind, ShareTree
 from udb.models import IDLE_UID
 
@@ -133,8 +134,8 @@ def activate_leaves(
     out = []
     for n in nodes:
         st = states.get(int(ln.tree.ids[n]))
-        usage = aged_usage(st.shusage, st.shextime, now, consts) if st else 0.0
-        activate(ln.table, n, usage)
+        stored = (st.shusage, st.shextime) if st else (0.0, 0.0)
+        usage = activate_stored(ln.table, n, *stored, now, consts)
         if st is not None:
             ln.entry[n] = st
         ln.warned.discard(n)

@@ -551,7 +551,8 @@ name = "u3"
 
 @pytest.mark.parametrize("name, value", edge_values(), ids=lambda v: str(v)[:12])
 def test_every_constant_at_its_edges_runs_the_daemon_and_the_simulator(tmp_path, name, value):
-    from fairshare.sim import load_scenario, run_scenario
+    from fairshare.sim.run import run_scenario
+    from fairshare.sim.scenario import load_scenario
 
     if name == "halflife":
         toml_value = f'"{value!r}s"'
@@ -586,7 +587,7 @@ def _finite(x: float) -> bool:
 def test_a_non_finite_value_is_logged_and_the_last_finite_one_kept(tmp_path, template, caplog):
     # A usage near the largest float, written behind udbgen's back (an old UDB): the
     # priority overflows to infinity.  The daemon logs the lnode and keeps scheduling.
-    from fairshare.daemon import simulated_daemon
+    from fairshare.sim.daemon import simulated_daemon
     from fairshare.store import LnodeStore
     from udb.models import Entry
 
@@ -689,7 +690,7 @@ TOML_NUMBERS = ["1e308", "-1e308", "nan", "inf", "-inf", "9" * 400, "-" + "9" * 
 
 @pytest.mark.parametrize("key", SCENARIO_KEYS)
 def test_huge_and_non_finite_numbers_in_every_scenario_key(tmp_path, key):
-    from fairshare.sim import MAX_CYCLES, ScenarioError, parse_scenario
+    from fairshare.sim.scenario import MAX_CYCLES, ScenarioError, parse_scenario
 
     section, _, name = key.rpartition(".")
     for number in TOML_NUMBERS:

@@ -19,8 +19,8 @@ from test_daemon import run_daemon, wait_for
 
 from fairshare.cli.shrdaemon import main
 from fairshare.consts import Consts, save_consts
-from fairshare.daemon import simulated_daemon
 from fairshare.metrics import LNODE_METRICS, Metrics, Snapshot, lnode_text, parse_address
+from fairshare.sim.daemon import simulated_daemon
 from udb.errors import OptionError
 from udb.models import SHF_GROUP, Entry
 from udb.session import open_udb, write_session

@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from fairshare.cli.newacct import main as newacct
 from fairshare.collect import ProcessSample, Sample
 from fairshare.collect.procfs import ProcfsCollector
-from fairshare.collect.sim import SimClock
 from fairshare.consts import SHAREBYACCT, TICKS_PER_SECOND, Consts, save_consts
 from fairshare.daemon import Daemon, Options
 from fairshare.enforce.none import NoEnforcer
 from fairshare.newacct import SessionAccounts, session_request
 from fairshare.server import Server
+from fairshare.sim.machine import SimClock
 from fairshare.store import LnodeStore
 from udb import directives
 from udb.errors import UdbError

@@ -25,11 +25,12 @@ from test_session import pg_url  # noqa: F401 - the throwaway PostgreSQL fixture
 
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.collect import ProcessSample
-from fairshare.collect.sim import SimClock
 from fairshare.consts import Consts, save_consts
-from fairshare.daemon import Daemon, Options, simulated_daemon
+from fairshare.daemon import Daemon, Options
 from fairshare.dist import Caller, redistribute
 from fairshare.enforce.none import NoEnforcer
+from fairshare.sim.daemon import simulated_daemon
+from fairshare.sim.machine import SimClock
 from fairshare.store import LnodeStore
 from udb import directives
 from udb.cli.udbgen import main as udbgen

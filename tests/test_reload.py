@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from fairshare.daemon import simulated_daemon
 from fairshare.reload import RELOAD_EVERY
+from fairshare.sim.daemon import simulated_daemon
 from udb import directives
 from udb.models import Entry
 from udb.session import open_udb, write_session

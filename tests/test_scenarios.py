@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from fairshare.consts import K5
-from fairshare.sim import SimResult, load_scenario, parse_scenario, run_scenario
+from fairshare.sim.record import SimResult
+from fairshare.sim.run import run_scenario
+from fairshare.sim.scenario import load_scenario, parse_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
 PP = 0.01  # one percentage point

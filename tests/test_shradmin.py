@@ -227,7 +227,7 @@ def test_json_shape(udb_url):
 
 
 def test_a_running_daemon_follows_the_schedule_in_force(udb_url):
-    from fairshare.daemon import simulated_daemon
+    from fairshare.sim.daemon import simulated_daemon
 
     scenario = (
         Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "01_equal_shares.toml"
@@ -253,7 +253,7 @@ def test_a_running_daemon_takes_up_a_new_policy_within_one_cycle(udb_url, monkey
     the policy it names (a recording policy registered beside unicos for the test)."""
     from fairshare import consts as consts_module
     from fairshare import cycle
-    from fairshare.daemon import simulated_daemon
+    from fairshare.sim.daemon import simulated_daemon
 
     class Recording:
         name = "recording"

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from fairshare.cli.shrsync import main as shrsync
-from fairshare.daemon import simulated_daemon
+from fairshare.sim.daemon import simulated_daemon
 from fairshare.sync import QUOTA, UPDATE, NoDaemon, pending, submit, wait
 from udb.cli.udbgen import main as udbgen
 from udb.models import Entry, SyncRequest

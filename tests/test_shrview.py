@@ -30,7 +30,6 @@ from rich.console import Console
 
 from fairshare.cli.shrview import Source, main, run_continuous
 from fairshare.consts import Consts
-from fairshare.daemon import simulated_daemon
 from fairshare.display import columns
 from fairshare.display.shrview import (
     ViewRequest,
@@ -43,6 +42,7 @@ from fairshare.display.shrview import (
     screenful,
     view_lnodes,
 )
+from fairshare.sim.daemon import simulated_daemon
 from fairshare.store import LnodeStore
 from udb.errors import NotFound
 from udb.models import PublishedLnode

@@ -12,14 +12,9 @@ from click.testing import CliRunner
 from fairshare.cli.shrsim import main as shrsim
 from fairshare.consts import ADJGROUPS, Consts, save_consts
 from fairshare.enforce.mapping import NICE_TO_WEIGHT
-from fairshare.sim import (
-    ScenarioError,
-    SimMachine,
-    enforcer_weights,
-    parse_scenario,
-    run_scenario,
-    water_fill,
-)
+from fairshare.sim.machine import SimMachine, enforcer_weights, water_fill
+from fairshare.sim.run import run_scenario
+from fairshare.sim.scenario import ScenarioError, parse_scenario
 from udb.session import open_udb, write_session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,6 +150,44 @@ def test_lnodes_come_and_go_with_usage_aged():
     assert r.entitled[r.times > 1204, j] == pytest.approx(0.5)
     # bob, who stayed, has far more usage than alice on her return: she gets more than half
     assert r.delivered[(r.times > 1204) & (r.times < 1300), j].mean() > 0.5
+
+
+def test_a_returning_lnode_comes_back_with_all_it_used(monkeypatch):
+    # alice leaves twice.  As in the daemon, each release adds her increment to her stored
+    # usage (fairshare.lnode.add_usage), so each return starts from all the usage she
+    # left with, aged: not from her last session's increment alone.
+    import fairshare.sim.run as run
+
+    text = TWO_USERS.replace(
+        'name = "alice"\nprocs = 2',
+        'name = "alice"\nprocs = 2\nstop = "10m"\n[[workload]]\nname = "alice"\n'
+        'procs = 2\nstart = "15m"\nstop = "25m"\n[[workload]]\nname = "alice"\n'
+        'procs = 2\nstart = "30m"',
+    )
+    sc = parse_scenario(text, "two.toml")
+    alice = sc.tree.node("alice")
+    left, back = [], []
+    real_release, real_activate = run.release, run.activate_stored
+
+    def release(table, node, now):
+        if node == alice:
+            left.append((float(table.usage[node]), now))
+        return real_release(table, node, now)
+
+    def activate_stored(table, node, u, ext, now, consts):
+        usage = real_activate(table, node, u, ext, now, consts)
+        if node == alice:
+            back.append(usage)
+        return usage
+
+    monkeypatch.setattr(run, "release", release)
+    monkeypatch.setattr(run, "activate_stored", activate_stored)
+    run_scenario(sc)
+    assert len(left) == 2 and len(back) == 3 and back[0] == 0.0
+    halflife = sc.consts.halflife
+    for (usage, when), returned, at in zip(left, back[1:], (900.0, 1800.0), strict=True):
+        assert usage > 0
+        assert returned == pytest.approx(usage * 0.5 ** ((at - when) / halflife), rel=1e-9)
 
 
 def test_account_mode_scenario():
@@ -312,7 +345,7 @@ def _scenario_01(tmp_path, flag: str) -> Path:
 
 def _daemon_split(path: Path, url: str, enforcer: str) -> dict[str, float]:
     """Delivered share per lnode when shrdaemon --simulate runs `path` to its end."""
-    from fairshare.daemon import simulated_daemon
+    from fairshare.sim.daemon import simulated_daemon
 
     engine = open_udb(url, create=True)  # as shrdaemon --simulate does for its scenario
     d, _model, length = simulated_daemon(engine, str(path), enforcer, epoch=0.0)

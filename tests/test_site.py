@@ -24,11 +24,12 @@ from conftest import ROOT
 from pgserver import throwaway_server
 from sqlalchemy import create_engine, select, text
 
-import fairshare.sim as sim
+import fairshare.steps as steps
 from fairshare.cli.shrsim import main as shrsim
-from fairshare.daemon import simulated_daemon
 from fairshare.lnode import WriteBack
-from fairshare.sim import ScenarioError, load_scenario, parse_scenario, run_scenario
+from fairshare.sim.daemon import simulated_daemon
+from fairshare.sim.run import run_scenario
+from fairshare.sim.scenario import ScenarioError, load_scenario, parse_scenario
 from fairshare.store import LnodeStore
 from udb import directives
 from udb.models import Entry
@@ -67,7 +68,7 @@ def test_summed_usage_alone_settles_short_of_the_target(monkeypatch):
     # The site factors switched off: each host splits by m^2 / site usage only, which
     # settles where the module docstring of fairshare.site says (29/29/41).
     monkeypatch.setattr(
-        sim, "update_factors", lambda tree, table, state, consts, cpus: state.factor
+        steps, "update_factors", lambda tree, table, state, consts, cpus: state.factor
     )
     d = delivered(run_scenario(load_scenario(SITE)))
     x = 2 / (1 + 1 / np.sqrt(2)) / 4

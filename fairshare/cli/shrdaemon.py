@@ -25,7 +25,7 @@ from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
 from fairshare.lock import DaemonLock
 from fairshare.server import Server
 from fairshare.service import Notifier, log_formatter
-from fairshare.sim import scenario_brings_udb
+from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store import LnodeStore
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
@@ -364,7 +364,7 @@ def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daem
 
 def run_simulation(engine, scenario, cycles, enforcer, host, observers=()) -> None:
     """Run the daemon's loop on the simulator's machine described by `scenario`."""
-    from fairshare.daemon import simulated_daemon
+    from fairshare.sim.daemon import simulated_daemon
 
     daemon, model, length = simulated_daemon(
         engine, scenario, enforcer, host=host or "simulator", cycles=cycles

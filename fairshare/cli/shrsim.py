@@ -10,7 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from fairshare.consts import parse_duration
-from fairshare.sim import ENFORCERS, Measured, SimResult, load_scenario, plot, run_scenario
+from fairshare.sim.machine import ENFORCERS
+from fairshare.sim.plot import plot
+from fairshare.sim.record import Measured, SimResult
+from fairshare.sim.run import run_scenario
+from fairshare.sim.scenario import load_scenario
 from udb.cli.common import handle_errors, udb_option
 from udb.cli.progress import track
 from udb.errors import OptionError

@@ -1,12 +1,12 @@
 """The simulator as an enforcer: e_share becomes the simulated machine's weights
-(fairshare.collect.sim.SimWorld), with the same weight models as shrsim."""
+(fairshare.sim.machine.SimWorld), with the same weight models as shrsim."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairshare.collect.sim import SimOs
 from fairshare.enforce.base import Capabilities, LnodeTarget, arrays
+from fairshare.sim.machine import SimOs
 
 
 class SimEnforcer:

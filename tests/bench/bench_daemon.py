@@ -181,8 +181,8 @@ class FakeCollector:
 def fake(cycles: int, repeat: int) -> int:
     """The --fake mode (see the module docstring)."""
     import fairshare.daemon as daemon_module
-    from fairshare.collect.sim import SimClock
     from fairshare.enforce.none import NoEnforcer
+    from fairshare.sim.machine import SimClock
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from busy import RecordedOs  # tests/busy.py

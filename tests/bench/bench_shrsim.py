@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from fairshare.sim import load_scenario, run_scenario
+from fairshare.sim.run import run_scenario
+from fairshare.sim.scenario import load_scenario
 
 GOAL = 60.0  # s for one simulated week
 
