@@ -20,8 +20,8 @@ from fairshare.accounts import AccountsOf
 from fairshare.collect.sim import SimCollector
 from fairshare.consts import consts_from_mapping, from_user, load_consts, save_consts
 from fairshare.daemon import Daemon, Options
-from fairshare.reload import load_lnodes
 from fairshare.enforce.sim import SimEnforcer
+from fairshare.reload import load_lnodes
 from fairshare.sim.machine import SimClock, SimOs, world_for
 from fairshare.sim.scenario import Scenario, load_scenario
 from fairshare.store import LnodeStore
