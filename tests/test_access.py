@@ -37,10 +37,11 @@ from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrinfo import main as shrinfo
 from fairshare.cli.shrsync import main as shrsync
 from fairshare.cli.shrtree import main as shrtree
-from fairshare.cli.shrview import Source, run_continuous
+from fairshare.cli.shrview import run_continuous
 from fairshare.cli.shrview import main as shrview
 from fairshare.consts import consts_from_mapping, load_consts, save_consts
-from fairshare.display.shrview import ViewRequest
+from fairshare.report.lnodes import ViewRequest
+from fairshare.report.published import Source
 from fairshare.server import Server
 from udb import directives
 from udb.cli.udbsee import main as udbsee

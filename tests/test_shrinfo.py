@@ -20,14 +20,9 @@ from test_shrview import (  # noqa: F401
 )
 
 from fairshare.cli.shrinfo import main
-from fairshare.display.shrinfo import (
-    active_profile,
-    duration_text,
-    fair_usage,
-    idle_time,
-    profile_lines,
-)
-from fairshare.display.shrview import view_lnodes
+from fairshare.display.shrinfo import duration_text, profile_lines
+from fairshare.report.lnodes import view_lnodes
+from fairshare.report.profile import active_profile, fair_usage, idle_time
 
 DATA = Path(__file__).parent / "data"
 

@@ -28,20 +28,19 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from fairshare.cli.shrview import Source, main, run_continuous
+from fairshare.cli.shrview import main, run_continuous
 from fairshare.consts import Consts
 from fairshare.display import columns
 from fairshare.display.shrview import (
-    ViewRequest,
     _fixed_lines,
     bar,
     column_texts,
     display_columns,
-    nice_table,
-    pick_host,
     screenful,
-    view_lnodes,
 )
+from fairshare.report.lnodes import ViewRequest, view_lnodes
+from fairshare.report.nice import nice_table
+from fairshare.report.published import Source, pick_host
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.store import LnodeStore
 from udb.errors import NotFound
@@ -537,7 +536,8 @@ def test_a_daemon_that_died_is_said_so(tmp_path, utc):
 
 
 def test_statistics_without_published_counts():
-    from fairshare.display.shrview import Statistics, statistics_lines
+    from fairshare.display.shrview import statistics_lines
+    from fairshare.report.lnodes import Statistics
 
     st = Statistics(1, 2, 0, 5.0, 1e12, 1.0, 1e30, ("tick",), None, {"tick": 100.0}, None)
     lines = statistics_lines(st)

@@ -10,13 +10,11 @@ import click
 import orjson
 from rich.console import Console
 
-from fairshare.consts import load_consts
-from fairshare.display.shrtree import analyse_tree, render_problems, render_tree, report_json
-from udb.check import configured_maxlevels, load_accounts, load_entry_columns
+from fairshare.display.shrtree import render_problems, render_tree, report_json
+from fairshare.report.published import load_tree_report
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.models import MAX_EPOCH
-from udb.remote import Reader, socket_option
-from udb.session import display_name, read_session, resolve_url
+from udb.remote import socket_option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,22 +58,12 @@ def main(udb, socket_, long_, errors_only, by_account, node, now, as_json):
     # One short run allocates ~10 objects per entry and frees them at exit; the cyclic
     # collector would only rescan them over and over (a third of the time at 100,000 users).
     gc.disable()
-    url = resolve_url(udb)
-    engine = Reader(url, socket_).engine  # a missing file: "no UDB at PATH"
-    with read_session(engine) as session:
-        cols = load_entry_columns(session)
-        accounts = load_accounts(session)
-        maxlevels = configured_maxlevels(session)
-        halflife = load_consts(session).halflife
-    report = analyse_tree(
-        cols,
-        accounts,
+    report = load_tree_report(
+        udb,
+        socket_,
         now=time.time() if now is None else now,
         mode="account" if by_account else "user",
-        maxlevels=maxlevels,
-        halflife=halflife,
         node=node,
-        udb=display_name(url),
     )
     if as_json:
         click.echo(orjson.dumps(report_json(report, long_, errors_only)))

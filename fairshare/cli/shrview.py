@@ -16,26 +16,19 @@ import select
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
 
 import click
 import orjson
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
-from sqlalchemy import select as sql_select
 
-from fairshare.admin import load_effective_consts
-from fairshare.consts import load_consts
 from fairshare.display.shrview import (
     DISPLAYS,
-    Snapshot,
-    ViewRequest,
     check_select,
     display_json,
     display_lines,
     header_lines,
-    load_published,
     local_time,
     parse_select,
     parse_sort,
@@ -43,18 +36,15 @@ from fairshare.display.shrview import (
     stale_message,
 )
 from fairshare.display.site import site_json, site_lines
-from fairshare.store import LnodeStore, read_site
-from fairshare.tree import TREE_COLUMNS, build_tree
+from fairshare.report.lnodes import ViewRequest
+from fairshare.report.published import Snapshot, Source, caller_own, load_site, tree_leaves
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
-from udb.errors import NotFound, OptionError
-from udb.models import MAX_EPOCH, Entry
+from udb.errors import OptionError
+from udb.models import MAX_EPOCH
 from udb.remote import Reader, socket_option
-from udb.session import read_session
 
 #: How long line and repeat modes wait for the next cycle, in deltas.
 WAIT_DELTAS = 1.5
-#: Seconds between two looks at the published cycle number.
-POLL = 0.1
 
 _DISPLAY_WORDS = {name.split()[0]: name for name in DISPLAYS.values()}
 
@@ -68,64 +58,6 @@ def parse_display(value: str) -> str:
             "l (limshare) or g (graph)"
         )
     return name
-
-
-class Source:
-    """Where the displays' snapshots come from: the UDB (or the daemon's copy of it for
-    the caller, fetched afresh for every snapshot), a host, and the time."""
-
-    def __init__(self, reader: Reader, host: str | None, now: float | None) -> None:
-        self.reader = reader
-        self.engine = reader.engine
-        self.host = host
-        self.now = now
-
-    def take(self) -> Snapshot:
-        """The published table now (with the constants in force now)."""
-        now = time.time() if self.now is None else self.now
-        self.engine = self.reader.refresh()
-        with read_session(self.engine) as s:
-            consts = load_effective_consts(s, datetime.fromtimestamp(now))[0]
-        snap = load_published(self.engine, self.host, now, consts)
-        self.host = snap.host
-        return snap
-
-    def cycle(self) -> int | None:
-        """The published cycle number (a cheap read, for waiting)."""
-        if self.reader.through_daemon:
-            return self.reader.cycle(self.host)
-        return LnodeStore(self.engine, self.host).published_cycle()
-
-    def wait_for_cycle(self, after: int, timeout: float, stop: Callable[[], bool] = bool) -> bool:
-        """Wait until the published cycle is no longer `after`, at most `timeout` seconds
-        (or until `stop()` is true); True if a new cycle came."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.cycle() != after:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0 or stop():
-                return False
-            time.sleep(min(POLL, left))
-
-
-def caller_own(engine, mode: str) -> Callable[[int], bool]:
-    """The test for the caller's own lnode: its uid, or in Share by Account mode one of
-    the accounts (acids) of the caller's UDB entry."""
-    uid = os.getuid()
-    if mode != "account":
-        return lambda u: u == uid
-    with read_session(engine) as s:
-        acids = s.scalar(sql_select(Entry.acids).where(Entry.uid == uid)) or []
-    mine = set(acids)
-    return lambda u: u in mine
-
-
-def tree_leaves(engine, mode: str) -> int:
-    """How many leaves (users, accounts, Idle, unknown) the UDB's share tree has."""
-    with read_session(engine) as s:
-        tree = build_tree(s.execute(sql_select(*TREE_COLUMNS)).all(), mode)
-    return int(tree.leaf_mask.sum())
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -244,11 +176,7 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
 def show_site(engine, now: float | None, as_json: bool) -> None:
     """Print the site display (fairshare.display.site) of the UDB behind `engine`."""
     now = time.time() if now is None else now
-    with read_session(engine) as s:
-        consts = load_consts(s)
-    hosts, lnodes = read_site(engine, now, consts.halflife)
-    if not hosts:
-        raise NotFound("no lnode table has been published in this UDB: is shrdaemon running?")
+    hosts, lnodes = load_site(engine, now)
     if as_json:
         click.echo(orjson.dumps(site_json(hosts, lnodes, now)).decode())
     else:

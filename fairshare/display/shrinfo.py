@@ -1,168 +1,21 @@
-"""shrinfo's report: one user's (or account's) fair-share profile and why it gets what
-it gets, in the manner of the Kay-Lauder paper's Figure 7.
+"""shrinfo's displays: a profile (fairshare.report.profile) as the lines of Kay-Lauder's
+Figure 7 and their explanation, or as JSON; Figure 7 over every active leaf (-a);
+`site_note` says what other hosts' usage does here (GLOBALUSAGE).
 
-`active_profile` builds it from the published lnode table (shrview's `ViewLnode`s):
-shares, machine share (Rshr), effective share (Eshr) and usage; the chain of groups
-above it with theirs; the ancestor group that limits it (the smallest Eshr/Rshr ratio,
-when below 1); and how long it would have to stay idle for its usage to decay to its
-fair level.  `entry_profile` is the same for an entry without an lnode (not logged
-in): its static machine share (every leaf active) and its stored usage aged to now.
-
-The fair level: with the other demanding leaves j as they are, the Kay-Lauder
-near-future share of lnode i, (m_i^2/u_i) / (m_i^2/u_i + S) with S = sum of m_j^2/u_j,
-equals its due share m = m_i / (m_i + sum of m_j) when
-u* = m_i^2 (1 - m) / (m S); idle, usage decays as 0.5 ** (t / halflife), so it reaches
-u* after halflife x log2(u / u*) seconds.
-
-Shares are fractions 0..1 (percentages in the display), usage in charge units,
-times in seconds.
+Shares are printed as percentages with three significant digits, usage in charge
+units, durations for people ("12 min 30 s").
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-from fairshare.cycle import USAGE_FLOOR
 from fairshare.display import columns
-from fairshare.display.shrview import ViewLnode
-from udb.errors import NotFound
-
-#: A group counts as limiting when its Eshr/Rshr ratio is below 1 by more than this
-#: (a cycle's rounding noise is far smaller).
-LIMIT_TOLERANCE = 0.005
-
-
-@dataclass(frozen=True)
-class GroupShare:
-    """A group above the lnode: its name, Rshr (m_share) and Eshr (e_share)."""
-
-    name: str
-    m_share: float
-    e_share: float
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One lnode's profile (see the module docstring for the meaning and units).
-
-    active: it has an lnode (processes on the host); e_share None when it has none.
-    groups: from the top-level group down to its parent.  limited_by / limit_ratio: the
-    ancestor group with the smallest Eshr/Rshr below 1 - LIMIT_TOLERANCE, and that ratio.
-    fair_usage: u* (None when it is the only lnode wanting CPU, or not active); idle_seconds: the
-    time idle to decay to u* (0 when its usage is at or below it; None when unknown).
-    background: past MAXUSAGE or without shares, it runs only on CPU nobody else wants.
-    """
-
-    name: str
-    uid: int
-    kind: str
-    shares: float
-    m_share: float
-    e_share: float | None
-    usage: float
-    active: bool
-    groups: tuple[GroupShare, ...]
-    limited_by: str | None
-    limit_ratio: float | None
-    fair_usage: float | None
-    idle_seconds: float | None
-    halflife: float
-    background: bool = False
-
-
-def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode) -> float | None:
-    """u*, the usage (charge units) at which `me`'s near-future share equals its due
-    share among the leaves that want CPU now; None if no other leaf wants CPU."""
-    others = [
-        v
-        for v in lnodes
-        if not v.is_group and v.node != me.node and v.demand and not v.background and v.m_share > 0
-    ]
-    s = sum(v.m_share * v.m_share / max(v.usage, USAGE_FLOOR) for v in others)
-    if s <= 0 or me.m_share <= 0:
-        return None
-    m = me.m_share / (me.m_share + sum(v.m_share for v in others))
-    return me.m_share * me.m_share * (1 - m) / (m * s)
-
-
-def idle_time(usage: float, fair: float | None, halflife: float) -> float | None:
-    """Seconds idle until `usage` decays to `fair` (0 if already at or below it)."""
-    if fair is None:
-        return None
-    if usage <= fair or fair <= 0:
-        return 0.0
-    return halflife * math.log2(usage / fair)
-
-
-def active_profile(lnodes: Sequence[ViewLnode], name: str, halflife: float) -> Profile:
-    """The profile of the published lnode `name` (NotFound if it has none)."""
-    by_node = {v.node: v for v in lnodes}
-    me = next((v for v in lnodes if v.name == name and v.parent >= 0), None)
-    if me is None:
-        raise NotFound(f"{name}: no active lnode of that name")
-    chain = []
-    p = by_node.get(me.parent)
-    while p is not None and p.parent >= 0:
-        chain.append(p)
-        p = by_node.get(p.parent)
-    chain.reverse()
-    limited, ratio = None, None
-    for g in chain:
-        if g.m_share > 0:
-            r = g.e_share / g.m_share
-            if r < 1 - LIMIT_TOLERANCE and (ratio is None or r < ratio):
-                limited, ratio = g.name, r
-    fair = fair_usage(lnodes, me) if not me.is_group else None
-    return Profile(
-        name=me.name,
-        uid=me.uid,
-        kind=me.kind,
-        shares=me.shares,
-        m_share=me.m_share,
-        e_share=me.e_share,
-        usage=me.usage,
-        active=True,
-        groups=tuple(GroupShare(g.name, g.m_share, g.e_share) for g in chain),
-        limited_by=limited,
-        limit_ratio=ratio,
-        fair_usage=fair,
-        idle_seconds=idle_time(me.usage, fair, halflife),
-        halflife=halflife,
-        background=me.background,
-    )
-
-
-def entry_profile(
-    name: str,
-    uid: int,
-    kind: str,
-    shares: float,
-    static_m_share: float,
-    aged_usage: float,
-    groups: Sequence[tuple[str, float]],
-    halflife: float,
-) -> Profile:
-    """The profile of an entry without an lnode: `static_m_share` is its machine share
-    with every leaf active, `aged_usage` its shusage aged to now, `groups` the (name,
-    static m_share) of the groups above it, top first."""
-    return Profile(
-        name=name,
-        uid=uid,
-        kind=kind,
-        shares=shares,
-        m_share=static_m_share,
-        e_share=None,
-        usage=aged_usage,
-        active=False,
-        groups=tuple(GroupShare(n, m, m) for n, m in groups),
-        limited_by=None,
-        limit_ratio=None,
-        fair_usage=None,
-        idle_seconds=None,
-        halflife=halflife,
-    )
+from fairshare.report.lnodes import ViewLnode
+from fairshare.report.profile import Profile
+from fairshare.report.published import Snapshot
+from fairshare.store import SiteLnode
 
 
 def duration_text(seconds: float) -> str:
@@ -197,13 +50,6 @@ def _figure7_cells(name: str, shares: float, m_share: float, e_share, usage: flo
         f"E-share: {eshr}",
         f"Usage: {_usage(usage)}",
     ]
-
-
-def every_leaf(lnodes: Sequence[ViewLnode]) -> list[ViewLnode]:
-    """Every active leaf lnode (users or accounts, Idle included) in Figure 7's order:
-    highest usage first (names break ties)."""
-    leaves = [v for v in lnodes if not v.is_group and v.parent >= 0]
-    return sorted(leaves, key=lambda v: (-v.usage, v.name))
 
 
 def figure7_lines(leaves: Sequence[ViewLnode]) -> list[str]:
@@ -276,3 +122,20 @@ def profile_json(p: Profile) -> dict:
     doc = asdict(p)
     doc["groups"] = [asdict(g) for g in p.groups]
     return doc
+
+
+def site_note(me: SiteLnode, snap: Snapshot, profile: Profile) -> tuple[str, dict]:
+    """The line saying that `me`'s usage on other hosts (fairshare.report.info.site_usage)
+    lowers its share on `snap`'s host, and the same as JSON (site-wide usage, CPUs per
+    host)."""
+    elsewhere = {h: c for h, c in me.cpus.items() if h != snap.host}
+    here = me.cpus.get(snap.host, 0.0)
+    there = ", ".join(f"{h} {c:.2f}" for h, c in sorted(elsewhere.items()))
+    low = profile.e_share is not None and profile.e_share < profile.m_share
+    line = (
+        f"  GLOBALUSAGE: it also runs on other hosts (CPUs: {there}; {here:.2f} here on "
+        f"{snap.host}); its site-wide usage {me.usage:.4g} counts here"
+        + (", which is why its E-share is below its Share" if low else "")
+    )
+    doc = {"usage": me.usage, "cpus": me.cpus, "low_because_of_other_hosts": low}
+    return line, doc

@@ -1,16 +1,11 @@
 """shrview's displays of the published lnode table (the guide's section 4.4.11.1).
 
-Reading: `load_published` finds the host whose table to show (`pick_host`) and
-returns a `Snapshot`: the daemon's last published lnode table with its age and
-whether a daemon is still publishing it.  Nothing else is read from the daemon.
-
-Reports (pure): `view_lnodes` derives, from the published rows, every column the
-displays need (one `ViewLnode` per lnode, in node order); `select_lnodes` applies
--s and -o; `statistics` and `nice_table` build the -ds and -dn reports.
-
-Rendering: `display_lines` turns a snapshot into the lines of one display (plain
-columns, like the guide's samples), `display_json` into its JSON document.  The
-columns of -dm, -da and -dl are described once, in `COLUMNS`, and used by both.
+Rendering only: the rows, the selection and the -ds and -dn reports come from the
+report layer (fairshare.report: `prepare`, `statistics`, `nice_table`).
+`display_lines` turns a snapshot into the lines of one display (plain columns, like
+the guide's samples), `display_json` into its JSON document.  The columns of -dm, -da
+and -dl are described once, in `display_columns`, and used by both.  `parse_select`
+and `parse_sort` read the -s and -o words.
 
 Shares and rates are fractions 0..1 in the reports, percentages in the displays
 and the JSON (keys ending in `_pct`).  Usage and Muse are charge units; Rate is
@@ -21,37 +16,19 @@ from __future__ import annotations
 
 import operator
 import re
-import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import Engine
 
-from fairshare import nicetables
 from fairshare.consts import K5, LIMSHARE, Consts
-from fairshare.cycle import PRIORITY_MAX, USAGE_FLOOR, limshare_band
+from fairshare.cycle import limshare_band
 from fairshare.display import columns, octal
-from fairshare.enforce.mapping import NICE_TO_WEIGHT
-from fairshare.store import COUNTED, LnodeStore, published_hosts
+from fairshare.report.lnodes import Statistics, ViewLnode, ViewRequest, prepare, statistics
+from fairshare.report.nice import NiceRow, nice_table
+from fairshare.report.published import Snapshot
 from udb.errors import NotFound, OptionError
-from udb.models import PublishedLnode
-
-#: The Flags column's bits (octal), the guide's: users 10000, groups 50000, accounts
-#: 1010000 (documented in shrview(1)).  Demand and background are JSON fields of their own.
-FLAG_GROUP = 0o40000
-FLAG_ACCOUNT = 0o1000000
-FLAG_ACTIVE = 0o10000
-#: Flags by kind: every shown lnode is active; groups (and the root) and accounts have a bit.
-_KIND_FLAGS = {
-    "group": FLAG_ACTIVE | FLAG_GROUP,
-    "root": FLAG_ACTIVE | FLAG_GROUP,
-    "account": FLAG_ACTIVE | FLAG_ACCOUNT,
-}
-
-#: A table is current when its header says running and it is at most this many deltas old.
-FRESH_DELTAS = 3.0
 
 #: Display names by the guide's -d letter.
 DISPLAYS = {
@@ -73,81 +50,6 @@ SORTS.update({k: k for k in SORTS.values()})
 BAR_WIDTH = 50
 
 
-# -- reading the UDB ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A host's published lnode table as a display sees it.
-
-    time: when the cycle ran (epoch s); age: now - time (s); running: a daemon is
-    publishing it (its header says running and it is at most FRESH_DELTAS deltas old);
-    stopped: when the daemon stopped (epoch s), None if it did not stop cleanly;
-    counts: resource totals since the daemon started (None if not published);
-    consts: the constants in force now; lnodes: the rows in node order (root first).
-    """
-
-    host: str
-    cycle: int
-    time: float
-    delta: float
-    age: float
-    running: bool
-    stopped: float | None
-    started: float
-    enforcer: str
-    mode: str
-    counts: dict[str, float] | None
-    consts: Consts
-    lnodes: tuple[PublishedLnode, ...]
-
-
-def pick_host(hosts: Sequence[str], wanted: str | None, here: str) -> str:
-    """The host whose table to show: `wanted` if given, else `here` if it published,
-    else the only host that did.  Raises NotFound naming the hosts otherwise."""
-    if wanted is not None:
-        if wanted not in hosts:
-            raise NotFound(f"--host {wanted}: nothing published for it; {_hosts_text(hosts)}")
-        return wanted
-    if here in hosts:
-        return here
-    if len(hosts) == 1:
-        return hosts[0]
-    if not hosts:
-        raise NotFound("no lnode table has been published in this UDB: is shrdaemon running?")
-    raise NotFound(f"several hosts published lnode tables: give --host; {_hosts_text(hosts)}")
-
-
-def _hosts_text(hosts: Sequence[str]) -> str:
-    return f"hosts: {', '.join(hosts)}" if hosts else "no host has published"
-
-
-def load_published(
-    engine: Engine, host: str | None, now: float, consts: Consts, here: str | None = None
-) -> Snapshot:
-    """The snapshot of `host`'s published table (see `pick_host`), aged to `now` (epoch s)."""
-    name = pick_host(published_hosts(engine), host, here or socket.gethostname())
-    head, rows = LnodeStore(engine, name).read_published()
-    if head is None:  # it stopped publishing between the two reads
-        raise NotFound(f"--host {name}: nothing published for it")
-    age = now - head.time
-    return Snapshot(
-        host=name,
-        cycle=head.cycle,
-        time=head.time,
-        delta=head.delta,
-        age=age,
-        running=bool(head.running) and age <= FRESH_DELTAS * head.delta,
-        stopped=head.stopped,
-        started=head.started,
-        enforcer=head.enforcer,
-        mode=head.mode,
-        counts=dict(head.counts) if head.counts is not None else None,
-        consts=consts,
-        lnodes=tuple(rows),
-    )
-
-
 def stale_message(snap: Snapshot, when: Callable[[float], str], command: str = "shrview") -> str:
     """The line saying that no daemon is publishing `snap`, with its age."""
     if snap.stopped is not None:
@@ -158,196 +60,6 @@ def stale_message(snap: Snapshot, when: Callable[[float], str], command: str = "
         f"{command}: no daemon is running for {snap.host}; showing the last published state, "
         f"{snap.age:.0f} s old (cycle {snap.cycle}, {how})"
     )
-
-
-# -- the derived columns -----------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class ViewLnode:
-    """One lnode with every column the displays show (fractions 0..1, charge units).
-
-    rate_share: of the decayed charge rate of all active leaves but Idle (groups: their
-    subtree's); proj: of its active siblings' rate (what ADJGROUPS compares); pri: its
-    Kay-Lauder near-future proportion m^2/usage (= nrun/priority) over the demanding
-    leaves (groups: their children's sum); due: its m_share renormalised over the
-    demanding lnodes at every level (None if it does not demand CPU); muse: charges
-    since it became active (groups: their leaves'); children: active child lnodes;
-    leaves: active leaf lnodes below (1 for a leaf); own: it is the caller's lnode.
-    """
-
-    node: int
-    name: str
-    uid: int
-    kind: str
-    parent: int
-    level: int
-    shares: float
-    refs: int
-    nrun: int
-    usage: float
-    rate: float
-    m_share: float
-    e_share: float
-    cpu: float
-    adj: float
-    priority: float
-    background: bool
-    demand: bool
-    muse: float = 0.0
-    rate_share: float = 0.0
-    proj: float = 0.0
-    pri: float = 0.0
-    due: float | None = None
-    children: int = 0
-    leaves: int = 0
-    own: bool = False
-
-    @property
-    def is_group(self) -> bool:
-        return self.kind in ("group", "root")
-
-    @property
-    def flags(self) -> int:
-        """The Flags column (see the FLAG_ constants)."""
-        return _KIND_FLAGS.get(self.kind, FLAG_ACTIVE)
-
-
-#: The PublishedLnode columns a ViewLnode starts from, in ViewLnode's field order.
-_ROW_FIELDS = (
-    "node",
-    "name",
-    "uid",
-    "kind",
-    "parent",
-    "level",
-    "shares",
-    "refs",
-    "nrun",
-    "usage",
-    "rate",
-    "m_share",
-    "e_share",
-    "cpu",
-    "adj",
-    "priority",
-    "background",
-    "demand",
-)
-
-
-def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> list[ViewLnode]:
-    """Every published lnode with its derived columns, in node order (parents first).
-
-    `own(uid)` says whether an lnode of that uid (leaves only) is the caller's.
-    Sums run in numpy, each in the order the one-lnode-at-a-time definition adds
-    (children in descending node order into their parent, siblings in ascending
-    order), so every figure is the same to the last bit.
-    """
-    n = len(rows)
-    if n == 0:
-        return []
-    # Rows of LnodeStore.read_published are read by position; ORM objects (tests build
-    # them) straight from their __dict__: attribute access, through the ORM's
-    # instrumentation or a Row's key map, costs more than everything else here on
-    # 100,000 rows.
-    if hasattr(rows[0], "_fields"):
-        keys = rows[0]._fields
-        pick = operator.itemgetter(*(keys.index(f) for f in (*_ROW_FIELDS, "charge")))
-        cols = list(zip(*map(pick, rows), strict=True))
-    else:
-        pick = operator.itemgetter(*_ROW_FIELDS, "charge")
-        cols = list(zip(*(pick(r.__dict__) for r in rows), strict=True))
-    f = dict(zip((*_ROW_FIELDS, "charge"), cols, strict=True))
-    kind = f["kind"]
-    node = np.array(f["node"], dtype=np.int64)
-    parent = np.array(f["parent"], dtype=np.int64)
-    level = np.array(f["level"], dtype=np.int64)
-    rate = np.array(f["rate"], dtype=float)
-    m_share = np.array(f["m_share"], dtype=float)
-    usage = np.array(f["usage"], dtype=float)
-    group = np.array([k in ("group", "root") for k in kind], dtype=bool)
-    leaf = ~group
-    demand = np.array(f["demand"], dtype=bool)
-    background = np.array(f["background"], dtype=bool)
-    nrun = np.array(f["nrun"], dtype=np.int64)
-    # Each row's parent row (pos), where the parent is in the table.
-    pos = np.searchsorted(node, parent).clip(0, n - 1)
-    has_parent = (parent >= 0) & (node[pos] == parent)
-    leaves = leaf.astype(np.int64)
-    muse = np.where(leaf, np.array(f["charge"], dtype=float), 0.0)
-    idle = np.array([k == "idle" for k in kind], dtype=bool)
-    leaf_rate = np.where(leaf & ~idle, rate, 0.0)
-    sched = leaf & demand & ~background & (m_share > 0)
-    w = sched & (nrun > 0)
-    leaf_w = np.zeros(n)
-    leaf_w[w] = m_share[w] * m_share[w] / np.maximum(usage[w], USAGE_FLOOR)
-    children = np.zeros(n, dtype=np.int64)
-    total_rate = sum(leaf_rate[leaf].tolist())  # Python's left-to-right sum, as before
-    total_w = sum(leaf_w[leaf].tolist())
-    # Subtree sums, deepest level first; within a level children in descending order.
-    sched_n = sched.astype(np.int64)
-    for lv in np.unique(level[has_parent])[::-1].tolist():
-        idx = np.flatnonzero(has_parent & (level == lv))[::-1]
-        up = pos[idx]
-        # bincount adds in the order given, from 0: a parent (a group, 0 of its own)
-        # gets exactly the one-by-one sum of its children, all at this level.
-        children += np.bincount(up, minlength=n)
-        leaves += np.bincount(up, leaves[idx], minlength=n).astype(np.int64)
-        sched_n += np.bincount(up, sched_n[idx], minlength=n).astype(np.int64)
-        leaf_rate += np.bincount(up, leaf_rate[idx], minlength=n)
-        leaf_w += np.bincount(up, leaf_w[idx], minlength=n)
-        muse += np.bincount(up, muse[idx], minlength=n)
-    sched = sched_n > 0
-    # Siblings' sums, keyed by the parent node number (ascending row order).
-    keys_, sib = np.unique(parent, return_inverse=True)
-    sib_rate = np.bincount(sib, leaf_rate, minlength=len(keys_))
-    sib_m = np.bincount(sib[sched], m_share[sched], minlength=len(keys_))
-    rate_share = leaf_rate / total_rate if total_rate > 0 else np.zeros(n)
-    pri = leaf_w / total_w if total_w > 0 else np.zeros(n)
-    s_rate = sib_rate[sib]
-    proj = np.divide(leaf_rate, s_rate, out=np.zeros(n), where=s_rate > 0)
-    root = parent < 0
-    proj[root] = 1.0 if total_rate > 0 else 0.0
-    # Due shares, top down: a demanding lnode's m_share renormalised among its demanding
-    # siblings, times its parent's due (NaN: none).
-    due = np.full(n, np.nan)
-    due[root] = 1.0
-    m_sib = sib_m[sib]
-    for lv in np.unique(level[~root]).tolist():
-        idx = np.flatnonzero(~root & (level == lv) & sched & has_parent)
-        pd = due[pos[idx]]
-        ok = ~np.isnan(pd) & (m_sib[idx] > 0)
-        idx, pd = idx[ok], pd[ok]
-        due[idx] = pd * m_share[idx] / m_sib[idx]
-    uid = f["uid"]
-    own_ = [bool(own(u)) if lf else False for u, lf in zip(uid, leaf.tolist(), strict=True)]
-    due_ = [None if d != d else d for d in due.tolist()]
-    return list(
-        map(
-            ViewLnode,
-            *cols[: len(_ROW_FIELDS)],
-            muse.tolist(),
-            rate_share.tolist(),
-            proj.tolist(),
-            pri.tolist(),
-            due_,
-            children.tolist(),
-            leaves.tolist(),
-            own_,
-        )
-    )
-
-
-def _sort_key(key: str) -> Callable[[ViewLnode], object]:
-    return {
-        "tree": lambda v: v.name,
-        "name": lambda v: v.name,
-        "id": lambda v: v.uid,
-        "usage": lambda v: -v.usage,
-        "rate": lambda v: -v.rate_share,
-        "eshr": lambda v: -v.e_share,
-    }[key]
 
 
 def parse_select(value: str) -> str:
@@ -372,35 +84,6 @@ def check_select(snap: Snapshot, req: ViewRequest) -> None:
     ):
         if snap.lnodes and not any(r.name == req.select for r in snap.lnodes):
             raise NotFound(f"-s {req.select}: no active lnode of that name")
-
-
-def select_lnodes(lnodes: Sequence[ViewLnode], select_: str, sort: str) -> list[ViewLnode]:
-    """The lnodes to show, depth first from the root's children (or the selected subtree's
-    top), siblings ordered by `sort` (names break ties).  `select_` is "all", "groups",
-    "users" or an lnode's name (its subtree).  Raises NotFound for an unknown name."""
-    kids: dict[int, list[ViewLnode]] = {}
-    for v in lnodes:
-        kids.setdefault(v.parent, []).append(v)
-    key = _sort_key(sort)
-    for sibs in kids.values():
-        sibs.sort(key=lambda v: (key(v), v.name))
-    if select_ in ("all", "groups", "users"):
-        tops = [v for v in lnodes if v.parent < 0]
-        start = [c for t in tops for c in kids.get(t.node, [])]
-    else:
-        start = [v for v in lnodes if v.name == select_]
-        if not start:
-            raise NotFound(f"-s {select_}: no active lnode of that name")
-    out: list[ViewLnode] = []
-    stack = list(reversed(start))
-    while stack:
-        v = stack.pop()
-        if select_ == "groups" and not v.is_group:
-            continue
-        if not (select_ == "users" and v.is_group):
-            out.append(v)
-        stack.extend(reversed(kids.get(v.node, [])))
-    return out
 
 
 # -- the -dm, -da and -dl columns ------------------------------------------------------
@@ -624,54 +307,6 @@ def _indented(v: ViewLnode, top: int) -> str:
 # -- -ds and -dn -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Statistics:
-    """The -ds report.  active_ids: active leaf lnodes; total_ids: leaves of the UDB's
-    share tree; usage_high: highest usage of an active leaf but Idle (charge units);
-    usage_max: MAXUSAGE; priority_high: highest Kay-Lauder priority of a demanding leaf;
-    charge: fraction of all charges by resource (None without counts); costs: charge
-    units per unit of each resource; counts: totals since the daemon started."""
-
-    active_ids: int
-    total_ids: int
-    active_groups: int
-    usage_high: float
-    usage_max: float
-    priority_high: float
-    priority_max: float
-    resources: tuple[str, ...]
-    charge: dict[str, float] | None
-    costs: dict[str, float]
-    counts: dict[str, float] | None
-
-
-def statistics(snap: Snapshot, lnodes: Sequence[ViewLnode], total_ids: int) -> Statistics:
-    """The -ds report of `snap` (`total_ids`: the leaves of the UDB's share tree)."""
-    leaves = [v for v in lnodes if not v.is_group]
-    users = [v for v in leaves if v.kind != "idle"]
-    demanding = [v for v in users if v.demand and not v.background and v.m_share > 0]
-    names = tuple(name for name, _ in COUNTED)
-    costs = {name: float(getattr(snap.consts, f"cost_{name}")) for name in names}
-    charge = None
-    if snap.counts is not None:
-        spent = {name: costs[name] * float(snap.counts.get(name, 0.0)) for name in names}
-        total = sum(spent.values())
-        charge = {name: (spent[name] / total if total > 0 else 0.0) for name in names}
-    return Statistics(
-        active_ids=len(leaves),
-        total_ids=total_ids,
-        active_groups=sum(1 for v in lnodes if v.kind == "group"),
-        usage_high=max((v.usage for v in users), default=0.0),
-        usage_max=snap.consts.maxusage,
-        priority_high=max((v.priority for v in demanding), default=0.0),
-        priority_max=PRIORITY_MAX,
-        resources=names,
-        charge=charge,
-        costs=costs,
-        counts=dict(snap.counts) if snap.counts is not None else None,
-    )
-
-
 def statistics_lines(st: Statistics) -> list[str]:
     """The -ds display's lines."""
     head = columns(
@@ -709,42 +344,6 @@ def statistics_lines(st: Statistics) -> list[str]:
     if st.counts is None:
         lines.append("(the daemon that published this table does not publish counts)")
     return lines
-
-
-@dataclass(frozen=True)
-class NiceRow:
-    """One row of the -dn table (the guide's columns, then Linux's weight): index n
-    (0..39), nice (-20..19), the process priority decay per second (NiceD) and its
-    half-life (s; None where the decay is not in (0, 1)), the run rate (Nice Rates: the
-    part of a second's charge that enters the lnode's Rate that second), the percentage
-    of the tick cost charged per CPU tick (Nice Ticks), and the kernel's CFS weight."""
-
-    n: int
-    nice: int
-    decay: float
-    halflife: float | None
-    rate: float
-    ticks: int
-    weight: int
-
-
-def nice_table(consts: Consts) -> list[NiceRow]:
-    """The -dn table (fairshare.nicetables): NiceD from -D as the guide builds it, the
-    graded tick charge, the run rates with the usage half-life, the kernel's weights."""
-    decays = nicetables.priority_decay(consts.nice_decay)
-    rates = nicetables.run_rates(consts.halflife)
-    return [
-        NiceRow(
-            n,
-            n - 20,
-            float(decays[n]),
-            nicetables.halflife(float(decays[n])),
-            float(rates[n]),
-            int(nicetables.TICKS[n]),
-            int(NICE_TO_WEIGHT[n]),
-        )
-        for n in range(40)
-    ]
 
 
 def nice_note(consts: Consts) -> str:
@@ -814,25 +413,6 @@ def graph_lines(shown: Sequence[ViewLnode], top: int, total_leaves: int) -> list
 # -- whole displays ----------------------------------------------------------------------
 
 
-@dataclass
-class ViewRequest:
-    """What to show: display (a DISPLAYS value), select ("all", "groups", "users" or a
-    name), sort (a SORTS value), the caller's lnode test, and the UDB's leaf count."""
-
-    display: str = "monitor"
-    select: str = "all"
-    sort: str = "tree"
-    own: Callable[[int], bool] = field(default=lambda uid: False)
-    total_ids: int = 0
-
-
-def _prepare(snap: Snapshot, req: ViewRequest) -> tuple[list[ViewLnode], list[ViewLnode], int]:
-    lnodes = view_lnodes(snap.lnodes, req.own)
-    shown = select_lnodes(lnodes, req.select, req.sort) if snap.lnodes else []
-    top = min((v.level for v in shown), default=1)
-    return lnodes, shown, top
-
-
 def header_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]) -> list[str]:
     """The two header lines every display starts with (the guide's)."""
     return [
@@ -852,7 +432,7 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
     lines = header_lines(snap, req, when) + [""]
     if req.display == "nice tables":
         return lines + [nice_note(snap.consts)] + nice_lines(nice_table(snap.consts))
-    lnodes, shown, top = _prepare(snap, req)
+    lnodes, shown, top = prepare(snap, req)
     if req.display == "statistics":
         return lines + statistics_lines(statistics(snap, lnodes, req.total_ids))
     if req.display == "graph":
@@ -915,7 +495,7 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
             for r in nice_table(snap.consts)
         ]
         return doc
-    lnodes, shown, _top = _prepare(snap, req)
+    lnodes, shown, _top = prepare(snap, req)
     if req.display == "statistics":
         st = statistics(snap, lnodes, req.total_ids)
         doc["statistics"] = {

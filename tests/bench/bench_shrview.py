@@ -14,14 +14,9 @@ from pathlib import Path
 import orjson
 
 from fairshare.consts import Consts
-from fairshare.display.shrview import (
-    Snapshot,
-    ViewRequest,
-    display_json,
-    display_lines,
-    select_lnodes,
-    view_lnodes,
-)
+from fairshare.display.shrview import display_json, display_lines
+from fairshare.report.lnodes import ViewRequest, select_lnodes, view_lnodes
+from fairshare.report.published import Snapshot
 from udb.models import PublishedLnode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,0 +1,126 @@
+"""What shrinfo shows, read and built: the settings, the published table, one entry's
+profile (fairshare.report.profile), the active counts and its usage on other hosts.
+
+`load_info` reads the constants (base, schedules, in force) and the published table of
+a host (None when nothing was published).  `load_profile` finds the entry (the caller's
+by default; in Share by Account mode a user's default account) and returns its
+profile: from its lnode when it has one, else from the share tree and its stored usage.
+`active_counts` gives the -v line's counts; `site_usage` what GLOBALUSAGE makes other
+hosts' usage count here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from fairshare.admin import load_effective_consts, schedules
+from fairshare.consts import GLOBALUSAGE, Consts, load_consts
+from fairshare.lnode import aged_usage
+from fairshare.report.lnodes import ViewLnode, view_lnodes
+from fairshare.report.profile import Profile, active_profile, entry_profile
+from fairshare.report.published import (
+    Snapshot,
+    default_account,
+    find_entry,
+    load_published,
+    share_tree,
+)
+from fairshare.store import SiteLnode, published_hosts, read_site
+from fairshare.tree import ShareTree
+from udb.errors import NotFound
+from udb.models import SHF_ACCOUNT, SHF_GROUP
+from udb.session import read_session
+
+
+@dataclass(frozen=True)
+class Info:
+    """The constants (`base`, the `schedules` rows, the schedule `in_force`, the
+    `consts` in force now) and the published table (None if nothing was published)."""
+
+    base: Consts
+    schedules: list
+    in_force: str
+    consts: Consts
+    snap: Snapshot | None
+
+    @property
+    def settings(self) -> tuple:
+        """The arguments of fairshare.display.settings' renderers."""
+        return self.base, self.schedules, self.in_force
+
+
+def load_info(engine: Engine, host: str | None, now: float) -> Info:
+    """The settings and `host`'s published table (see `load_published`) at `now` (epoch s)."""
+    with read_session(engine) as s:
+        base = load_consts(s)
+        rows = schedules(s)
+        consts, in_force = load_effective_consts(s, datetime.fromtimestamp(now))
+    snap = None
+    if host is not None or published_hosts(engine):
+        snap = load_published(engine, host, now, consts)
+    return Info(base, rows, in_force, consts, snap)
+
+
+def own_lnodes(snap: Snapshot | None) -> list[ViewLnode]:
+    """The published lnodes of `snap` (none without one), the caller's marked by uid."""
+    return view_lnodes(snap.lnodes, lambda uid: uid == os.getuid()) if snap else []
+
+
+def load_profile(
+    engine: Engine, info: Info, user: str | None, now: float
+) -> tuple[Profile, list[str], ShareTree, list[ViewLnode]]:
+    """The profile of `user` (default: the caller), notes on how it was chosen, the
+    share tree and the published lnodes.  NotFound for an unknown entry or one not in
+    the share tree."""
+    snap, consts = info.snap, info.consts
+    mode = snap.mode if snap is not None else consts.mode
+    notes = []
+    with read_session(engine) as s:
+        entry = find_entry(s, user)
+        if mode == "account" and not entry.shflags & (SHF_ACCOUNT | SHF_GROUP):
+            account = default_account(s, entry)
+            notes.append(f"{entry.name} is charged to its default account {account.name}")
+            entry = account
+    tree = share_tree(engine, mode)
+    lnodes = own_lnodes(snap)
+    if any(v.name == entry.name and v.parent >= 0 for v in lnodes):
+        return active_profile(lnodes, entry.name, consts.halflife), notes, tree, lnodes
+    node = tree.find(entry.name)
+    if node is None:
+        raise NotFound(f"{entry.name}: the entry is not in the share tree (see shrtree -e)")
+    static = tree.m_shares(None)
+    profile = entry_profile(
+        name=entry.name,
+        uid=entry.uid,
+        kind=tree.kind(node).label,
+        shares=float(entry.shares),
+        static_m_share=float(static[node]),
+        aged_usage=aged_usage(entry.shusage, entry.shextime, now, consts),
+        groups=[(tree.names[a], float(static[a])) for a in reversed(tree.ancestors(node)[:-1])],
+        halflife=consts.halflife,
+    )
+    return profile, notes, tree, lnodes
+
+
+def active_counts(lnodes: Sequence[ViewLnode], tree: ShareTree) -> tuple[int, int, int]:
+    """(active leaf lnodes, leaves of the share tree, active groups)."""
+    leaves = sum(1 for v in lnodes if not v.is_group)
+    return leaves, int(tree.leaf_mask.sum()), sum(v.kind == "group" for v in lnodes)
+
+
+def site_usage(engine: Engine, name: str, info: Info, now: float) -> SiteLnode | None:
+    """With GLOBALUSAGE, the site-wide lnode of leaf `name` when it also runs on a host
+    other than the published table's; None otherwise."""
+    snap = info.snap
+    if snap is None or not info.consts.flags & GLOBALUSAGE:
+        return None
+    _hosts, lnodes = read_site(engine, now, info.consts.halflife)
+    me = next((v for v in lnodes if v.name == name and v.kind not in ("root", "group")), None)
+    if me is None or not any(h != snap.host for h in me.cpus):
+        return None
+    return me

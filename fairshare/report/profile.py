@@ -1,0 +1,167 @@
+"""shrinfo's report: one user's (or account's) fair-share profile and why it gets what
+it gets, in the manner of the Kay-Lauder paper's Figure 7 (pure: no UDB, no clock).
+
+`active_profile` builds it from the published lnode table (fairshare.report.lnodes'
+`ViewLnode`s): shares, machine share (Rshr), effective share (Eshr) and usage; the chain
+of groups above it with theirs; the ancestor group that limits it (the smallest
+Eshr/Rshr ratio, when below 1); and how long it would have to stay idle for its usage
+to decay to its fair level.  `entry_profile` is the same for an entry without an lnode
+(not logged in): its static machine share (every leaf active) and its stored usage aged
+to now.  `every_leaf` orders the active leaves for Figure 7 (shrinfo -a).
+
+The fair level: with the other demanding leaves j as they are, the Kay-Lauder
+near-future share of lnode i, (m_i^2/u_i) / (m_i^2/u_i + S) with S = sum of m_j^2/u_j,
+equals its due share m = m_i / (m_i + sum of m_j) when
+u* = m_i^2 (1 - m) / (m S); idle, usage decays as 0.5 ** (t / halflife), so it reaches
+u* after halflife x log2(u / u*) seconds.
+
+Shares are fractions 0..1, usage in charge units, times in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fairshare.cycle import USAGE_FLOOR
+from fairshare.report.lnodes import ViewLnode
+from udb.errors import NotFound
+
+#: A group counts as limiting when its Eshr/Rshr ratio is below 1 by more than this
+#: (a cycle's rounding noise is far smaller).
+LIMIT_TOLERANCE = 0.005
+
+
+@dataclass(frozen=True)
+class GroupShare:
+    """A group above the lnode: its name, Rshr (m_share) and Eshr (e_share)."""
+
+    name: str
+    m_share: float
+    e_share: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One lnode's profile (see the module docstring for the meaning and units).
+
+    active: it has an lnode (processes on the host); e_share None when it has none.
+    groups: from the top-level group down to its parent.  limited_by / limit_ratio: the
+    ancestor group with the smallest Eshr/Rshr below 1 - LIMIT_TOLERANCE, and that ratio.
+    fair_usage: u* (None when it is the only lnode wanting CPU, or not active); idle_seconds: the
+    time idle to decay to u* (0 when its usage is at or below it; None when unknown).
+    background: past MAXUSAGE or without shares, it runs only on CPU nobody else wants.
+    """
+
+    name: str
+    uid: int
+    kind: str
+    shares: float
+    m_share: float
+    e_share: float | None
+    usage: float
+    active: bool
+    groups: tuple[GroupShare, ...]
+    limited_by: str | None
+    limit_ratio: float | None
+    fair_usage: float | None
+    idle_seconds: float | None
+    halflife: float
+    background: bool = False
+
+
+def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode) -> float | None:
+    """u*, the usage (charge units) at which `me`'s near-future share equals its due
+    share among the leaves that want CPU now; None if no other leaf wants CPU."""
+    others = [v for v in lnodes if not v.is_group and v.node != me.node and v.demanding]
+    s = sum(v.m_share * v.m_share / max(v.usage, USAGE_FLOOR) for v in others)
+    if s <= 0 or me.m_share <= 0:
+        return None
+    m = me.m_share / (me.m_share + sum(v.m_share for v in others))
+    return me.m_share * me.m_share * (1 - m) / (m * s)
+
+
+def idle_time(usage: float, fair: float | None, halflife: float) -> float | None:
+    """Seconds idle until `usage` decays to `fair` (0 if already at or below it)."""
+    if fair is None:
+        return None
+    if usage <= fair or fair <= 0:
+        return 0.0
+    return halflife * math.log2(usage / fair)
+
+
+def active_profile(lnodes: Sequence[ViewLnode], name: str, halflife: float) -> Profile:
+    """The profile of the published lnode `name` (NotFound if it has none)."""
+    by_node = {v.node: v for v in lnodes}
+    me = next((v for v in lnodes if v.name == name and v.parent >= 0), None)
+    if me is None:
+        raise NotFound(f"{name}: no active lnode of that name")
+    chain = []
+    p = by_node.get(me.parent)
+    while p is not None and p.parent >= 0:
+        chain.append(p)
+        p = by_node.get(p.parent)
+    chain.reverse()
+    limited, ratio = None, None
+    for g in chain:
+        if g.m_share > 0:
+            r = g.e_share / g.m_share
+            if r < 1 - LIMIT_TOLERANCE and (ratio is None or r < ratio):
+                limited, ratio = g.name, r
+    fair = fair_usage(lnodes, me) if not me.is_group else None
+    return Profile(
+        name=me.name,
+        uid=me.uid,
+        kind=me.kind,
+        shares=me.shares,
+        m_share=me.m_share,
+        e_share=me.e_share,
+        usage=me.usage,
+        active=True,
+        groups=tuple(GroupShare(g.name, g.m_share, g.e_share) for g in chain),
+        limited_by=limited,
+        limit_ratio=ratio,
+        fair_usage=fair,
+        idle_seconds=idle_time(me.usage, fair, halflife),
+        halflife=halflife,
+        background=me.background,
+    )
+
+
+def entry_profile(
+    name: str,
+    uid: int,
+    kind: str,
+    shares: float,
+    static_m_share: float,
+    aged_usage: float,
+    groups: Sequence[tuple[str, float]],
+    halflife: float,
+) -> Profile:
+    """The profile of an entry without an lnode: `static_m_share` is its machine share
+    with every leaf active, `aged_usage` its shusage aged to now, `groups` the (name,
+    static m_share) of the groups above it, top first."""
+    return Profile(
+        name=name,
+        uid=uid,
+        kind=kind,
+        shares=shares,
+        m_share=static_m_share,
+        e_share=None,
+        usage=aged_usage,
+        active=False,
+        groups=tuple(GroupShare(n, m, m) for n, m in groups),
+        limited_by=None,
+        limit_ratio=None,
+        fair_usage=None,
+        idle_seconds=None,
+        halflife=halflife,
+    )
+
+
+def every_leaf(lnodes: Sequence[ViewLnode]) -> list[ViewLnode]:
+    """Every active leaf lnode (users or accounts, Idle included) in Figure 7's order:
+    highest usage first (names break ties)."""
+    leaves = [v for v in lnodes if not v.is_group and v.parent >= 0]
+    return sorted(leaves, key=lambda v: (-v.usage, v.name))

@@ -1,0 +1,264 @@
+"""shrtree's report: the static analysis of the share tree defined in the UDB (pure:
+the entries, the account registry, the constants and the time come in as arguments).
+
+`analyse_tree` returns a `TreeReport`: one `NodeReport` per node, depth first with
+siblings by name (`_tree_rows`), then the entries detached from the tree
+(`_detached_rows`), the problems in display order (`_shown_problems`) and the counts;
+`visible_nodes` picks the rows a display shows.  fairshare.display.shrtree renders it.
+
+The figures, all fractions 0..1:
+
+- system_share: the node's m_share with every leaf of the tree active (the
+  static entitlement the guide describes).
+- group_share: the node's shares over the sum of its siblings' shares.
+- system_usage: the node's decayed usage (for a group, the sum over the leaves
+  below it) over all leaves' decayed usage, where a leaf's decayed usage is its
+  shusage aged from shextime to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
+
+Entries that belong in the tree but cannot reach ROOT (Mg, Ng, Cy, Or) are
+listed after the tree with level None.  To add a per-node figure: a field of
+`NodeReport` (its order is the JSON's) and its column in `_tree_rows`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairshare.consts import decay
+from fairshare.tree import Kind, ShareTree, build_tree_columns
+from udb.check import (
+    DEFAULT_MAXLEVELS,
+    ERROR,
+    WARNING,
+    EntryColumns,
+    Problem,
+    check_columns,
+    role_of,
+)
+from udb.errors import NotFound
+from udb.models import ROOT_UID, SHF_ACCOUNT, SHF_GROUP
+
+#: The name the root of the share tree goes by in displays and JSON.
+ROOT_NAME = "ROOT"
+
+#: Status letter per kind (the guide prints G for groups).
+STATUS_LETTER = {"group": "G", "user": "U", "account": "A", "idle": "I"}
+
+
+@dataclass(slots=True)
+class NodeReport:
+    """One row of the share tree display."""
+
+    name: str
+    id: int
+    level: int | None  # ROOT 0; None when detached from the tree
+    kind: str  # "group", "user", "account" or "idle"
+    parent: str | None  # the parent node's name (ROOT_NAME at level 1); None for ROOT/detached
+    resgrp: int
+    shares: int
+    system_share: float
+    group_share: float
+    system_usage: float
+    shflags: int
+    codes: tuple[str, ...]
+
+    @property
+    def status(self) -> str:
+        """The Status column: the kind's letter and the problem codes, e.g. "G Nc Zs"."""
+        return " ".join((STATUS_LETTER[self.kind], *self.codes))
+
+
+@dataclass(frozen=True)
+class TreeReport:
+    """Everything shrtree shows, for the whole tree or the subtree under `node`."""
+
+    udb: str
+    mode: str  # "user" (By UID) or "account" (By Account)
+    maxgroups: int
+    node: str | None  # top of the analysed subtree; None for ALL
+    nodes: list[NodeReport]  # the tree depth first, siblings by name, then detached entries
+    problems: list[Problem]  # in display order: UDB-wide first, then by node
+    group_count: int
+    account_count: int
+    user_count: int
+
+    @property
+    def warnings(self) -> int:
+        return sum(p.severity == WARNING for p in self.problems)
+
+    @property
+    def errors(self) -> int:
+        return sum(p.severity == ERROR for p in self.problems)
+
+
+def aged_usage(shusage: np.ndarray, shextime: np.ndarray, now: float, halflife: float):
+    """Stored usage decayed to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
+
+    Units: charge units; times in seconds.  A shextime in the future counts as now.
+    """
+    age = now - np.asarray(shextime, dtype=float)
+    return np.asarray(shusage, dtype=float) * decay(age, halflife)
+
+
+def analyse_tree(
+    cols: EntryColumns,
+    accounts: Mapping[int, str],
+    *,
+    now: float,
+    mode: str = "user",
+    maxlevels: int = DEFAULT_MAXLEVELS,
+    halflife: float = 3600.0,
+    node: str | None = None,
+    udb: str = "",
+) -> TreeReport:
+    """The static analysis of the share tree of the entries `cols` (see the module docstring).
+
+    `cols` must carry shusage and shextime (`load_entry_columns`, or
+    `EntryColumns.of(entries)`); `now` is in seconds since the epoch, `halflife`
+    in seconds.  `node` limits the report (rows, counts and problems) to the
+    subtree under that entry; NotFound if no node of the tree has that name.
+    """
+    tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
+    problems = check_columns(cols, accounts, mode, maxlevels)
+    top, node = _top_node(tree, node, mode)
+    detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
+    aged = aged_usage(cols.shusage, cols.shextime, now, halflife)
+    usage = np.concatenate(([0.0], aged[tree.source[1:]]))  # the root has no entry
+    below = tree.subtree_sum(np.where(tree.leaf_mask, usage, 0.0))
+    detached_leaf = (np.asarray(cols.shflags, dtype=np.int64)[detached] & SHF_GROUP) == 0
+    total = float(below[0]) + float(aged[detached][detached_leaf].sum())
+    codes: dict[str, list[str]] = defaultdict(list)
+    for p in problems:
+        if p.uid is not None:
+            codes[p.name].append(p.code)
+    nodes = _tree_rows(tree, cols, top, below / total if total > 0 else np.zeros(tree.size), codes)
+    usage_of = (lambda e: float(aged[e]) / total) if total > 0 else (lambda e: 0.0)
+    nodes += _detached_rows(cols, detached.tolist(), usage_of, codes)
+    position = {n.name: k for k, n in enumerate(nodes)}
+    kind_count = Counter(n.kind for n in nodes)
+    return TreeReport(
+        udb=udb,
+        mode=mode,
+        maxgroups=maxlevels,
+        node=node,
+        nodes=nodes,
+        problems=_shown_problems(problems, position, node is None),
+        group_count=kind_count["group"],
+        account_count=kind_count["account"],
+        user_count=_user_count(cols, nodes, kind_count, position, mode, node),
+    )
+
+
+def _top_node(tree: ShareTree, node: str | None, mode: str) -> tuple[int, str | None]:
+    """The node number of --node `node` and its name (0 and None for the whole tree)."""
+    if node is None or node == ROOT_NAME:
+        return 0, None
+    top = tree.find(node)
+    if top is None:
+        why = next((d.reason for d in tree.detached if d.name == node), None)
+        raise NotFound(
+            f"--node {node}: "
+            + (f"entry is detached from the share tree ({why})" if why else "no such node")
+            + (" in Share by Account mode" if mode == "account" and why is None else "")
+        )
+    return top, node
+
+
+def _tree_rows(
+    tree: ShareTree, cols: EntryColumns, top: int, usage: np.ndarray, codes: Mapping
+) -> list[NodeReport]:
+    """One NodeReport per node under `top`, depth first (`usage`: system usage by node)."""
+    entry = tree.source
+    order = tree.preorder(top)
+    kind_label = {int(k): k.label for k in Kind}
+    kind_label[int(Kind.ROOT)] = "group"
+    names = [ROOT_NAME, *tree.names[1:]]
+    flags = np.asarray(cols.shflags, dtype=np.int64)
+    no_codes = ()
+    # Column by column in display order (C-level picks), then one NodeReport per node.
+    pick = operator.itemgetter(*order) if len(order) > 1 else (lambda seq: (seq[order[0]],))
+    return list(
+        map(
+            NodeReport,
+            pick(names),
+            pick(tree.ids.tolist()),
+            pick(tree.level.tolist()),
+            pick([kind_label[k] for k in tree.kinds.tolist()]),
+            pick([None, *(names[p] for p in tree.parent[1:].tolist())]),
+            pick([ROOT_UID, *(cols.resgrp[e] for e in entry[1:].tolist())]),
+            pick(tree.shares.astype(np.int64).tolist()),
+            pick(tree.m_shares().tolist()),
+            pick(tree.group_shares().tolist()),
+            pick(usage.tolist()),
+            pick([SHF_GROUP, *flags[entry[1:]].tolist()]),
+            pick([no_codes, *(tuple(codes[n]) if n in codes else no_codes for n in names[1:])]),
+        )
+    )
+
+
+def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes: Mapping):
+    """One NodeReport (level None) per detached entry index; `usage_of(e)`: its system usage."""
+    return [
+        NodeReport(
+            cols.name[e],
+            cols.uid[e],
+            None,
+            role_of(cols.shflags[e], cols.uid[e]),
+            None,
+            cols.resgrp[e],
+            cols.shares[e],
+            0.0,
+            0.0,
+            usage_of(e),
+            cols.shflags[e],
+            tuple(codes.get(cols.name[e], ())),
+        )
+        for e in detached
+    ]
+
+
+def _shown_problems(problems: list[Problem], position: Mapping[str, int], whole: bool):
+    """The problems in display order (UDB-wide first, then by row); with --node (not
+    `whole`) only those of the subtree's entries."""
+    shown = problems if whole else [p for p in problems if p.uid is not None and p.name in position]
+    if not shown:
+        return shown
+    # sorted(shown, key=(uid is not None, position, name)), by a stable lexsort.
+    last = len(position)
+    keys = (
+        np.array([p.name for p in shown]),
+        np.array([position.get(p.name, last) for p in shown], dtype=np.int64),
+        np.array([p.uid is not None for p in shown]),
+    )
+    return [shown[k] for k in np.lexsort(keys).tolist()]
+
+
+def _user_count(cols, nodes, kind_count, position, mode: str, node: str | None) -> int:
+    """Users (and Idle) shown; in Share by Account mode also the users (not in the tree)
+    whose default account is shown."""
+    user_count = kind_count["user"] + kind_count["idle"]
+    if mode == "account":
+        in_view = {n.id for n in nodes if n.kind == "account"}
+        user_count += sum(
+            1
+            for f, acids, name in zip(cols.shflags, cols.acids, cols.name, strict=True)
+            if not f & (SHF_GROUP | SHF_ACCOUNT)
+            and name not in position
+            and (node is None or (acids and acids[0] in in_view))
+        )
+    return user_count
+
+
+# -- selection ---------------------------------------------------------------------------
+
+
+def visible_nodes(report: TreeReport, long: bool = False, errors: bool = False):
+    """The rows a display shows: groups only unless `long`; if `errors`, every node with codes."""
+    if errors:
+        return [n for n in report.nodes if n.codes]
+    return [n for n in report.nodes if long or n.kind == "group"]
