@@ -37,8 +37,8 @@ from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrinfo import main as shrinfo
 from fairshare.cli.shrsync import main as shrsync
 from fairshare.cli.shrtree import main as shrtree
-from fairshare.cli.shrview import run_continuous
 from fairshare.cli.shrview import main as shrview
+from fairshare.cli.shrview import run_continuous
 from fairshare.consts import consts_from_mapping, load_consts, save_consts
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Source
