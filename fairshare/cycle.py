@@ -38,7 +38,8 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
    started, so an enforcer can set its weight before it runs.
    MAXUSAGE: a leaf whose usage reaches maxusage is a background lnode; so is a leaf
    with zero shares (Idle): e_share 0, they run only on CPU nobody else wants.
-6. `priority`: Kay-Lauder's usage x nrun / m_share^2, shown by the displays.
+6. `priority`: Kay-Lauder's usage x nrun / m_share^2, shown by the displays; the due
+   shares of step 5 are kept in the table too (`LnodeTable.due`), for the displays.
 
 NOSHARE and NOSCHED concern enforcement (the daemon's); the cycle accounts as usual.
 
@@ -589,6 +590,7 @@ class UnicosPolicy:
             nrun=nrun.astype(np.int64),
             m_share=m,
             e_share=e_share,
+            due=sh.due * active,
             cpu=cpu,
             adj=np.ones(idx.n) if adj is None else np.where(active, adj, 1.0),
             priority=priority(sub_usage, nrun, m) * active,

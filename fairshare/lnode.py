@@ -45,6 +45,7 @@ _FLOAT_FIELDS = (
     "rate",
     "m_share",
     "e_share",
+    "due",
     "cpu",
     "adj",
     "priority",
@@ -73,6 +74,11 @@ class LnodeTable:
     e_share: effective share the enforcer must deliver next cycle (Eshr).  Over the
       demanding lnodes it sums to 1; for an active lnode that did not demand CPU it is
       what it would get if it alone started to run.
+    due: its due share (fraction of the machine), the share its e_share settles at and
+      the edge effects and LIMSHARE bound: m_share renormalised over the demanding
+      lnodes at every level (for an active lnode that did not demand CPU: over them and
+      itself, what would be due if it started); 0 when inactive.  A policy that has no
+      due share leaves it 0.
     cpu: fraction of the CPU delivered to all lnodes that this lnode got last cycle.
     adj: ADJGROUPS factor applied to the charges under this node (1 = none).
     priority: Kay-Lauder priority usage x nrun / m_share**2 (PRIORITY_MAX if m_share 0).
@@ -98,6 +104,11 @@ class LnodeTable:
     priority: np.ndarray
     background: np.ndarray
     parent: np.ndarray
+    due: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.due is None:
+            self.due = np.zeros(len(self.usage))
 
     @property
     def size(self) -> int:

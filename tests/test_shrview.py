@@ -335,7 +335,7 @@ def test_limshare_shows_the_band_around_the_due_share(published, utc):
     assert b1["due_pct"] == 25.0 and b1["floor_pct"] == pytest.approx(100 / 6, abs=1e-6)
 
 
-def _row(node, name, parent, level, kind, m, e, usage=1.0, demand=True, nrun=1, rate=0.0):
+def _row(node, name, parent, level, kind, m, e, usage=1.0, demand=True, nrun=1, rate=0.0, due=None):
     return PublishedLnode(
         host="h",
         node=node,
@@ -358,6 +358,7 @@ def _row(node, name, parent, level, kind, m, e, usage=1.0, demand=True, nrun=1, 
         priority=usage * nrun / m**2 if m else 1e30,
         background=False,
         demand=demand,
+        due=due,
     )
 
 
@@ -368,15 +369,15 @@ def test_users_held_at_the_limit_or_the_floor_are_marked():
 
     third = 1 / 3
     rows = [
-        _row(0, "root", -1, 0, "root", 1.0, 1.0),
-        _row(1, "old", 0, 1, "user", third, 0.25, usage=1e6),
-        _row(2, "heavy", 0, 1, "user", third, 0.25, usage=1e9),
-        _row(3, "new", 0, 1, "user", third, 0.5, usage=1e-9),
+        _row(0, "root", -1, 0, "root", 1.0, 1.0, due=1.0),
+        _row(1, "old", 0, 1, "user", third, 0.25, usage=1e6, due=third),
+        _row(2, "heavy", 0, 1, "user", third, 0.25, usage=1e9, due=third),
+        _row(3, "new", 0, 1, "user", third, 0.5, usage=1e-9, due=third),
     ]
     consts = Consts(flags=0o4, maxushare=1.5)
     cols = {c.key: c for c in display_columns("limshare", consts)}
     old, heavy, new = view_lnodes(rows, lambda uid: False)[1:]
-    # due 1/3 each: the band is 2/9 .. 1/2
+    # the cycle's due share, 1/3 each, as published: the band is 2/9 .. 1/2
     assert new.due == pytest.approx(third) and cols["limit_pct"].text(new) == "50.00"
     assert cols["floor_pct"].text(new) == "22.22"
     assert cols["lim"].text(new) == "max" and cols["lim"].text(old) == ""

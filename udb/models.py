@@ -169,6 +169,9 @@ class PublishedLnode(Base):
     priority: Mapped[float] = mapped_column(Float, nullable=False)
     background: Mapped[bool] = mapped_column(Boolean, nullable=False)
     demand: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    #: The cycle's due share (fairshare.lnode.LnodeTable.due); None in a table published
+    #: before the daemon published it.
+    due: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class LnodeCheckpoint(Base):

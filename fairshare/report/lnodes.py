@@ -3,10 +3,11 @@
 `view_lnodes` turns the rows a daemon published (fairshare.store) into one `ViewLnode`
 per lnode, in node order, with every column shrview, shrinfo and the statistics show.
 It works column by column over numpy arrays, not lnode by lnode: `_columns` picks the
-published columns, `_subtree_sums` adds leaves' figures into their groups bottom up,
-`_due_shares` renormalises m_share top down.  To add a per-lnode figure: read it in
-`_columns` (a published column) or derive it beside the others in `view_lnodes`, and
-give `ViewLnode` a field of that name (in the same order as the `map` at the end).
+published columns (the cycle's own figures: shares, usage, due share, ...),
+`_subtree_sums` adds leaves' figures into their groups bottom up.  To add a per-lnode
+figure: publish it (fairshare.store.published_tuples), read it in `_columns`, or derive
+it beside the others in `view_lnodes`; give `ViewLnode` a field of that name (in the
+order of the `map` at the end).
 
 `select_lnodes` orders and selects them (shrview -s and -o; `prepare` does both for a
 `ViewRequest`); `statistics` is the -ds report.  Shares and rates are fractions 0..1;
@@ -47,8 +48,9 @@ class ViewLnode:
     rate_share: of the decayed charge rate of all active leaves but Idle (groups: their
     subtree's); proj: of its active siblings' rate (what ADJGROUPS compares); pri: its
     Kay-Lauder near-future proportion m^2/usage (= nrun/priority) over the demanding
-    leaves (groups: their children's sum); due: its m_share renormalised over the
-    demanding lnodes at every level (None if it does not demand CPU); muse: charges
+    leaves (groups: their children's sum); due: the cycle's due share, its m_share
+    renormalised over the demanding lnodes at every level (None if it does not demand
+    CPU, or the daemon did not publish it); muse: charges
     since it became active (groups: their leaves'); children: active child lnodes;
     leaves: active leaf lnodes below (1 for a leaf); own: it is the caller's lnode;
     demanding: a leaf the scheduler shares the CPU among (it wants CPU, is not
@@ -117,21 +119,24 @@ _ROW_FIELDS = (
 
 
 def _columns(rows: Sequence[PublishedLnode]) -> dict[str, tuple]:
-    """The published columns a ViewLnode needs (and charge), each as a tuple of values.
+    """The published columns a ViewLnode needs (and charge, due), each as a tuple of values.
 
     Rows of LnodeStore.read_published are read by position; ORM objects (tests build
     them) straight from their __dict__: attribute access, through the ORM's
     instrumentation or a Row's key map, costs more than everything else here on
-    100,000 rows.
+    100,000 rows.  A column an ORM object was built without is None.
     """
-    wanted = (*_ROW_FIELDS, "charge")
+    wanted = (*_ROW_FIELDS, "charge", "due")
     if hasattr(rows[0], "_fields"):
         keys = rows[0]._fields
         pick = operator.itemgetter(*(keys.index(f) for f in wanted))
         cols = zip(*map(pick, rows), strict=True)
     else:
-        pick = operator.itemgetter(*wanted)
-        cols = zip(*(pick(r.__dict__) for r in rows), strict=True)
+        dicts = [r.__dict__ for r in rows]
+        try:
+            cols = zip(*map(operator.itemgetter(*wanted), dicts), strict=True)
+        except KeyError:
+            cols = zip(*([d.get(f) for f in wanted] for d in dicts), strict=True)
     return dict(zip(wanted, cols, strict=True))
 
 
@@ -156,24 +161,6 @@ def _subtree_sums(level, pos, has_parent, sums: dict[str, np.ndarray]) -> np.nda
         for values in sums.values():
             values += np.bincount(up, values[idx], minlength=n).astype(values.dtype)
     return children
-
-
-def _due_shares(level, parent, pos, has_parent, sched, m_share) -> np.ndarray:
-    """Due shares, top down: a demanding lnode's m_share renormalised among its
-    demanding siblings, times its parent's due (NaN: it does not demand CPU)."""
-    n = len(level)
-    keys, sib = np.unique(parent, return_inverse=True)
-    m_sib = np.bincount(sib[sched], m_share[sched], minlength=len(keys))[sib]
-    root = parent < 0
-    due = np.full(n, np.nan)
-    due[root] = 1.0
-    for lv in np.unique(level[~root]).tolist():
-        idx = np.flatnonzero(~root & (level == lv) & sched & has_parent)
-        pd = due[pos[idx]]
-        ok = ~np.isnan(pd) & (m_sib[idx] > 0)
-        idx, pd = idx[ok], pd[ok]
-        due[idx] = pd * m_share[idx] / m_sib[idx]
-    return due
 
 
 def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> list[ViewLnode]:
@@ -215,7 +202,8 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
     s_rate = np.bincount(sib, leaf_rate)[sib]
     proj = np.divide(leaf_rate, s_rate, out=np.zeros(n), where=s_rate > 0)
     proj[parent < 0] = 1.0 if total_rate > 0 else 0.0
-    due = _due_shares(level, parent, pos, has_parent, sched, m_share).tolist()
+    # The cycle's due share (fairshare.cycle), shown where the lnode demands CPU.
+    due = [d if s_ else None for d, s_ in zip(f["due"], sched.tolist(), strict=True)]
     own_ = [bool(own(u)) if lf else False for u, lf in zip(f["uid"], leaf.tolist(), strict=True)]
     return list(
         map(
@@ -225,7 +213,7 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
             (leaf_rate / total_rate if total_rate > 0 else np.zeros(n)).tolist(),
             proj.tolist(),
             (sums["w"] / total_w if total_w > 0 else np.zeros(n)).tolist(),
-            [None if d != d else d for d in due],
+            due,
             children.tolist(),
             sums["leaves"].tolist(),
             own_,

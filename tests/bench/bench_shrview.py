@@ -63,6 +63,7 @@ def _row(node, name, parent, level, kind, m, e, usage) -> PublishedLnode:
         priority=usage / (m * m),
         background=False,
         demand=True,
+        due=m,
     )
 
 
