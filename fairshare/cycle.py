@@ -38,8 +38,9 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
    started, so an enforcer can set its weight before it runs.
    MAXUSAGE: a leaf whose usage reaches maxusage is a background lnode; so is a leaf
    with zero shares (Idle): e_share 0, they run only on CPU nobody else wants.
-6. `priority`: Kay-Lauder's usage x nrun / m_share^2, shown by the displays; the due
-   shares of step 5 are kept in the table too (`LnodeTable.due`), for the displays.
+6. `priority`: Kay-Lauder's usage x nrun / m_share^2, and `near_future`: the flat
+   Kay-Lauder proportion m^2 / usage over the demanding leaves (shrview's Pri), shown by
+   the displays; so are the due shares of step 5 (`LnodeTable.due`).
 
 NOSHARE and NOSCHED concern enforcement (the daemon's); the cycle accounts as usual.
 
@@ -508,6 +509,16 @@ def priority(usage: np.ndarray, nrun: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.minimum(p, PRIORITY_MAX)
 
 
+def near_future(usage: np.ndarray, m: np.ndarray, demanding: np.ndarray) -> np.ndarray:
+    """The Kay-Lauder near-future proportion of each `demanding` leaf (others 0): its
+    m^2 / usage over the sum of that over all of them (fractions summing to 1, or all 0).
+    `usage` is per leaf (charge units, after the Figure 4 raise)."""
+    w = np.zeros(len(m))
+    np.divide(m * m, np.maximum(usage, USAGE_FLOOR), out=w, where=demanding & (m > 0))
+    total = float(w.sum())
+    return w / total if total > 0 else w
+
+
 def _lnodes_and_shares(idx: TreeIndex, shares, leaves, sharemin) -> tuple:
     """(active nodes, m_share after sharemin) for the active `leaves`, memoised.
 
@@ -574,8 +585,9 @@ class UnicosPolicy:
             rate += (1 - k) / elapsed * charges
         cpu_total = float(c.cpu.sum())
         cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(idx.n)
-        sums = idx.subtree_sum(np.array((usage, rate, demand_leaf, c.refs, c.nrun, cpu)))
-        sub_usage, rate, demand, refs, nrun, cpu = sums
+        w = near_future(usage, m, demand_leaf & ~background)
+        sums = idx.subtree_sum(np.array((usage, rate, demand_leaf, c.refs, c.nrun, cpu, w)))
+        sub_usage, rate, demand, refs, nrun, cpu, pri = sums
         return LnodeTable(
             usage=sub_usage,
             stored=table.stored * (leaves * k),  # decays like usage (fairshare.lnode)
@@ -591,6 +603,7 @@ class UnicosPolicy:
             m_share=m,
             e_share=e_share,
             due=sh.due * active,
+            pri=pri,
             cpu=cpu,
             adj=np.ones(idx.n) if adj is None else np.where(active, adj, 1.0),
             priority=priority(sub_usage, nrun, m) * active,

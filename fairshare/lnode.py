@@ -46,6 +46,7 @@ _FLOAT_FIELDS = (
     "m_share",
     "e_share",
     "due",
+    "pri",
     "cpu",
     "adj",
     "priority",
@@ -79,6 +80,9 @@ class LnodeTable:
       lnodes at every level (for an active lnode that did not demand CPU: over them and
       itself, what would be due if it started); 0 when inactive.  A policy that has no
       due share leaves it 0.
+    pri: the Kay-Lauder near-future proportion (shrview's Pri): a demanding leaf's
+      m_share^2 / usage over the sum of that over all demanding leaves (groups: the sum
+      of their leaves'); 0 for the others, or from a policy that does not compute it.
     cpu: fraction of the CPU delivered to all lnodes that this lnode got last cycle.
     adj: ADJGROUPS factor applied to the charges under this node (1 = none).
     priority: Kay-Lauder priority usage x nrun / m_share**2 (PRIORITY_MAX if m_share 0).
@@ -105,10 +109,13 @@ class LnodeTable:
     background: np.ndarray
     parent: np.ndarray
     due: np.ndarray | None = None
+    pri: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        if self.due is None:
-            self.due = np.zeros(len(self.usage))
+        # Figures a policy need not compute (the displays show 0 for them).
+        for name in ("due", "pri"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(len(self.usage)))
 
     @property
     def size(self) -> int:

@@ -592,6 +592,7 @@ def published_tuples(
         "m_share": table.m_share[nodes].tolist(),
         "e_share": table.e_share[nodes].tolist(),
         "due": table.due[nodes].tolist(),
+        "pri": table.pri[nodes].tolist(),
         "cpu": table.cpu[nodes].tolist(),
         "adj": table.adj[nodes].tolist(),
         "priority": table.priority[nodes].tolist(),

@@ -172,6 +172,8 @@ class PublishedLnode(Base):
     #: The cycle's due share (fairshare.lnode.LnodeTable.due); None in a table published
     #: before the daemon published it.
     due: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: The cycle's near-future proportion (LnodeTable.pri); None as `due`.
+    pri: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class LnodeCheckpoint(Base):

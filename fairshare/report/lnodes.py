@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fairshare.cycle import PRIORITY_MAX, USAGE_FLOOR
+from fairshare.cycle import PRIORITY_MAX
 from fairshare.report.published import Snapshot
 from fairshare.store import COUNTED
 from udb.errors import NotFound
@@ -46,15 +46,15 @@ class ViewLnode:
     """One lnode with every column the displays show (fractions 0..1, charge units).
 
     rate_share: of the decayed charge rate of all active leaves but Idle (groups: their
-    subtree's); proj: of its active siblings' rate (what ADJGROUPS compares); pri: its
-    Kay-Lauder near-future proportion m^2/usage (= nrun/priority) over the demanding
-    leaves (groups: their children's sum); due: the cycle's due share, its m_share
-    renormalised over the demanding lnodes at every level (None if it does not demand
-    CPU, or the daemon did not publish it); muse: charges
-    since it became active (groups: their leaves'); children: active child lnodes;
-    leaves: active leaf lnodes below (1 for a leaf); own: it is the caller's lnode;
-    demanding: a leaf the scheduler shares the CPU among (it wants CPU, is not
-    background and has a machine share), or a group with such a leaf below.
+    subtree's); proj: of its active siblings' rate (what ADJGROUPS compares); pri: the
+    cycle's Kay-Lauder near-future proportion m^2/usage over the demanding leaves
+    (groups: their leaves' sum; 0 when not published); due: the cycle's due share, its
+    m_share renormalised over the demanding lnodes at every level (None if it does not
+    demand CPU, or was not published); muse: charges since it became active (groups:
+    their leaves'); children: active child lnodes; leaves: active leaf lnodes below (1
+    for a leaf); own: it is the caller's lnode; demanding: a leaf the scheduler shares
+    the CPU among (it wants CPU, is not background and has a machine share), or a group
+    with such a leaf below.
     """
 
     node: int
@@ -119,14 +119,14 @@ _ROW_FIELDS = (
 
 
 def _columns(rows: Sequence[PublishedLnode]) -> dict[str, tuple]:
-    """The published columns a ViewLnode needs (and charge, due), each as a tuple of values.
+    """The published columns a ViewLnode needs (and charge, due, pri), each a tuple of values.
 
     Rows of LnodeStore.read_published are read by position; ORM objects (tests build
     them) straight from their __dict__: attribute access, through the ORM's
     instrumentation or a Row's key map, costs more than everything else here on
     100,000 rows.  A column an ORM object was built without is None.
     """
-    wanted = (*_ROW_FIELDS, "charge", "due")
+    wanted = (*_ROW_FIELDS, "charge", "due", "pri")
     if hasattr(rows[0], "_fields"):
         keys = rows[0]._fields
         pick = operator.itemgetter(*(keys.index(f) for f in wanted))
@@ -175,26 +175,20 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
     kind = f["kind"]
     node, parent = np.array(f["node"], dtype=np.int64), np.array(f["parent"], dtype=np.int64)
     level = np.array(f["level"], dtype=np.int64)
-    rate, usage = np.array(f["rate"], dtype=float), np.array(f["usage"], dtype=float)
-    m_share = np.array(f["m_share"], dtype=float)
+    rate, m_share = np.array(f["rate"], dtype=float), np.array(f["m_share"], dtype=float)
     leaf = ~np.array([k in ("group", "root") for k in kind], dtype=bool)
     idle = np.array([k == "idle" for k in kind], dtype=bool)
-    nrun = np.array(f["nrun"], dtype=np.int64)
     demand, background = np.array(f["demand"], bool), np.array(f["background"], bool)
     pos = np.searchsorted(node, parent).clip(0, n - 1)  # each row's parent row
     has_parent = (parent >= 0) & (node[pos] == parent)
     sched = demanding_leaves(leaf, demand, background, m_share)
-    w = sched & (nrun > 0)
     sums = {
         "leaves": leaf.astype(np.int64),
         "sched": sched.astype(np.int64),
         "rate": np.where(leaf & ~idle, rate, 0.0),
-        "w": np.zeros(n),
         "muse": np.where(leaf, np.array(f["charge"], dtype=float), 0.0),
     }
-    sums["w"][w] = m_share[w] * m_share[w] / np.maximum(usage[w], USAGE_FLOOR)
     total_rate = sum(sums["rate"][leaf].tolist())  # Python's left-to-right sum, as before
-    total_w = sum(sums["w"][leaf].tolist())
     children = _subtree_sums(level, pos, has_parent, sums)
     sched = sums["sched"] > 0
     leaf_rate = sums["rate"]
@@ -212,7 +206,7 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
             sums["muse"].tolist(),
             (leaf_rate / total_rate if total_rate > 0 else np.zeros(n)).tolist(),
             proj.tolist(),
-            (sums["w"] / total_w if total_w > 0 else np.zeros(n)).tolist(),
+            [0.0 if p is None else p for p in f["pri"]],
             due,
             children.tolist(),
             sums["leaves"].tolist(),

@@ -64,6 +64,7 @@ def _row(node, name, parent, level, kind, m, e, usage) -> PublishedLnode:
         background=False,
         demand=True,
         due=m,
+        pri=m,
     )
 
 

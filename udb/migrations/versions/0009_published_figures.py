@@ -1,5 +1,6 @@
-"""The published lnode table carries the cycle's due share (fairshare.lnode.LnodeTable.due),
-so displays show the figure the cycle computed instead of deriving it again.
+"""The published lnode table carries the cycle's due share and near-future proportion
+(fairshare.lnode.LnodeTable.due and .pri), so displays show the figures the cycle
+computed instead of deriving them again.
 
 Nullable: a table published by an older daemon has none (the displays then show "-").
 
@@ -19,8 +20,10 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("lnodes") as batch:
         batch.add_column(sa.Column("due", sa.Float, nullable=True))
+        batch.add_column(sa.Column("pri", sa.Float, nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("lnodes") as batch:
+        batch.drop_column("pri")
         batch.drop_column("due")
