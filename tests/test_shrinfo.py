@@ -42,10 +42,11 @@ def test_active_user_in_the_manner_of_figure_7(published, utc):  # noqa: F811
     )
     assert lines[1] == f"  in group A: Rshr 75%, Eshr {100 * a.e_share:.3g}%"
     assert lines[2] == "  no group above it gets less than its machine share"
-    # Its fair usage among the demanding leaves me, a2 (3/8 each) and b1 (1/8):
-    # m = (3/8) / (7/8) = 3/7, S = (3/8)^2/u_a2 + (1/8)^2/u_b1, u* = (3/8)^2 (1-m) / (m S).
-    s = (3 / 8) ** 2 / rows["a2"].usage + (1 / 8) ** 2 / rows["b1"].usage
-    fair = (3 / 8) ** 2 * (4 / 7) / ((3 / 7) * s)
+    # Its fair usage among its demanding siblings, as the cycle splits A's share: a2
+    # (3/8 like me; b1 is in B): m = 1/2, S = (3/8)^2/u_a2, u* = (3/8)^2 (1-m) / (m S),
+    # a2's usage.
+    s = (3 / 8) ** 2 / rows["a2"].usage
+    fair = (3 / 8) ** 2 * (1 / 2) / ((1 / 2) * s)
     doc = json.loads(run(published, "me", "--json").stdout)
     assert doc["user"]["fair_usage"] == pytest.approx(fair)
     if me.usage > fair:
@@ -53,6 +54,7 @@ def test_active_user_in_the_manner_of_figure_7(published, utc):  # noqa: F811
     else:
         assert doc["user"]["idle_seconds"] == 0
         assert lines[3] == f"  its usage is at or below its fair level {fair:.0f}"
+    assert fair == pytest.approx(rows["a2"].usage)
     assert "no daemon is running for simulator" in result.stderr
     assert result.stderr.startswith("shrinfo: ")
 
@@ -193,6 +195,29 @@ def test_fair_usage_and_the_idle_time_to_reach_it():
     )
     assert idle_time(50.0, 100.0, 600.0) == 0.0
     assert fair_usage(lnodes[:2], lnodes[1]) is None  # alone: no fair level
+
+
+def test_fair_usage_is_weighed_among_siblings_as_the_cycle_splits():
+    """me and you share group G; other, alone in H, uses little.  me's fair level is
+    you's usage (G's share is split between them), whatever other does; solo, alone in
+    its group K, is weighed where K is: K's fair level less the usage of its others."""
+    rows = [
+        _row(0, "root", -1, 0, "root", 1.0, 1.0),
+        _row(1, "G", 0, 1, "group", 0.5, 0.5, usage=500.0),
+        _row(2, "H", 0, 1, "group", 0.25, 0.25, usage=1.0),
+        _row(3, "K", 0, 1, "group", 0.25, 0.25, usage=300.0),
+        _row(4, "me", 1, 2, "user", 0.25, 0.1, usage=400.0),
+        _row(5, "you", 1, 2, "user", 0.25, 0.4, usage=100.0),
+        _row(6, "other", 2, 2, "user", 0.25, 0.25, usage=1.0),
+        _row(7, "solo", 3, 2, "user", 0.25, 0.25, usage=200.0),
+        _row(8, "asleep", 3, 2, "user", 0.0, 0.0, usage=100.0, demand=False),
+    ]
+    lnodes = view_lnodes(rows, lambda uid: False)
+    assert fair_usage(lnodes, lnodes[4]) == pytest.approx(100.0)
+    # K among G and H: m = 1/4, S = 0.5^2/500 + 0.25^2/1; K's u* less asleep's 100.
+    s = 0.5**2 / 500 + 0.25**2 / 1
+    k = 0.25**2 * (3 / 4) / ((1 / 4) * s)
+    assert fair_usage(lnodes, lnodes[7]) == pytest.approx(max(k - 100.0, 0.0))
 
 
 def test_the_group_furthest_below_its_share_is_named():

@@ -9,11 +9,12 @@ to decay to its fair level.  `entry_profile` is the same for an entry without an
 (not logged in): its static machine share (every leaf active) and its stored usage aged
 to now.  `every_leaf` orders the active leaves for Figure 7 (shrinfo -a).
 
-The fair level: with the other demanding leaves j as they are, the Kay-Lauder
-near-future share of lnode i, (m_i^2/u_i) / (m_i^2/u_i + S) with S = sum of m_j^2/u_j,
-equals its due share m = m_i / (m_i + sum of m_j) when
-u* = m_i^2 (1 - m) / (m S); idle, usage decays as 0.5 ** (t / halflife), so it reaches
-u* after halflife x log2(u / u*) seconds.
+The fair level, split as the cycle splits (fairshare.cycle, step 5): with its demanding
+siblings j as they are, lnode i's part of its parent's share, (m_i^2/u_i) /
+(m_i^2/u_i + S) with S = sum of m_j^2/u_j, equals its due part m = m_i / (m_i + sum of
+m_j) when u* = m_i^2 (1 - m) / (m S).  A leaf without demanding siblings is weighed
+where its lowest ancestor with some is (its usage is part of that group's).  Idle, usage
+decays as 0.5 ** (t / halflife), so it reaches u* after halflife x log2(u / u*) seconds.
 
 Shares are fractions 0..1, usage in charge units, times in seconds.
 """
@@ -73,13 +74,23 @@ class Profile:
 
 def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode) -> float | None:
     """u*, the usage (charge units) at which `me`'s near-future share equals its due
-    share among the leaves that want CPU now; None if no other leaf wants CPU."""
-    others = [v for v in lnodes if not v.is_group and v.node != me.node and v.demanding]
-    s = sum(v.m_share * v.m_share / max(v.usage, USAGE_FLOOR) for v in others)
-    if s <= 0 or me.m_share <= 0:
+    share, split as the cycle splits: among its demanding siblings, or where it has
+    none, at its lowest ancestor that has some (the rest of that ancestor's usage held
+    as it is); None if no lnode of another branch wants CPU."""
+    by_node = {v.node: v for v in lnodes}
+    x: ViewLnode | None = me
+    others: list[ViewLnode] = []
+    while x is not None and x.parent >= 0 and not others:
+        others = [v for v in lnodes if v.parent == x.parent and v.node != x.node and v.demanding]
+        if not others:
+            x = by_node.get(x.parent)
+    if x is None or not others:
         return None
-    m = me.m_share / (me.m_share + sum(v.m_share for v in others))
-    return me.m_share * me.m_share * (1 - m) / (m * s)
+    s = sum(v.m_share * v.m_share / max(v.usage, USAGE_FLOOR) for v in others)
+    if s <= 0 or x.m_share <= 0:
+        return None
+    m = x.m_share / (x.m_share + sum(v.m_share for v in others))
+    return max(x.m_share * x.m_share * (1 - m) / (m * s) - (x.usage - me.usage), 0.0)
 
 
 def idle_time(usage: float, fair: float | None, halflife: float) -> float | None:
