@@ -510,13 +510,16 @@ def priority(usage: np.ndarray, nrun: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def near_future(usage: np.ndarray, m: np.ndarray, demanding: np.ndarray) -> np.ndarray:
-    """The Kay-Lauder near-future proportion of each `demanding` leaf (others 0): its
-    m^2 / usage over the sum of that over all of them (fractions summing to 1, or all 0).
-    `usage` is per leaf (charge units, after the Figure 4 raise)."""
+    """The Kay-Lauder near-future proportion of each `demanding` leaf (others, groups
+    included, 0): its m^2 / usage over the sum of that over all of them (fractions
+    summing to 1, or all 0).  `usage` is per leaf (charge units, after the Figure 4
+    raise)."""
     w = np.zeros(len(m))
-    np.divide(m * m, np.maximum(usage, USAGE_FLOOR), out=w, where=demanding & (m > 0))
+    np.divide(m * m, np.maximum(usage, USAGE_FLOOR), out=w, where=demanding)
     total = float(w.sum())
-    return w / total if total > 0 else w
+    if total > 0:
+        w /= total
+    return w
 
 
 def _lnodes_and_shares(idx: TreeIndex, shares, leaves, sharemin) -> tuple:
@@ -569,7 +572,8 @@ class UnicosPolicy:
         usage = decay_usage(table.usage, adjusted, k) * leaves
         background = leaves & ((usage >= consts.maxusage) | (m <= 0))
         demand_leaf = leaves & wants
-        sub_usage, sched = idx.subtree_sum(np.array((usage, demand_leaf & ~background)))
+        sched_leaf = demand_leaf & ~background
+        sub_usage, sched = idx.subtree_sum(np.array((usage, sched_leaf)))
 
         floor, limit = limshare_band(consts)
         sh = effective_shares(idx, m, sub_usage, active, sched > 0, limit, floor)
@@ -585,9 +589,8 @@ class UnicosPolicy:
             rate += (1 - k) / elapsed * charges
         cpu_total = float(c.cpu.sum())
         cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(idx.n)
-        w = near_future(usage, m, demand_leaf & ~background)
-        sums = idx.subtree_sum(np.array((usage, rate, demand_leaf, c.refs, c.nrun, cpu, w)))
-        sub_usage, rate, demand, refs, nrun, cpu, pri = sums
+        sums = idx.subtree_sum(np.array((usage, rate, demand_leaf, c.refs, c.nrun, cpu)))
+        sub_usage, rate, demand, refs, nrun, cpu = sums
         return LnodeTable(
             usage=sub_usage,
             stored=table.stored * (leaves * k),  # decays like usage (fairshare.lnode)
@@ -603,7 +606,7 @@ class UnicosPolicy:
             m_share=m,
             e_share=e_share,
             due=sh.due * active,
-            pri=pri,
+            pri=near_future(usage, m, sched_leaf),
             cpu=cpu,
             adj=np.ones(idx.n) if adj is None else np.where(active, adj, 1.0),
             priority=priority(sub_usage, nrun, m) * active,

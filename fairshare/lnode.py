@@ -81,8 +81,9 @@ class LnodeTable:
       itself, what would be due if it started); 0 when inactive.  A policy that has no
       due share leaves it 0.
     pri: the Kay-Lauder near-future proportion (shrview's Pri): a demanding leaf's
-      m_share^2 / usage over the sum of that over all demanding leaves (groups: the sum
-      of their leaves'); 0 for the others, or from a policy that does not compute it.
+      m_share^2 / usage over the sum of that over all demanding leaves; 0 for the
+      others and for groups (a display sums their leaves'), or from a policy that does
+      not compute it.
     cpu: fraction of the CPU delivered to all lnodes that this lnode got last cycle.
     adj: ADJGROUPS factor applied to the charges under this node (1 = none).
     priority: Kay-Lauder priority usage x nrun / m_share**2 (PRIORITY_MAX if m_share 0).

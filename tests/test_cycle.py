@@ -216,6 +216,21 @@ def test_table_one_gives_b_half():
     assert out.demand[tree.node("B")] and not out.demand[tree.node("B1")]
 
 
+def test_the_table_keeps_the_due_share_and_the_flat_near_future_proportion():
+    # Table I with A1 and B2 busy, B1 logged in but idle: due A 1/2, A1 1/2 (alone in
+    # A), B 1/2, B2 1/2 (the only demanding leaf of B); B1, idle, is told what would be
+    # due if it started: 0.9/(0.9 + 0.1) of B's half.  The flat Kay-Lauder proportion
+    # over the demanding leaves: A1 0.5^2/1e5, B2 0.05^2/1e5, i.e. 100/101 and 1/101;
+    # 0 for B1 and the groups.
+    tree = table_one()
+    t = with_lnodes(tree, {"A1": 1e5, "B1": 0.0, "B2": 1e5})
+    out = run_cycle(tree, t, busy(tree, {"A1": 0.0, "B2": 0.0}, idle=("B1",)), Consts(), 0.0)
+    due = {n: out.due[tree.node(n)] for n in ("A", "B", "A1", "B1", "B2")}
+    assert due == pytest.approx({"A": 0.5, "B": 0.5, "A1": 0.5, "B1": 0.45, "B2": 0.5})
+    pri = {n: out.pri[tree.node(n)] for n in ("A", "B", "A1", "B1", "B2")}
+    assert pri == pytest.approx({"A": 0, "B": 0, "A1": 100 / 101, "B1": 0, "B2": 1 / 101})
+
+
 def test_edge_effect_newcomer_capped_at_k5_due_and_usage_raised():
     tree = flat(1, 1, 1, 1)
     t = with_lnodes(tree, {"u0": 1e6, "u1": 1e6, "u2": 2e6, "u3": 0.0})

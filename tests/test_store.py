@@ -156,6 +156,8 @@ def test_published_rows_are_numbers_the_table_holds(engine):
     table.refs[alice], table.nrun[alice] = 3, 2
     table.priority[alice] = np.float64(12.5)
     table.background[alice] = True
+    table.due[alice], table.pri[alice] = 0.25, 0.75
     store.publish(tree, table, header())
     r = {x.name: x for x in store.read_published()[1]}["alice"]
     assert (r.refs, r.nrun, r.priority, r.background, r.shares) == (3, 2, 12.5, True, 3.0)
+    assert (r.due, r.pri) == (0.25, 0.75)

@@ -187,6 +187,7 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
         "sched": sched.astype(np.int64),
         "rate": np.where(leaf & ~idle, rate, 0.0),
         "muse": np.where(leaf, np.array(f["charge"], dtype=float), 0.0),
+        "pri": np.where(leaf, np.array(f["pri"], dtype=float), 0.0),  # None: NaN, as is
     }
     total_rate = sum(sums["rate"][leaf].tolist())  # Python's left-to-right sum, as before
     children = _subtree_sums(level, pos, has_parent, sums)
@@ -206,7 +207,7 @@ def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> l
             sums["muse"].tolist(),
             (leaf_rate / total_rate if total_rate > 0 else np.zeros(n)).tolist(),
             proj.tolist(),
-            [0.0 if p is None else p for p in f["pri"]],
+            np.nan_to_num(sums["pri"]).tolist(),
             due,
             children.tolist(),
             sums["leaves"].tolist(),
