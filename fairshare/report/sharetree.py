@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairshare.accounts import default_acid
 from fairshare.consts import decay
 from fairshare.tree import Kind, ShareTree, build_tree_columns
 from udb.check import (
@@ -249,7 +250,7 @@ def _user_count(cols, nodes, kind_count, position, mode: str, node: str | None) 
             for f, acids, name in zip(cols.shflags, cols.acids, cols.name, strict=True)
             if not f & (SHF_GROUP | SHF_ACCOUNT)
             and name not in position
-            and (node is None or (acids and acids[0] in in_view))
+            and (node is None or default_acid(acids) in in_view)
         )
     return user_count
 
