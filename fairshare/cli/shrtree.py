@@ -11,7 +11,7 @@ import orjson
 from rich.console import Console
 
 from fairshare.display.shrtree import render_problems, render_tree, report_json
-from fairshare.report.published import load_tree_report
+from fairshare.report.sharetree import load_tree_report
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.models import MAX_EPOCH
 from udb.remote import socket_option

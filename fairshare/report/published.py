@@ -5,8 +5,7 @@ around it (the edge of the report layer; everything after it is pure).
 `Snapshot`: the daemon's last published lnode table (fairshare.store) with its age and
 whether a daemon is still publishing it.  `Source` takes snapshots again and again for
 shrview's repeat and continuous modes (through the daemon's socket or from the UDB)
-and waits for the next cycle.  `load_site` reads the whole site (shrview --site),
-`load_tree_report` what shrtree analyses;
+and waits for the next cycle.  `load_site` reads the whole site (shrview --site);
 `caller_own`, `tree_leaves`, `find_entry` and `default_account` answer the other
 questions shrview and shrinfo ask the UDB.
 """
@@ -25,14 +24,12 @@ from sqlalchemy import Engine, select
 from fairshare.accounts import default_acid
 from fairshare.admin import load_effective_consts
 from fairshare.consts import Consts, load_consts
-from fairshare.report.sharetree import TreeReport, analyse_tree
 from fairshare.store import LnodeStore, SiteHost, SiteLnode, published_hosts, read_site
 from fairshare.tree import TREE_COLUMNS, ShareTree, build_tree
-from udb.check import configured_maxlevels, load_accounts, load_entry_columns
 from udb.errors import NotFound
 from udb.models import SHF_ACCOUNT, Entry, PublishedLnode
 from udb.remote import Reader
-from udb.session import display_name, read_session, resolve_url
+from udb.session import read_session
 
 #: A table is current when its header says running and it is at most this many deltas old.
 FRESH_DELTAS = 3.0
@@ -183,31 +180,6 @@ def share_tree(engine: Engine, mode: str) -> ShareTree:
 def tree_leaves(engine: Engine, mode: str) -> int:
     """How many leaves (users, accounts, Idle, unknown) the UDB's share tree has."""
     return int(share_tree(engine, mode).leaf_mask.sum())
-
-
-def load_tree_report(
-    udb: str | None, socket_: str | None, *, now: float, mode: str, node: str | None
-) -> TreeReport:
-    """shrtree's analysis (fairshare.report.sharetree.analyse_tree) of the UDB `udb`
-    (or the daemon's copy through `socket_`), usage aged to `now` (epoch s), in `mode`,
-    of the subtree under `node`."""
-    url = resolve_url(udb)
-    engine = Reader(url, socket_).engine  # a missing file: "no UDB at PATH"
-    with read_session(engine) as session:
-        cols = load_entry_columns(session)
-        accounts = load_accounts(session)
-        maxlevels = configured_maxlevels(session)
-        halflife = load_consts(session).halflife
-    return analyse_tree(
-        cols,
-        accounts,
-        now=now,
-        mode=mode,
-        maxlevels=maxlevels,
-        halflife=halflife,
-        node=node,
-        udb=display_name(url),
-    )
 
 
 def find_entry(session, name: str | None) -> Entry:

@@ -1,5 +1,7 @@
-"""shrtree's report: the static analysis of the share tree defined in the UDB (pure:
-the entries, the account registry, the constants and the time come in as arguments).
+"""shrtree's report: the static analysis of the share tree defined in the UDB.
+
+`load_tree_report` reads the entries, the account registry and the constants and
+calls `analyse_tree`, which is pure (the time comes in as an argument).
 
 `analyse_tree` returns a `TreeReport`: one `NodeReport` per node, depth first with
 siblings by name (`_tree_rows`), then the entries detached from the tree
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.accounts import default_acid
-from fairshare.consts import decay
+from fairshare.consts import decay, load_consts
 from fairshare.tree import Kind, ShareTree, build_tree_columns
 from udb.check import (
     DEFAULT_MAXLEVELS,
@@ -39,10 +41,15 @@ from udb.check import (
     EntryColumns,
     Problem,
     check_columns,
+    configured_maxlevels,
+    load_accounts,
+    load_entry_columns,
     role_of,
 )
 from udb.errors import NotFound
 from udb.models import ROOT_UID, SHF_ACCOUNT, SHF_GROUP
+from udb.remote import Reader
+from udb.session import display_name, read_session, resolve_url
 
 #: The name the root of the share tree goes by in displays and JSON.
 ROOT_NAME = "ROOT"
@@ -263,3 +270,28 @@ def visible_nodes(report: TreeReport, long: bool = False, errors: bool = False):
     if errors:
         return [n for n in report.nodes if n.codes]
     return [n for n in report.nodes if long or n.kind == "group"]
+
+
+def load_tree_report(
+    udb: str | None, socket_: str | None, *, now: float, mode: str, node: str | None
+) -> TreeReport:
+    """shrtree's analysis (fairshare.report.sharetree.analyse_tree) of the UDB `udb`
+    (or the daemon's copy through `socket_`), usage aged to `now` (epoch s), in `mode`,
+    of the subtree under `node`."""
+    url = resolve_url(udb)
+    engine = Reader(url, socket_).engine  # a missing file: "no UDB at PATH"
+    with read_session(engine) as session:
+        cols = load_entry_columns(session)
+        accounts = load_accounts(session)
+        maxlevels = configured_maxlevels(session)
+        halflife = load_consts(session).halflife
+    return analyse_tree(
+        cols,
+        accounts,
+        now=now,
+        mode=mode,
+        maxlevels=maxlevels,
+        halflife=halflife,
+        node=node,
+        udb=display_name(url),
+    )
