@@ -144,19 +144,19 @@ class LnodeStore:
                 .values(running=False, stopped=now)
             )
 
-    def read_published(self) -> tuple[LnodeCycle | None, list[Row]]:
+    def read_published(
+        self, columns: Sequence[str] | None = None
+    ) -> tuple[LnodeCycle | None, list[Row]]:
         """This host's published header (None if nothing was published) and lnodes,
-        in node order, as rows of every PublishedLnode column (attributes by name, or
-        by position in the table's column order).  Core rows, not ORM objects: building
-        100,000 ORM instances took most of a large display's time."""
+        in node order, as rows of the PublishedLnode `columns` (default: every column;
+        attributes by name, or by position in that order).  Core rows, not ORM objects:
+        building 100,000 ORM instances took most of a large display's time."""
         lnodes = PublishedLnode.__table__
+        picked = lnodes.c if columns is None else [lnodes.c[c] for c in columns]
+        query = select(*picked).where(lnodes.c.host == self.host).order_by(lnodes.c.node)
         with read_session(self.engine) as s:
             head = s.get(LnodeCycle, self.host)
-            rows = (
-                s.connection()
-                .execute(select(lnodes).where(lnodes.c.host == self.host).order_by(lnodes.c.node))
-                .all()
-            )
+            rows = s.connection().execute(query).all()
             s.expunge_all()
         return head, list(rows)
 

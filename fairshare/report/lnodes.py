@@ -19,14 +19,17 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fairshare.cycle import PRIORITY_MAX
-from fairshare.report.published import Snapshot
 from fairshare.store import COUNTED
 from udb.errors import NotFound
 from udb.models import PublishedLnode
+
+if TYPE_CHECKING:
+    from fairshare.report.published import Snapshot
 
 #: The Flags column's bits (octal), the guide's: users 10000, groups 50000, accounts
 #: 1010000 (documented in shrview(1)).  Demand and background are JSON fields of their own.
@@ -118,6 +121,10 @@ _ROW_FIELDS = (
 )
 
 
+#: The published columns the report reads (`_columns`): a display reads only these.
+REPORT_COLUMNS = (*_ROW_FIELDS, "charge", "due", "pri")
+
+
 def _columns(rows: Sequence[PublishedLnode]) -> dict[str, tuple]:
     """The published columns a ViewLnode needs (and charge, due, pri), each a tuple of values.
 
@@ -126,7 +133,7 @@ def _columns(rows: Sequence[PublishedLnode]) -> dict[str, tuple]:
     instrumentation or a Row's key map, costs more than everything else here on
     100,000 rows.  A column an ORM object was built without is None.
     """
-    wanted = (*_ROW_FIELDS, "charge", "due", "pri")
+    wanted = REPORT_COLUMNS
     if hasattr(rows[0], "_fields"):
         keys = rows[0]._fields
         pick = operator.itemgetter(*(keys.index(f) for f in wanted))

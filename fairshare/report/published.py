@@ -24,6 +24,7 @@ from sqlalchemy import Engine, select
 from fairshare.accounts import default_acid
 from fairshare.admin import load_effective_consts
 from fairshare.consts import Consts, load_consts
+from fairshare.report.lnodes import REPORT_COLUMNS
 from fairshare.store import LnodeStore, SiteHost, SiteLnode, published_hosts, read_site
 from fairshare.tree import TREE_COLUMNS, ShareTree, build_tree
 from udb.errors import NotFound
@@ -88,7 +89,7 @@ def load_published(
 ) -> Snapshot:
     """The snapshot of `host`'s published table (see `pick_host`), aged to `now` (epoch s)."""
     name = pick_host(published_hosts(engine), host, here or socket.gethostname())
-    head, rows = LnodeStore(engine, name).read_published()
+    head, rows = LnodeStore(engine, name).read_published(REPORT_COLUMNS)
     if head is None:  # it stopped publishing between the two reads
         raise NotFound(f"--host {name}: nothing published for it")
     age = now - head.time
