@@ -9,4 +9,8 @@ and releases those that are gone.  `reload` re-reads the constants and tree, `lo
 times the cycles and takes the signals, `outage` keeps the daemon scheduling while
 the UDB cannot be reached, `sync` serves shrsync's requests and `server` (with
 `answers`) the socket.
+
+What the commands show of it: `report` turns the published table (and the UDB) into
+the rows, profiles and statistics of shrview, shrinfo and shrtree, without computing
+a scheduling figure again; `display` formats them; `cli` parses, calls and renders.
 """
