@@ -19,14 +19,8 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from fairshare.consts import (
-    FIELDS,
-    Consts,
-    consts_from_mapping,
-    consts_from_stored,
-    load_consts,
-    save_consts,
-)
+from fairshare.consts import FIELDS, Consts, consts_from_mapping, consts_from_stored
+from fairshare.repository import load_consts, save_consts
 from udb.check import check_columns, load_accounts, load_entry_columns
 from udb.errors import OptionError
 from udb.models import ConstChange, Schedule

@@ -1,7 +1,8 @@
 """The fair-share constants (the guide's sh_consts, set with shradmin) and their storage.
 
 Every command and the daemon read one `Consts` from the UDB's `consts` table
-(`load_consts`), so they all agree; an absent row means the default.
+(`fairshare.repository.load_consts`), so they all agree; an absent row means the
+default.  This module is pure: it parses, checks and converts, and reads no database.
 
 Units:
 
@@ -28,11 +29,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from udb.errors import OptionError
-from udb.models import MAX_USAGE, Const
+from udb.models import MAX_USAGE
 
 log = logging.getLogger("fairshare.consts")
 
@@ -437,26 +436,3 @@ def consts_from_stored(values: Mapping[str, object], base: Consts | None = None)
             continue
         good[name] = value
     return consts_from_mapping(good, base)
-
-
-def load_consts(session: Session) -> Consts:
-    """The constants stored in the UDB (defaults for absent rows; unknown rows and values
-    out of range ignored, see `consts_from_stored`)."""
-    rows = session.execute(select(Const.name, Const.value)).all()
-    stored = {name: value for name, value in rows if name in FIELDS and value is not None}
-    return consts_from_stored(stored)
-
-
-def save_consts(session: Session, consts: Consts) -> None:
-    """Store every constant of `consts` in the UDB (within the caller's transaction)."""
-    validate(consts)
-    existing = {c.name: c for c in session.scalars(select(Const))}
-    for name in FIELDS:
-        value = getattr(consts, name)
-        if isinstance(value, tuple):
-            value = list(value)
-        row = existing.get(name)
-        if row is None:
-            session.add(Const(name=name, value=value))
-        elif row.value != value:
-            row.value = value

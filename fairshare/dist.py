@@ -35,8 +35,8 @@ import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from fairshare.consts import load_consts
-from fairshare.tree import TREE_COLUMNS, Kind, ShareTree, build_tree, build_tree_columns
+from fairshare.repository import load_tree
+from fairshare.tree import Kind, ShareTree
 from udb.errors import NotFound, OptionError, UdbError
 from udb.models import MAX_SHARES, Entry, ShareChange
 from udb.session import mark_entries_changed
@@ -170,15 +170,6 @@ class GroupView:
 
     def member_names(self) -> list[str]:
         return [self.tree.names[n] for n in self.members]
-
-
-def load_tree(session: Session) -> ShareTree:
-    """The UDB's share tree in the mode the constants say (SHAREBYACCT or not)."""
-    mode = load_consts(session).mode
-    rows = session.connection().execute(select(*TREE_COLUMNS)).all()  # Core rows, no ORM
-    if not rows:
-        return build_tree([], mode)
-    return build_tree_columns(*zip(*rows, strict=True), mode=mode)
 
 
 def group_view(tree: ShareTree, group: str) -> GroupView:

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from fairshare.accounts import default_acid
 from fairshare.collect import ProcessSample, Sample
-from fairshare.consts import load_consts
+from fairshare.repository import load_consts
 from udb.errors import NotFound, OptionError, UdbError
 from udb.models import SHF_ACCOUNT, Account, Entry
 

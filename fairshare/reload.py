@@ -19,8 +19,9 @@ from sqlalchemy import func, select
 
 from fairshare.admin import load_effective_consts
 from fairshare.consts import Consts
+from fairshare.repository import tree_rows
 from fairshare.state import Lnodes, lnodes_for
-from fairshare.tree import TREE_COLUMNS, build_tree
+from fairshare.tree import build_tree
 from udb.models import Entry, Serial
 
 log = logging.getLogger("shrdaemon")
@@ -49,7 +50,7 @@ def entries_fingerprint(session) -> tuple:
 
 def load_lnodes(session, mode: str) -> Lnodes:
     """The share tree of the UDB in `mode`, an empty lnode table and the uid maps."""
-    tree = build_tree(session.execute(select(*TREE_COLUMNS)).all(), mode)
+    tree = build_tree(tree_rows(session), mode)
     acids = {}
     if mode == "account":
         for uid, ac in session.execute(select(Entry.uid, Entry.acids)).all():

@@ -25,10 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-from udb.models import IDLE_UID, ROOT_UID, SHF_ACCOUNT, SHF_GROUP, Entry
-
-#: The entry columns a tree is built from; `select(*TREE_COLUMNS)` gives rows for `build_tree`.
-TREE_COLUMNS = (Entry.name, Entry.uid, Entry.resgrp, Entry.shares, Entry.shflags)
+from udb.models import IDLE_UID, ROOT_UID, SHF_ACCOUNT, SHF_GROUP
 
 #: Names the guide accepts for the entry that unknown uids are charged to.
 UNKNOWN_NAMES = ("unknown", "UnKnown")
@@ -49,7 +46,7 @@ class Kind(IntEnum):
 
 
 class TreeRow(Protocol):
-    """What `build_tree` needs of an entry (an Entry, a Row of TREE_COLUMNS, ...)."""
+    """What `build_tree` needs of an entry (an Entry, a Row of repository.TREE_COLUMNS, ...)."""
 
     name: str
     uid: int

@@ -15,12 +15,11 @@ from fairshare.consts import (
     Consts,
     consts_from_mapping,
     flag_names,
-    load_consts,
     parse_duration,
     parse_flags,
-    save_consts,
     validate,
 )
+from fairshare.repository import load_consts, save_consts
 from udb.check import configured_maxlevels
 from udb.errors import OptionError
 from udb.models import Const

@@ -33,9 +33,10 @@ from machine_lock import (
 )
 from sqlalchemy import select
 
-from fairshare.consts import Consts, save_consts
+from fairshare.consts import Consts
 from fairshare.enforce.detect import detect
 from fairshare.enforce.nice import autogroup_enabled
+from fairshare.repository import save_consts
 from udb.models import Entry, LnodeCheckpoint
 from udb.session import open_udb, read_session, write_session
 

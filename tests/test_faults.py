@@ -505,7 +505,8 @@ def test_huge_and_non_finite_numbers_in_every_option(tmp_path, template, cmd, be
             assert len(lines) == 1 or (len(lines) == 3 and lines[-1].startswith("Error:")), lines
     dispose_all()
     with read_session(open_udb(str(path))) as s:  # whatever was accepted is in range
-        from fairshare.consts import load_consts, validate
+        from fairshare.consts import validate
+        from fairshare.repository import load_consts
 
         validate(load_consts(s))
 
@@ -619,7 +620,8 @@ def test_a_non_finite_value_is_logged_and_the_last_finite_one_kept(tmp_path, tem
 def test_a_stored_constant_out_of_range_is_ignored_with_a_warning(tmp_path, template, caplog):
     # shradmin 1e308 used to be accepted, and then every daemon start failed.  A value
     # stored before ranges were checked no longer stops anything.
-    from fairshare.consts import Consts, load_consts
+    from fairshare.consts import Consts
+    from fairshare.repository import load_consts
     from udb.models import Const
 
     path = tmp_path / "udb.sqlite"

@@ -20,6 +20,7 @@ from fairshare.consts import SHAREBYACCT, TICKS_PER_SECOND, Consts, save_consts
 from fairshare.daemon import Daemon, Options
 from fairshare.enforce.none import NoEnforcer
 from fairshare.newacct import SessionAccounts, session_request
+from fairshare.repository import save_consts
 from fairshare.server import Server
 from fairshare.sim.machine import SimClock
 from fairshare.store import LnodeStore

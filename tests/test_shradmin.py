@@ -21,7 +21,8 @@ from fairshare.admin import (
     schedules,
 )
 from fairshare.cli.shradmin import main as shradmin
-from fairshare.consts import ADJGROUPS, LIMSHARE, Consts, load_consts
+from fairshare.consts import ADJGROUPS, LIMSHARE, Consts
+from fairshare.repository import load_consts
 from udb.errors import OptionError
 from udb.models import ConstChange, Schedule
 from udb.session import open_udb, read_session

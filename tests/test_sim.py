@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from fairshare.cli.shrsim import main as shrsim
-from fairshare.consts import ADJGROUPS, Consts, save_consts
+from fairshare.consts import ADJGROUPS, Consts
 from fairshare.enforce.mapping import NICE_TO_WEIGHT
 from fairshare.sim.machine import SimMachine, enforcer_weights, water_fill
 from fairshare.sim.run import run_scenario

@@ -505,12 +505,13 @@ def test_shrview_site_and_shrinfo_show_usage_on_other_hosts(udb_url, tmp_path):
 
 def test_checkpoints_and_recovery_stay_per_host(udb_url):
     from fairshare.lnode import activate, new_table
-    from fairshare.tree import TREE_COLUMNS, build_tree
+    from fairshare.repository import tree_rows
+    from fairshare.tree import build_tree
 
     engine = open_udb(udb_url)
     directives.run(engine, directives.parse(USERS, "site"))
     with read_session(engine) as s:
-        tree = build_tree(s.execute(select(*TREE_COLUMNS)).all())
+        tree = build_tree(tree_rows(s))
     z = tree.node("z")
     for host, usage in (("a", 100.0), ("b", 40.0)):
         table = new_table(tree)

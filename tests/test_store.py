@@ -7,8 +7,9 @@ import pytest
 from sqlalchemy import select, update
 
 from fairshare.lnode import WriteBack, activate, new_table
+from fairshare.repository import tree_rows
 from fairshare.store import CycleHeader, LnodeStore
-from fairshare.tree import TREE_COLUMNS, build_tree
+from fairshare.tree import build_tree
 from udb.models import SHF_GROUP, Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
 from udb.session import open_udb, read_session, write_session
 
@@ -29,7 +30,7 @@ def engine(udb_url):
 
 def tree_and_table(engine):
     with read_session(engine) as s:
-        tree = build_tree(s.execute(select(*TREE_COLUMNS)).all())
+        tree = build_tree(tree_rows(s))
     table = new_table(tree)
     return tree, table
 

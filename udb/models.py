@@ -97,7 +97,7 @@ class Account(Base):
 class Const(Base):
     """One fair-share constant (sh_consts): `name` as in fairshare.consts.Consts, JSON value.
 
-    Absent rows mean the default; fairshare.consts.load_consts/save_consts read and write them.
+    Absent rows mean the default; fairshare.repository.load_consts/save_consts read and write them.
     """
 
     __tablename__ = "consts"

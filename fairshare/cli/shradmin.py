@@ -18,9 +18,10 @@ from fairshare.admin import (
     set_constants,
     set_schedule,
 )
-from fairshare.consts import from_user, load_consts
+from fairshare.consts import from_user
 from fairshare.display.settings import history_lines, render_settings, settings_json
 from fairshare.dist import current_caller
+from fairshare.repository import load_consts
 from udb.cli.common import handle_errors, last_option, udb_option
 from udb.errors import OptionError
 from udb.session import open_udb, read_session, write_session

@@ -18,11 +18,11 @@ import sys
 import click
 
 from fairshare.actions import RealOs
-from fairshare.consts import load_consts
 from fairshare.daemon import Daemon, Options
 from fairshare.dist import auth_path
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
 from fairshare.lock import DaemonLock
+from fairshare.repository import load_consts
 from fairshare.server import Server
 from fairshare.service import Notifier, log_formatter
 from fairshare.sim.scenario import scenario_brings_udb

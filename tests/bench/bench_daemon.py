@@ -48,9 +48,10 @@ from machine_lock import machine_lock  # noqa: E402  (tests/machine_lock.py)
 
 from fairshare.actions import REAL_OS  # noqa: E402
 from fairshare.collect.procfs import ProcfsCollector  # noqa: E402
-from fairshare.consts import Consts, save_consts  # noqa: E402
+from fairshare.consts import Consts  # noqa: E402
 from fairshare.daemon import Daemon, Options  # noqa: E402
 from fairshare.enforce.detect import detect, make_enforcer  # noqa: E402
+from fairshare.repository import save_consts  # noqa: E402
 from fairshare.store import LnodeStore  # noqa: E402
 from udb.models import SHF_GROUP, Entry  # noqa: E402
 from udb.session import open_udb, write_session  # noqa: E402

@@ -61,7 +61,8 @@ from machine_lock import (  # noqa: E402  (tests/machine_lock.py)
     remove_fairshare_cgroups,
 )
 
-from fairshare.consts import Consts, save_consts  # noqa: E402
+from fairshare.consts import Consts  # noqa: E402
+from fairshare.repository import save_consts  # noqa: E402
 from udb.models import Entry  # noqa: E402
 from udb.session import open_udb, write_session  # noqa: E402
 

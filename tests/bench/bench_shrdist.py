@@ -24,8 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tree import median_time, site_rows  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
-from fairshare.consts import Consts, save_consts  # noqa: E402
-from fairshare.dist import Caller, load_tree, plan, preview, redistribute  # noqa: E402
+from fairshare.consts import Consts  # noqa: E402
+from fairshare.dist import Caller, plan, preview, redistribute  # noqa: E402
+from fairshare.repository import (
+    load_tree,  # noqa: E402
+    save_consts,  # noqa: E402
+)
 from udb.models import Entry  # noqa: E402
 from udb.session import dispose_all, open_udb, read_session, write_session  # noqa: E402
 

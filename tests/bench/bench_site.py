@@ -36,8 +36,9 @@ from pgserver import PgServer  # noqa: E402  (tests/pgserver.py)
 from sqlalchemy import insert, select, text  # noqa: E402
 
 from fairshare.lnode import WriteBack, activate, new_table  # noqa: E402
+from fairshare.repository import tree_rows  # noqa: E402
 from fairshare.store import CycleHeader, LnodeStore  # noqa: E402
-from fairshare.tree import TREE_COLUMNS, build_tree  # noqa: E402
+from fairshare.tree import build_tree  # noqa: E402
 from udb.models import SHF_GROUP, Entry  # noqa: E402
 from udb.session import open_udb, read_session, write_session  # noqa: E402
 
@@ -59,7 +60,7 @@ def make_udb(url: str):
         ]
         s.execute(insert(Entry), groups + users)
     with read_session(engine) as s:
-        tree = build_tree(s.execute(select(*TREE_COLUMNS)).all())
+        tree = build_tree(tree_rows(s))
     return engine, tree
 
 

@@ -1,0 +1,59 @@
+"""The UDB reads and writes the pure core needs: the constants and the share tree's rows.
+
+`consts.py`, `tree.py`, `cycle.py` and `lnode.py` compute; they import no SQLAlchemy.
+Every command and the daemon read the constants (`load_consts`) and the share tree
+(`load_tree`, `tree_rows`) through this module, within the caller's session, so they
+all agree on one stored state.  The lnode table's own tables (published rows,
+checkpoint) are `fairshare.store`'s.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from fairshare.consts import FIELDS, Consts, consts_from_stored, validate
+from fairshare.tree import ShareTree, TreeRow, build_tree, build_tree_columns
+from udb.models import Const, Entry
+
+#: The entry columns a tree is built from; `select(*TREE_COLUMNS)` gives rows for `build_tree`.
+TREE_COLUMNS = (Entry.name, Entry.uid, Entry.resgrp, Entry.shares, Entry.shflags)
+
+
+def load_consts(session: Session) -> Consts:
+    """The constants stored in the UDB (defaults for absent rows; unknown rows and values
+    out of range ignored, see `consts_from_stored`)."""
+    rows = session.execute(select(Const.name, Const.value)).all()
+    stored = {name: value for name, value in rows if name in FIELDS and value is not None}
+    return consts_from_stored(stored)
+
+
+def save_consts(session: Session, consts: Consts) -> None:
+    """Store every constant of `consts` in the UDB (within the caller's transaction)."""
+    validate(consts)
+    existing = {c.name: c for c in session.scalars(select(Const))}
+    for name in FIELDS:
+        value = getattr(consts, name)
+        if isinstance(value, tuple):
+            value = list(value)
+        row = existing.get(name)
+        if row is None:
+            session.add(Const(name=name, value=value))
+        elif row.value != value:
+            row.value = value
+
+
+def tree_rows(session: Session) -> list[TreeRow]:
+    """Every entry's TREE_COLUMNS, for `build_tree`."""
+    return session.execute(select(*TREE_COLUMNS)).all()
+
+
+def load_tree(session: Session, mode: str | None = None) -> ShareTree:
+    """The UDB's share tree in `mode` (None: the mode the constants say, SHAREBYACCT or
+    not), built column-wise from Core rows (no ORM objects)."""
+    if mode is None:
+        mode = load_consts(session).mode
+    rows = session.connection().execute(select(*TREE_COLUMNS)).all()
+    if not rows:
+        return build_tree([], mode)
+    return build_tree_columns(*zip(*rows, strict=True), mode=mode)
