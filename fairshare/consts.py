@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from udb.errors import OptionError
-from udb.models import MAX_USAGE
+from udb.rules import MAX_USAGE
 
 log = logging.getLogger("fairshare.consts")
 

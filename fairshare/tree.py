@@ -25,12 +25,18 @@ from typing import Protocol
 
 import numpy as np
 
-from udb.models import IDLE_UID, ROOT_UID, SHF_ACCOUNT, SHF_GROUP
-
-#: Names the guide accepts for the entry that unknown uids are charged to.
-UNKNOWN_NAMES = ("unknown", "UnKnown")
-
-MODES = ("user", "account")
+from udb.rules import (
+    IDLE_UID,
+    MODES,
+    ROOT_UID,
+    SHF_ACCOUNT,
+    SHF_GROUP,
+    TREE_ROLES,
+    UNKNOWN_NAMES,
+    in_tree,
+    place_entry,
+    walk_groups,
+)
 
 
 class Kind(IntEnum):
@@ -55,17 +61,6 @@ class TreeRow(Protocol):
     shflags: int
 
 
-def entry_kind(row: TreeRow) -> Kind:
-    """The role an entry plays in the tree, from its shflags and uid."""
-    if row.shflags & SHF_GROUP:
-        return Kind.GROUP
-    if row.shflags & SHF_ACCOUNT:
-        return Kind.ACCOUNT
-    if row.uid == IDLE_UID:
-        return Kind.IDLE
-    return Kind.USER
-
-
 @dataclass(frozen=True)
 class Detached:
     """An entry that belongs in the tree but cannot be reached from the root."""
@@ -73,7 +68,7 @@ class Detached:
     name: str
     uid: int
     resgrp: int
-    reason: str  # "missing-parent", "parent-not-group", "cycle" or "ancestor-detached"
+    reason: str  # a name of udb.rules.FAULT_NAMES: "missing-parent", "parent-not-group", ...
 
 
 @dataclass
@@ -231,88 +226,25 @@ def build_tree_columns(
 
     Vectorised: a level's nodes are found with a few numpy operations per level,
     so 100,000 entries take tens of milliseconds.  Nodes are numbered breadth
-    first; within a level by parent node, then by the entries' order.
+    first; within a level by parent node, then by the entries' order.  Which entries
+    are nodes, and why one is detached, are udb.rules' (`in_tree`, `place_entry`).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     uid = np.asarray(uids, dtype=np.int64).reshape(-1)
     rg = np.asarray(resgrps, dtype=np.int64).reshape(-1)
-    sf = np.asarray(shflags, dtype=np.int64).reshape(-1)
-    kind = np.full(len(uid), Kind.USER, dtype=np.int8)
-    kind[uid == IDLE_UID] = Kind.IDLE
-    kind[(sf & SHF_ACCOUNT) != 0] = Kind.ACCOUNT
-    kind[(sf & SHF_GROUP) != 0] = Kind.GROUP
-    # The same membership rule as udb.check.in_tree (udb cannot import fairshare).
-    if mode == "user":
-        is_node = kind != Kind.ACCOUNT
-    else:
-        is_node = kind != Kind.USER
-        for i, name in enumerate(names):
-            if name in UNKNOWN_NAMES and kind[i] == Kind.USER:
-                is_node[i] = True
-    members = np.flatnonzero(is_node)
+    kind = _kinds(uid, np.asarray(shflags, dtype=np.int64).reshape(-1))
+    members = np.flatnonzero(_tree_nodes(kind, names, mode))
     m_uid, m_rg, m_kind = uid[members], rg[members], kind[members]
+    m_parent = _parent_members(m_uid, m_rg, m_kind)
+    m_node, n_parent, n_member, levels = _number_levels(m_rg == ROOT_UID, m_parent, m_kind)
 
-    # Each member's parent: the root, a group member (its position in members), or none (-1).
-    groups = np.flatnonzero(m_kind == Kind.GROUP)
-    by_uid = groups[np.argsort(m_uid[groups], kind="stable")]
-    sorted_uids = m_uid[by_uid]
-    m_parent = np.full(len(members), -1, dtype=np.int64)
-    if len(by_uid):
-        pos = np.minimum(np.searchsorted(sorted_uids, m_rg), len(sorted_uids) - 1)
-        found = sorted_uids[pos] == m_rg
-        m_parent[found] = by_uid[pos[found]]
-    at_root = m_rg == ROOT_UID
-    m_parent[at_root] = -1
-
-    # Levels, top down: a member is placed once its parent group is.
-    m_node = np.full(len(members), -1, dtype=np.int64)
-    n_parent, n_member, n_level = [np.array([-1])], [np.array([-1])], [np.array([0])]
-    levels: list[np.ndarray] = [np.array([0], dtype=np.int64)]
-    next_node = 1
-    this = np.flatnonzero(at_root)
-    parent_node = np.zeros(len(this), dtype=np.int64)
-    depth = 1
-    while len(this):
-        order = np.lexsort((this, parent_node))
-        this, parent_node = this[order], parent_node[order]
-        numbers = np.arange(next_node, next_node + len(this))
-        m_node[this] = numbers
-        n_parent.append(parent_node)
-        n_member.append(this)
-        n_level.append(np.full(len(this), depth))
-        levels.append(numbers)
-        next_node += len(this)
-        depth += 1
-        # Children of this level's groups.
-        placed_groups = this[m_kind[this] == Kind.GROUP]
-        if not len(placed_groups):
-            break
-        mark = np.zeros(len(members), dtype=bool)
-        mark[placed_groups] = True
-        cand = np.flatnonzero((m_parent >= 0) & (m_node < 0))
-        this = cand[mark[m_parent[cand]]]
-        parent_node = m_node[m_parent[this]]
-
-    member_of_node = np.concatenate(n_member)
-    entry_of_node = members[member_of_node[1:]]
+    entry_of_node = members[np.concatenate(n_member)[1:]]
     node_names = ["", *(names[i] for i in entry_of_node.tolist())]
     ids = np.concatenate(([ROOT_UID], uid[entry_of_node]))
     kinds = np.concatenate(([Kind.ROOT], kind[entry_of_node])).astype(np.int8)
     node_shares = np.concatenate(([0.0], np.asarray(shares, dtype=float)[entry_of_node]))
-
-    all_uids = set(uid.tolist())
-    group_parent = dict(zip(m_uid[groups].tolist(), m_rg[groups].tolist(), strict=True))
-    detached = [
-        Detached(
-            names[e],
-            int(uid[e]),
-            int(rg[e]),
-            _detach_reason(int(uid[e]), int(rg[e]), group_parent, all_uids),
-        )
-        for e in members[m_node < 0].tolist()
-    ]
-
+    lost = members[m_node < 0]
     tree = ShareTree(
         mode=mode,
         names=node_names,
@@ -320,30 +252,92 @@ def build_tree_columns(
         kinds=kinds,
         parent=np.concatenate(n_parent).astype(np.int64),
         shares=node_shares,
-        level=np.concatenate(n_level).astype(np.int64),
-        levels=[lv.astype(np.int64) for lv in levels],
-        detached=detached,
+        level=np.concatenate([np.full(len(lv), k) for k, lv in enumerate(levels)]).astype(np.int64),
+        levels=levels,
+        detached=_detached(lost, names, uid, rg, members[m_kind == Kind.GROUP]),
         source=np.concatenate(([-1], entry_of_node)).astype(np.int64),
-        detached_source=members[m_node < 0].astype(np.int64),
+        detached_source=lost.astype(np.int64),
     )
     tree._by_name = dict(zip(node_names[1:], range(1, len(node_names)), strict=True))
     tree._by_id = dict(zip(ids[1:].tolist(), range(1, len(node_names)), strict=True))
     return tree
 
 
-def _detach_reason(uid: int, resgrp: int, group_parent: dict[int, int], all_uids: set[int]) -> str:
-    """Why an entry is not reachable from the root."""
-    if resgrp not in all_uids:
-        return "missing-parent"
-    if resgrp not in group_parent:
-        return "parent-not-group"
-    seen = {uid}
-    g = resgrp
-    while g != ROOT_UID:
-        if g in seen:
-            return "cycle"
-        seen.add(g)
-        if g not in group_parent:
-            return "ancestor-detached"
-        g = group_parent[g]
-    return "ancestor-detached"  # reached the root through a detached group: cannot happen
+def _kinds(uid: np.ndarray, shflags: np.ndarray) -> np.ndarray:
+    """Each entry's Kind (udb.rules.role_of, vectorised)."""
+    kind = np.full(len(uid), Kind.USER, dtype=np.int8)
+    kind[uid == IDLE_UID] = Kind.IDLE
+    kind[(shflags & SHF_ACCOUNT) != 0] = Kind.ACCOUNT
+    kind[(shflags & SHF_GROUP) != 0] = Kind.GROUP
+    return kind
+
+
+def _tree_nodes(kind: np.ndarray, names: Sequence[str], mode: str) -> np.ndarray:
+    """Which entries are nodes in `mode` (udb.rules.in_tree, vectorised over the roles of
+    TREE_ROLES; the few entries with an unknown name asked one by one)."""
+    is_node = np.isin(kind, [Kind[r.upper()] for r in TREE_ROLES[mode]])
+    for i, name in enumerate(names):
+        if name in UNKNOWN_NAMES:
+            is_node[i] = in_tree(Kind(int(kind[i])).label, name, mode)
+    return is_node
+
+
+def _parent_members(m_uid: np.ndarray, m_rg: np.ndarray, m_kind: np.ndarray) -> np.ndarray:
+    """Each member's parent: a group member (its position in members), or -1 (the root,
+    or no group has that uid)."""
+    groups = np.flatnonzero(m_kind == Kind.GROUP)
+    by_uid = groups[np.argsort(m_uid[groups], kind="stable")]
+    sorted_uids = m_uid[by_uid]
+    m_parent = np.full(len(m_uid), -1, dtype=np.int64)
+    if len(by_uid):
+        pos = np.minimum(np.searchsorted(sorted_uids, m_rg), len(sorted_uids) - 1)
+        found = sorted_uids[pos] == m_rg
+        m_parent[found] = by_uid[pos[found]]
+    m_parent[m_rg == ROOT_UID] = -1
+    return m_parent
+
+
+def _number_levels(at_root: np.ndarray, m_parent: np.ndarray, m_kind: np.ndarray):
+    """Number the members level by level, top down (a member is placed once its parent
+    group is): (node of each member, -1 if never placed; each level's parent nodes; each
+    level's members; each level's node numbers), the root's level first."""
+    m_node = np.full(len(m_parent), -1, dtype=np.int64)
+    n_parent, n_member = [np.array([-1])], [np.array([-1])]
+    levels: list[np.ndarray] = [np.array([0], dtype=np.int64)]
+    next_node = 1
+    this = np.flatnonzero(at_root)
+    parent_node = np.zeros(len(this), dtype=np.int64)
+    while len(this):
+        order = np.lexsort((this, parent_node))
+        this, parent_node = this[order], parent_node[order]
+        numbers = np.arange(next_node, next_node + len(this), dtype=np.int64)
+        m_node[this] = numbers
+        n_parent.append(parent_node)
+        n_member.append(this)
+        levels.append(numbers)
+        next_node += len(this)
+        # Children of this level's groups.
+        placed_groups = this[m_kind[this] == Kind.GROUP]
+        if not len(placed_groups):
+            break
+        mark = np.zeros(len(m_parent), dtype=bool)
+        mark[placed_groups] = True
+        cand = np.flatnonzero((m_parent >= 0) & (m_node < 0))
+        this = cand[mark[m_parent[cand]]]
+        parent_node = m_node[m_parent[this]]
+    return m_node, n_parent, n_member, levels
+
+
+def _detached(lost, names, uid, rg, group_entries) -> list[Detached]:
+    """The Detached record of each entry in `lost`, its fault found by udb.rules."""
+    if not len(lost):
+        return []
+    groups = dict(zip(uid[group_entries].tolist(), rg[group_entries].tolist(), strict=True))
+    all_uids = set(uid.tolist())
+    walk = walk_groups(groups, all_uids)
+    out = []
+    for e in lost.tolist():
+        u, g = int(uid[e]), int(rg[e])
+        where = place_entry(u, g, groups, walk, all_uids)
+        out.append(Detached(names[e], u, g, where.fault_name))
+    return out

@@ -136,7 +136,7 @@ def test_detached_entries_and_reasons():
     assert reasons == {
         "A": "cycle",
         "B": "cycle",
-        "under_cycle": "cycle",  # its chain runs into the cycle
+        "under_cycle": "ancestor-detached",  # its chain runs into the cycle (Or, as udbgen -a)
         "missing": "missing-parent",
         "under_user": "parent-not-group",
     }
@@ -227,3 +227,25 @@ def test_tree_links_follow_resgrp(entries):
     assert len(tree.detached) + tree.size - 1 == len(rows)
     assert [rows[i].name for i in tree.source[1:]] == tree.names[1:]
     assert [rows[i].name for i in tree.detached_source] == [d.name for d in tree.detached]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 30), st.integers(0, 31), st.sampled_from([0, SHF_GROUP])),
+        max_size=30,
+        unique_by=lambda t: t[0],
+    )
+)
+def test_detached_reasons_are_udbgens_faults(entries):
+    """The tree leaves out exactly the entries udbgen -a finds a chain fault in, and names
+    each entry's fault as udbgen -a does (udb.rules, one set of fault names)."""
+    from udb.check import check_udb
+    from udb.rules import FAULT_NAMES
+
+    rows = [E(f"e{uid}", uid, rg, 1, flags) for uid, rg, flags in entries]
+    for r in rows:
+        r.passwd = "*" if r.shflags else "x"
+    tree = build_tree(rows)
+    faults = {p.name: FAULT_NAMES[p.code] for p in check_udb(rows, {}) if p.code in FAULT_NAMES}
+    assert {d.name: d.reason for d in tree.detached} == faults

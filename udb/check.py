@@ -24,10 +24,11 @@ Na    error    Share by Account: a user with no acids
 Sh    error    Share by Account: a user's default acid has no shareholder entry
 ====  =======  ===========================================================
 
-Which entries form the tree depends on the mode, as in `fairshare.tree`: groups
-and Idle always; users in Share by User mode ("user"); shareholder (account)
-entries and the unknown entry in Share by Account mode ("account").  The tree
-rules (Nc, Zs, Rt, Mg, Ng, Cy, Or, Dp) apply to those entries only.
+Which entries form the tree, and the chain faults Mg, Ng, Cy and Or, are
+`udb.rules`' (the same rules build `fairshare.tree`'s share tree): groups and Idle
+always; users in Share by User mode ("user"); shareholder (account) entries and
+the unknown entry in Share by Account mode ("account").  The tree rules (Nc, Zs,
+Rt, Mg, Ng, Cy, Or, Dp) apply to those entries only.
 """
 
 from __future__ import annotations
@@ -43,15 +44,22 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from udb import models
-from udb.models import IDLE_UID, ROOT_UID, SHF_ACCOUNT, SHF_GROUP
+from udb.rules import (
+    IDLE_UID,
+    MODES,
+    ROOT_UID,
+    SHF_ACCOUNT,
+    SHF_GROUP,
+    UNKNOWN_NAMES,
+    Placement,
+    in_tree,
+    place_entry,
+    role_of,
+    walk_groups,
+)
 
 #: Maxgroups when shradmin -G was never set: ROOT plus three levels below it.
 DEFAULT_MAXLEVELS = 4
-
-#: Names the guide accepts for the entry unknown uids are charged to.
-UNKNOWN_NAMES = ("unknown", "UnKnown")
-
-MODES = ("user", "account")
 
 WARNING, ERROR = "warning", "error"
 
@@ -126,88 +134,9 @@ class CheckedEntry(Protocol):
 # -- roles -----------------------------------------------------------------------------
 
 
-def role_of(shflags: int, uid: int) -> str:
-    """The role shflags and uid give an entry: "group", "account", "idle" or "user"."""
-    if shflags & SHF_GROUP:
-        return "group"
-    if shflags & SHF_ACCOUNT:
-        return "account"
-    if uid == IDLE_UID:
-        return "idle"
-    return "user"
-
-
 def role(entry: CheckedEntry) -> str:
     """The entry's role (see `role_of`)."""
     return role_of(entry.shflags, entry.uid)
-
-
-def in_tree(entry_role: str, name: str, mode: str) -> bool:
-    """Whether an entry of `entry_role` called `name` is a node of the tree in `mode`."""
-    if entry_role in ("group", "idle"):
-        return True
-    if mode == "user":
-        return entry_role == "user"
-    return entry_role == "account" or name in UNKNOWN_NAMES
-
-
-# -- the chain walk ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where an entry sits: its level (ROOT is 0) or why it is detached.
-
-    `fault` is "" when attached, else the code of the fault: Mg, Ng or Cy for
-    the entry whose own resgrp is at fault, Or when an ancestor's is.
-    """
-
-    level: int | None
-    fault: str = ""
-
-
-def place_groups(groups: Mapping[int, int], all_uids: Iterable[int]) -> dict[int, Placement]:
-    """The placement of every resource group, given group uid -> resgrp.
-
-    Walks each chain once (memoised), so the cost is linear in the groups.
-    """
-    uids = set(all_uids)
-    placed: dict[int, Placement] = {}
-    for start in groups:
-        path: list[int] = []
-        on_path: dict[int, int] = {}
-        g = start
-        while True:
-            if g in placed:
-                base = placed[g]
-                break
-            on_path[g] = len(path)
-            path.append(g)
-            parent = groups[g]
-            if parent == ROOT_UID:
-                base = Placement(0)
-                break
-            if parent in on_path:  # the chain closed on itself
-                loop_start = on_path[parent]
-                for member in path[loop_start:]:
-                    placed[member] = Placement(None, "Cy")
-                path = path[:loop_start]
-                base = Placement(None, "Cy")
-                break
-            if parent not in groups:
-                placed[g] = Placement(None, "Mg" if parent not in uids else "Ng")
-                base = placed[g]
-                path.pop()
-                break
-            g = parent
-        # Assign from the top of the walked path down.
-        for member in reversed(path):
-            if base.level is None:
-                base = Placement(None, "Or")
-            else:
-                base = Placement(base.level + 1)
-            placed[member] = base
-    return placed
 
 
 # -- the rules ---------------------------------------------------------------------------
@@ -303,13 +232,47 @@ def check_columns(
     roles = [role_of(f, u) for f, u in zip(cols.shflags, uids, strict=True)]
     nodes = [in_tree(r, n, mode) for r, n in zip(roles, names, strict=True)]
     all_uids = set(uids)
+    groups = {u: g for u, g, r in zip(uids, resgrps, roles, strict=True) if r == "group"}
+    walk = walk_groups(groups, all_uids)
+    referenced = set(g for u, g, node in zip(uids, resgrps, nodes, strict=True) if node and u != g)
     role_of_uid = dict(zip(uids, roles, strict=True))
     name_of_uid = dict(zip(uids, names, strict=True))
-    groups = {u: g for u, g, r in zip(uids, resgrps, roles, strict=True) if r == "group"}
-    placed = place_groups(groups, all_uids)
-    referenced = set(g for u, g, node in zip(uids, resgrps, nodes, strict=True) if node and u != g)
 
-    problems: list[Problem] = []
+    problems = _missing_entries(all_uids, names)
+    columns = (names, uids, resgrps, cols.shares, cols.shflags, cols.acids, cols.passwd)
+    for name, uid, resgrp, shares, flags, acids, passwd, r, node in zip(
+        *columns, roles, nodes, strict=True
+    ):
+        found: list[tuple[str, str, str]] = []  # (code, message, detail)
+        if node:
+            where = place_entry(uid, resgrp, groups, walk, all_uids)
+            found += _tree_faults(where, resgrp, maxlevels)
+            if r == "group" and uid not in referenced:
+                found.append(("Nc", "Group has no references", ""))
+            if shares == 0 and r != "idle":
+                found.append(("Zs", f"{r.capitalize()} has zero shares", ""))
+            if resgrp == ROOT_UID and (r == "user" or r == "account"):
+                found.append(("Rt", f"{r.capitalize()} references ROOT directly", ""))
+        if r == "group" or r == "account":
+            found += _flag_faults(r, flags, passwd)
+        if uid == IDLE_UID or name == "Idle":
+            bad = _idle_faults(name, uid, resgrp, shares, flags, acids)
+            if bad:
+                found.append(("Id", "Idle entry is misconfigured", "; ".join(bad)))
+        if name in UNKNOWN_NAMES and (r == "group" or r == "account"):
+            found.append(("Uk", "UnKnown entry is misconfigured", f"it is a {r}, not a user"))
+        if acids or r == "account":
+            found += _acid_faults(r, uid, acids, accounts)
+        if mode == "account" and r == "user" and name not in UNKNOWN_NAMES:
+            found += _holder_faults(name, acids, role_of_uid, name_of_uid)
+        for code, message, detail in found:
+            problems.append(Problem(code, CODES[code].severity, name, uid, message, detail))
+    return problems
+
+
+def _missing_entries(all_uids: set[int], names: Sequence[str]) -> list[Problem]:
+    """The problems about the whole UDB: no Idle entry, no unknown entry."""
+    problems = []
     if IDLE_UID not in all_uids:
         problems.append(
             Problem(
@@ -327,119 +290,61 @@ def check_columns(
                 "no entry is called UnKnown or unknown",
             )
         )
-
-    by_account = mode == "account"
-    columns = (names, uids, resgrps, cols.shares, cols.shflags, cols.acids, cols.passwd)
-    for name, uid, resgrp, shares, flags, acids, passwd, r, node in zip(
-        *columns, roles, nodes, strict=True
-    ):
-        found: list[tuple[str, str, str]] = []  # (code, message, detail)
-        if node:
-            if uid in groups:
-                where = placed[uid]
-            elif resgrp == ROOT_UID:
-                where = _LEVEL_ONE
-            elif resgrp in groups:
-                above = placed[resgrp]
-                where = _ORPHAN if above.level is None else Placement(above.level + 1)
-            else:
-                where = _MISSING if resgrp not in all_uids else _NOT_GROUP
-            if where.fault:
-                found.append(
-                    (
-                        where.fault,
-                        CODES[where.fault].description,
-                        _FAULT_DETAIL[where.fault].format(resgrp=resgrp),
-                    )
-                )
-            elif where.level >= maxlevels:
-                found.append(
-                    (
-                        "Dp",
-                        "Deeper than Maxgroups",
-                        f"level {where.level}, Maxgroups {maxlevels} allows levels "
-                        f"0..{maxlevels - 1}",
-                    )
-                )
-            if r == "group" and uid not in referenced:
-                found.append(("Nc", "Group has no references", ""))
-            if shares == 0 and r != "idle":
-                found.append(("Zs", f"{r.capitalize()} has zero shares", ""))
-            if resgrp == ROOT_UID and (r == "user" or r == "account"):
-                found.append(("Rt", f"{r.capitalize()} references ROOT directly", ""))
-
-        if r == "group" or r == "account":
-            if flags & SHF_GROUP and flags & SHF_ACCOUNT:
-                found.append(
-                    (
-                        "Fl",
-                        CODES["Fl"].description,
-                        f"shflags {flags:o} marks both a group (40000) and an account (1000000)",
-                    )
-                )
-            elif r == "group" and flags != SHF_GROUP:
-                found.append(
-                    (
-                        "Fl",
-                        CODES["Fl"].description,
-                        f"a group's shflags must be 40000, not {flags:o}",
-                    )
-                )
-            elif r == "account" and flags != SHF_ACCOUNT:
-                found.append(
-                    (
-                        "Fl",
-                        CODES["Fl"].description,
-                        f"an account's shflags must be 1000000, not {flags:o}",
-                    )
-                )
-            if passwd != "*":
-                found.append(("Pw", f"{r.capitalize()} passwd is not *", ""))
-
-        if uid == IDLE_UID or name == "Idle":
-            bad = _idle_faults(name, uid, resgrp, shares, flags, acids)
-            if bad:
-                found.append(("Id", "Idle entry is misconfigured", "; ".join(bad)))
-        if name in UNKNOWN_NAMES and (r == "group" or r == "account"):
-            found.append(("Uk", "UnKnown entry is misconfigured", f"it is a {r}, not a user"))
-
-        if acids or r == "account":
-            unregistered = [a for a in acids if a not in accounts]
-            if r == "account" and uid not in accounts:
-                unregistered.insert(0, uid)
-            if unregistered:
-                listed = ", ".join(str(a) for a in unregistered)
-                found.append(
-                    (
-                        "Ac",
-                        "Account ID is not registered",
-                        f"acid {listed} not in the account registry",
-                    )
-                )
-
-        if by_account and r == "user" and name not in UNKNOWN_NAMES:
-            if not acids:
-                found.append(("Na", "User has no account IDs", ""))
-            elif role_of_uid.get(acids[0]) != "account":
-                holder = acids[0]
-                what = (
-                    "no entry"
-                    if holder not in role_of_uid
-                    else f"{name_of_uid[holder]} is a {role_of_uid[holder]}"
-                )
-                found.append(
-                    ("Sh", "Default account has no shareholder entry", f"acid {holder}: {what}")
-                )
-
-        for code, message, detail in found:
-            problems.append(Problem(code, CODES[code].severity, name, uid, message, detail))
     return problems
 
 
-_LEVEL_ONE = Placement(1)
-_ORPHAN = Placement(None, "Or")
-_MISSING = Placement(None, "Mg")
-_NOT_GROUP = Placement(None, "Ng")
+def _tree_faults(where: Placement, resgrp: int, maxlevels: int) -> list[tuple[str, str, str]]:
+    """A tree node's chain fault (Mg, Ng, Cy, Or) or its depth fault (Dp)."""
+    if where.fault:
+        detail = _FAULT_DETAIL[where.fault].format(resgrp=resgrp)
+        return [(where.fault, CODES[where.fault].description, detail)]
+    if where.level >= maxlevels:
+        detail = f"level {where.level}, Maxgroups {maxlevels} allows levels 0..{maxlevels - 1}"
+        return [("Dp", "Deeper than Maxgroups", detail)]
+    return []
+
+
+def _flag_faults(r: str, flags: int, passwd: str) -> list[tuple[str, str, str]]:
+    """A group's or account's shflags (Fl) and passwd (Pw) faults."""
+    found = []
+    if flags & SHF_GROUP and flags & SHF_ACCOUNT:
+        detail = f"shflags {flags:o} marks both a group (40000) and an account (1000000)"
+        found.append(("Fl", CODES["Fl"].description, detail))
+    elif r == "group" and flags != SHF_GROUP:
+        detail = f"a group's shflags must be 40000, not {flags:o}"
+        found.append(("Fl", CODES["Fl"].description, detail))
+    elif r == "account" and flags != SHF_ACCOUNT:
+        detail = f"an account's shflags must be 1000000, not {flags:o}"
+        found.append(("Fl", CODES["Fl"].description, detail))
+    if passwd != "*":
+        found.append(("Pw", f"{r.capitalize()} passwd is not *", ""))
+    return found
+
+
+def _acid_faults(r: str, uid: int, acids, accounts: Mapping[int, str]) -> list:
+    """Acids (and a shareholder's own uid) missing from the account registry (Ac)."""
+    unregistered = [a for a in acids if a not in accounts]
+    if r == "account" and uid not in accounts:
+        unregistered.insert(0, uid)
+    if not unregistered:
+        return []
+    listed = ", ".join(str(a) for a in unregistered)
+    return [("Ac", "Account ID is not registered", f"acid {listed} not in the account registry")]
+
+
+def _holder_faults(name: str, acids, role_of_uid: dict, name_of_uid: dict) -> list:
+    """Share by Account: a user with no acids (Na) or no shareholder entry (Sh)."""
+    if not acids:
+        return [("Na", "User has no account IDs", "")]
+    holder = acids[0]
+    if role_of_uid.get(holder) == "account":
+        return []
+    what = (
+        "no entry"
+        if holder not in role_of_uid
+        else f"{name_of_uid[holder]} is a {role_of_uid[holder]}"
+    )
+    return [("Sh", "Default account has no shareholder entry", f"acid {holder}: {what}")]
 
 
 def _idle_faults(name, uid, resgrp, shares, shflags, acids) -> list[str]:

@@ -47,12 +47,12 @@ from udb.models import (
     MAX_SHARES,
     MAX_SHFLAGS,
     MAX_USAGE,
-    ROOT_UID,
     SHF_ACCOUNT,
     SHF_GROUP,
     Account,
     Entry,
 )
+from udb.rules import parent_fault, walk_groups
 from udb.session import mark_entries_changed, write_session
 
 #: The verbs a directive can start with.
@@ -620,8 +620,9 @@ class _Plan:
             flags, resgrp = row["shflags"], row["resgrp"]
             if flags & SHF_GROUP and flags & SHF_ACCOUNT:
                 blame(name, "shflags cannot mark both a group (040000) and an account (01000000)")
-            if resgrp != ROOT_UID and resgrp not in groups:
-                what = "names no entry" if resgrp not in by_uid else "is not a resource group"
+            fault = parent_fault(resgrp, groups, by_uid)
+            if fault:
+                what = "names no entry" if fault == "Mg" else "is not a resource group"
                 blame(name, f"resgrp {resgrp} {what} (a resgrp must be 0 or a group's uid)", resgrp)
             if flags & SHF_ACCOUNT and row["uid"] not in registered:
                 blame(
@@ -642,7 +643,7 @@ class _Plan:
                         acid=True,
                     )
 
-        for cycle in _group_cycles(groups):
+        for cycle in walk_groups(groups, by_uid).cycles:
             names = [by_uid[u] for u in cycle]
             culprits = [n for n in names if n in touched]
             if culprits:
@@ -717,28 +718,6 @@ class _Plan:
             conn.execute(insert(_ACCOUNTS), [{"acid": a, "name": n} for n, a in ch.accounts_added])
         if ch.created:
             conn.execute(insert(_ENTRIES), ch.created)
-
-
-def _group_cycles(groups: dict[int, int]) -> list[list[int]]:
-    """Every cycle among resource groups (group uid -> resgrp), each as a list of uids."""
-    state: dict[int, int] = {}  # 1 = on the current path, 2 = done
-    cycles = []
-    for start in groups:
-        if start in state:
-            continue
-        path = []
-        g = start
-        while g in groups and g not in state:
-            state[g] = 1
-            path.append(g)
-            g = groups[g]
-            if g == ROOT_UID:
-                break
-        if state.get(g) == 1:
-            cycles.append(path[path.index(g) :])
-        for p in path:
-            state[p] = 2
-    return cycles
 
 
 def apply(

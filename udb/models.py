@@ -17,33 +17,22 @@ from __future__ import annotations
 from sqlalchemy import JSON, Boolean, Float, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-#: shflags bit that marks a resource group entry.
-SHF_GROUP = 0o40000
-#: shflags bit that marks a shareholder (account) entry.
-SHF_ACCOUNT = 0o1000000
-
-# The range of every numeric field (udbgen checks them at input; shrdist and the
-# constants use the same bounds).  They keep the scheduler's arithmetic finite.
-#: Linux ids are 32 bits and (uid_t)-1 means "no id": uids, gids, acids in 0..2**32-2.
-MAX_ID = 2**32 - 2
-#: Shares are stored as 32-bit integers.
-MAX_SHARES = 2**31 - 1
-#: shflags: a 31-bit field.
-MAX_SHFLAGS = 2**31 - 1
-#: The largest usage or charge (charge units): far above what a site can accrue.
-MAX_USAGE = 1e30
-#: The latest shextime (epoch seconds; the year 5138).
-MAX_EPOCH = 1e11
-#: The largest CPU quota or quota used (CPU seconds; 30,000 CPU-years).
-MAX_CPU_SECONDS = 1e12
-#: The longest comment and password field (characters).
-MAX_COMMENT = 1024
-MAX_PASSWD = 256
-
-#: uid reserved for the Idle entry (the guide, section 4.4.4.1).
-IDLE_UID = 11
-#: uid of the root of the share tree; resgrp 0 means "directly under root".
-ROOT_UID = 0
+# The flags, bounds and reserved uids are udb.rules' (pure); re-exported here beside the
+# tables whose fields they bound.
+from udb.rules import (  # noqa: E402, F401
+    IDLE_UID,
+    MAX_COMMENT,
+    MAX_CPU_SECONDS,
+    MAX_EPOCH,
+    MAX_ID,
+    MAX_PASSWD,
+    MAX_SHARES,
+    MAX_SHFLAGS,
+    MAX_USAGE,
+    ROOT_UID,
+    SHF_ACCOUNT,
+    SHF_GROUP,
+)
 
 
 class Base(DeclarativeBase):
