@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.consts import Consts, decay
-from fairshare.tree import ShareTree
+from fairshare.tree import ShareTree, ancestors
 
 _FLOAT_FIELDS = (
     "usage",
@@ -180,13 +180,20 @@ def keep_finite(old: LnodeTable, new: LnodeTable) -> list[tuple[int, str]]:
 
 
 def aged_usage(shusage: float, shextime: float, now: float, consts: Consts) -> float:
-    """A returning lnode's usage (charge units): shusage x 0.5 ** (age / halflife).
+    """A returning lnode's usage (charge units): `decayed_usage` with the constants'
+    half-life, as a number."""
+    return float(decayed_usage(shusage, shextime, now, consts.halflife))
 
-    The age is now - shextime in seconds, never negative (a clock set back ages nothing).
+
+def decayed_usage(shusage, shextime, now: float, halflife: float):
+    """Stored usage decayed to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
+
+    Element-wise over numbers or numpy arrays (charge units; epoch s).  The age is never
+    negative (a clock set back, a shextime in the future, ages nothing) and a usage
+    below 0 counts as 0.
     """
-    if shusage <= 0:
-        return 0.0
-    return float(shusage) * decay(now - shextime, consts.halflife)
+    usage = np.maximum(np.asarray(shusage, dtype=float), 0.0)
+    return usage * decay(now - np.asarray(shextime, dtype=float), halflife)
 
 
 def add_usage(shusage, shextime, usage, time, halflife: float):
@@ -203,14 +210,6 @@ def add_usage(shusage, shextime, usage, time, halflife: float):
     return total, when
 
 
-def _ancestors(table: LnodeTable, node: int) -> list[int]:
-    chain, node = [], int(table.parent[node])
-    while node >= 0:
-        chain.append(node)
-        node = int(table.parent[node])
-    return chain
-
-
 def activate(table: LnodeTable, node: int, usage: float) -> None:
     """Create the lnode of leaf `node` with `usage` (charge units), in place.
 
@@ -225,7 +224,7 @@ def activate(table: LnodeTable, node: int, usage: float) -> None:
     table.cpu_seconds[node] = table.cpu_written[node] = 0.0
     table.rate[node] = 0.0
     table.adj[node] = 1.0
-    for a in _ancestors(table, node):
+    for a in ancestors(table.parent, node):
         table.active[a] = True
 
 
@@ -255,7 +254,7 @@ def release(table: LnodeTable, node: int, now: float) -> WriteBack:
     """
     wb = accrued(table, node, now)
     _clear(table, node)
-    for a in _ancestors(table, node):
+    for a in ancestors(table.parent, node):
         if a == 0:
             break
         kids = table.parent == a

@@ -38,6 +38,9 @@ from udb.rules import (
     walk_groups,
 )
 
+#: Trees up to this many nodes sum subtrees with one matrix product.
+SMALL_TREE = 400
+
 
 class Kind(IntEnum):
     ROOT = 0
@@ -143,12 +146,7 @@ class ShareTree:
 
     def ancestors(self, node: int) -> list[int]:
         """The chain from `node`'s parent up to the root."""
-        chain = []
-        node = int(self.parent[node])
-        while node >= 0:
-            chain.append(node)
-            node = int(self.parent[node])
-        return chain
+        return ancestors(self.parent, node)
 
     # -- normalisation -----------------------------------------------------------------
 
@@ -162,11 +160,8 @@ class ShareTree:
         return active
 
     def subtree_sum(self, values: np.ndarray) -> np.ndarray:
-        """Each node's value plus the values of all its descendants."""
-        total = np.asarray(values, dtype=float).copy()
-        for lv in reversed(self.levels[1:]):
-            np.add.at(total, self.parent[lv], total[lv])
-        return total
+        """Each node's value plus the values of all its descendants (`TreeIndex.subtree_sum`)."""
+        return tree_index(self).subtree_sum(values)
 
     def m_shares(self, active_leaves: np.ndarray | None = None) -> np.ndarray:
         """Machine share of every node (fractions of the machine, 0 when inactive).
@@ -174,27 +169,142 @@ class ShareTree:
         `active_leaves` is a boolean mask over nodes; None means every leaf is
         active, which gives the static entitlement shrtree shows.  Active
         leaves' m_shares sum to 1 unless every active leaf has zero shares.
+        The cycle's own normalisation (`machine_shares`) over `active_nodes`.
         """
         if active_leaves is None:
             active_leaves = self.leaf_mask
-        active = self.active_nodes(active_leaves)
-        weight = np.where(active, self.shares, 0.0)
-        sums = np.bincount(self.parent[1:], weights=weight[1:], minlength=self.size)
-        m = np.zeros(self.size)
-        m[0] = 1.0
-        for lv in self.levels[1:]:
-            p = self.parent[lv]
-            s = sums[p]
-            m[lv] = np.divide(m[p] * weight[lv], s, out=np.zeros(len(lv)), where=s > 0)
-        return m
+        return machine_shares(tree_index(self), self.shares, self.active_nodes(active_leaves))
 
     def group_shares(self) -> np.ndarray:
         """Each node's shares as a fraction of all its siblings' shares (static)."""
-        sums = np.bincount(self.parent[1:], weights=self.shares[1:], minlength=self.size)
-        s = sums[self.parent]
+        s = tree_index(self).sibling_sum(self.shares)
         g = np.divide(self.shares, s, out=np.zeros(self.size), where=s > 0)
         g[0] = 1.0
         return g
+
+
+# -- the level structure (computed once per tree) and the normalisation --------------------
+
+
+@dataclass
+class TreeIndex:
+    """Level slices of a breadth-first numbered tree, for fast per-level arithmetic.
+
+    bounds[k] = (start, stop) of level k's node numbers; ppos[k] = each level-k node's
+    parent as a position within level k-1.  Children of one parent are contiguous and
+    in parent order (build_tree numbers them so), so `firsts[k]` (the first child of each
+    parent that has children, within level k) and `owners[k]` (those parents' positions
+    within level k-1) let np.add.reduceat sum siblings for many arrays at once.
+    """
+
+    n: int
+    leaf: np.ndarray
+    bounds: list[tuple[int, int]]
+    ppos: list[np.ndarray]
+    firsts: list[np.ndarray]
+    owners: list[np.ndarray]
+    parent0: np.ndarray  # parent of every node, the root's being itself (0)
+    parent1: np.ndarray  # parents of nodes 1..n-1
+    owner_nodes: list[np.ndarray]  # owners[k] as node numbers
+    within: np.ndarray | None  # small trees: within[j, i] = 1 if j is i or below it
+    has_shares: np.ndarray  # shares > 0
+    group: np.ndarray  # Kind.GROUP
+    # The last results that depend only on which lnodes exist and which want CPU (they
+    # change when processes come and go, not every cycle): key -> value.
+    memo: dict = field(default_factory=dict)
+
+    def sibling_sum(self, values: np.ndarray) -> np.ndarray:
+        """For every node, the sum of `values` over it and its siblings (root: its own)."""
+        sums = np.bincount(self.parent1, weights=values[1:], minlength=self.n)
+        out = sums[self.parent0]
+        out[0] = values[0]
+        return out
+
+    def down_product(self, ratio: np.ndarray, top: float = 1.0) -> np.ndarray:
+        """For every node, `top` times the product of `ratio` over it and its ancestors
+        below the root (a new array; ratio[0] is ignored)."""
+        out = np.array(ratio, dtype=float)
+        out[0] = top
+        p = self.parent0
+        for s, e in self.bounds[1:]:
+            out[s:e] *= out[p[s:e]]
+        return out
+
+    def subtree_sum(self, values: np.ndarray) -> np.ndarray:
+        """Each node's value plus those of all its descendants (a new float array).
+
+        `values` may be (n,) or (k, n) for k arrays at once.  Small trees use one matrix
+        product with `within` (fewer numpy calls matter more than arithmetic there).
+        """
+        if self.within is not None:
+            return np.asarray(values, dtype=float) @ self.within
+        t = np.array(values, dtype=float)
+        for k in range(len(self.bounds) - 1, 0, -1):
+            s, e = self.bounds[k]
+            t[..., self.owner_nodes[k]] += np.add.reduceat(t[..., s:e], self.firsts[k], axis=-1)
+        return t
+
+
+def tree_index(tree: ShareTree) -> TreeIndex:
+    """The `TreeIndex` of `tree` (cached on the tree object, which never changes)."""
+    idx = tree.__dict__.get("_cycle_index")
+    if idx is not None:
+        return idx
+    bounds, ppos, firsts, owners = [], [], [], []
+    for k, lv in enumerate(tree.levels):
+        s, e = int(lv[0]), int(lv[-1]) + 1
+        if e - s != len(lv) or (k and s != bounds[-1][1]):
+            raise ValueError("tree levels must be contiguous breadth-first node ranges")
+        bounds.append((s, e))
+        if k == 0:
+            ppos.append(np.zeros(1, dtype=np.int64))
+            firsts.append(np.zeros(0, dtype=np.int64))
+            owners.append(np.zeros(0, dtype=np.int64))
+            continue
+        pp = tree.parent[s:e] - bounds[k - 1][0]
+        if (np.diff(pp) < 0).any():
+            raise ValueError("children must be numbered in the order of their parents")
+        first = np.flatnonzero(np.concatenate(([True], pp[1:] != pp[:-1])))
+        ppos.append(pp)
+        firsts.append(first)
+        owners.append(pp[first])
+    parent0 = tree.parent.copy()
+    parent0[0] = 0
+    owner_nodes = [o + bounds[k - 1][0] if k else o for k, o in enumerate(owners)]
+    within = None
+    if tree.size <= SMALL_TREE:
+        within = np.eye(tree.size)
+        for s, e in bounds[1:]:
+            within[s:e] += within[parent0[s:e]]
+    idx = TreeIndex(
+        tree.size, tree.leaf_mask, bounds, ppos, firsts, owners, parent0, parent0[1:].copy(),
+        owner_nodes, within, tree.shares > 0, tree.kinds == Kind.GROUP,
+    )  # fmt: skip
+    tree.__dict__["_cycle_index"] = idx
+    return idx
+
+
+def machine_shares(idx: TreeIndex, shares: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """m_share of every node over the active nodes (fractions of the machine, 0 inactive).
+
+    The normalisation of ShareTree.m_shares (UNICOS Figure 4): each node's shares over
+    its active siblings', multiplied down from the root.
+    """
+    weight = shares * active
+    sums = idx.sibling_sum(weight)
+    local = np.divide(weight, sums, out=np.zeros(idx.n), where=sums > 0)
+    return idx.down_product(local)
+
+
+def ancestors(parent: np.ndarray, node: int) -> list[int]:
+    """The chain from `node`'s parent up to the root, given every node's parent (-1 for
+    the root): a ShareTree's, or the lnode table's copy of it."""
+    chain = []
+    node = int(parent[node])
+    while node >= 0:
+        chain.append(node)
+        node = int(parent[node])
+    return chain
 
 
 def build_tree(rows: Iterable[TreeRow], mode: str = "user") -> ShareTree:
