@@ -29,6 +29,7 @@ from fairshare.cli.shrtree import main as shrtree
 from fairshare.cli.shrview import main as shrview
 from fairshare.lock import AlreadyRunning, DaemonLock
 from udb import directives as d
+from udb import listing
 from udb.cli.udbgen import main as udbgen
 from udb.cli.udbsee import main as udbsee
 from udb.errors import UdbError
@@ -436,7 +437,9 @@ def snapshot(path: Path):
     dispose_all()
     engine = open_udb(str(path))
     with read_session(engine) as s:
-        return [d.format_entry(e) for e in d.select_entries(s)], d.select_accounts(s)
+        return [
+            listing.format_entry(e) for e in listing.select_entries(s)
+        ], listing.select_accounts(s)
 
 
 # -- huge and non-finite numbers in every option ------------------------------------------------

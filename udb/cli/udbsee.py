@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 import click
 
-from udb import directives as udbdir
+from udb import listing
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound, OptionError
+from udb.fields import FIELDS
 from udb.image import PRIVATE
 from udb.models import Entry
 from udb.remote import Reader, socket_option
@@ -50,22 +51,22 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
     verb, fields = "create", None
     if field_list is not None:
         try:
-            verb, fields = udbdir.parse_field_list(field_list)
+            verb, fields = listing.parse_field_list(field_list)
         except ValueError as err:
             raise OptionError(f"-f: {err}") from None
     if show_all and names:
         raise OptionError("give NAMEs or -a, not both")
     reader = Reader(udb, socket_)
     with read_session(reader.engine) as s:
-        registry = udbdir.select_accounts(s) if (show_all or accounts) else []
+        registry = listing.select_accounts(s) if (show_all or accounts) else []
         if accounts and not show_all and not names:
             entries: list[Entry] = []
         elif show_all:
-            entries = udbdir.select_entries(s)
+            entries = listing.select_entries(s)
         elif names:
-            entries = udbdir.select_entries(s, list(names))
+            entries = listing.select_entries(s, list(names))
         else:
-            entries = [e for e in udbdir.select_entries(s) if e.uid == os.getuid()]
+            entries = [e for e in listing.select_entries(s) if e.uid == os.getuid()]
             if not entries:
                 raise NotFound(f"no entry has your uid {os.getuid()}; give a NAME or -a")
         shown = fields_for(reader, fields)
@@ -73,13 +74,13 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
             if accounts and not show_all and not names:
                 out: list[dict] = [{"name": n, "acid": a} for n, a in registry]
             else:
-                out = [udbdir.entry_record(e, shown(e)) for e in entries]
+                out = [listing.entry_record(e, shown(e)) for e in entries]
             click.echo(json.dumps(out, indent=2))
             return
         for name, acid in registry:
-            click.echo(udbdir.format_account(name, acid))
+            click.echo(listing.format_account(name, acid))
         for e in entries:
-            click.echo(udbdir.format_entry(e, shown(e), verb))
+            click.echo(listing.format_entry(e, shown(e), verb))
 
 
 def fields_for(reader: Reader, fields: list[str] | None) -> Callable[[Entry], list[str] | None]:
@@ -88,7 +89,7 @@ def fields_for(reader: Reader, fields: list[str] | None) -> Callable[[Entry], li
     the daemon (who cannot read the UDB itself; udb.image blanked them)."""
     if reader.viewer == 0:
         return lambda _e: fields
-    mine = [f for f in (fields or udbdir.FIELDS) if f != "passwd"]
+    mine = [f for f in (fields or FIELDS) if f != "passwd"]
     if not reader.through_daemon:
         return lambda _e: mine
     theirs = [f for f in mine if f not in PRIVATE]

@@ -1,0 +1,183 @@
+"""The fields of a UDB entry in udbgen's directive language: names, defaults, parsers.
+
+`FIELDS` says, for every field, how a directive's value text is parsed (with the
+bounds of `udb.rules`), how it is printed back and its default; `udb.directives`
+parses with it, `udb.plan` fills new entries from it, `udb.listing` prints with it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from udb.rules import (
+    MAX_COMMENT,
+    MAX_CPU_SECONDS,
+    MAX_EPOCH,
+    MAX_ID,
+    MAX_PASSWD,
+    MAX_SHARES,
+    MAX_SHFLAGS,
+    MAX_USAGE,
+)
+
+#: The verbs a directive can start with.
+VERBS = ("create", "update", "delete", "acid", "delacid")
+
+#: The guide's MAXVIDS: the most account IDs one entry may list.
+MAXVIDS = 64
+
+#: Entry and account names: no blanks, no ``:`` or ``,`` (the separators), not starting with #.
+NAME_RE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@$+-]{0,63}")
+
+# -- fields -----------------------------------------------------------------------------
+
+
+def _bounded(text: str, lo: int, hi: int, what: str = "a whole number") -> int:
+    s = text.strip()
+    digits = s[1:] if s[:1] in "+-" and lo < 0 else s
+    # Too many digits is out of range before int() (which refuses over 4300 digits).
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 20:
+        raise ValueError(f"expected {what} from {lo} to {hi}")
+    value = int(s)
+    if not lo <= value <= hi:
+        raise ValueError(f"expected {what} from {lo} to {hi}")
+    return value
+
+
+def parse_uint(text: str) -> int:
+    """A uid, gid or account number: 0 to MAX_ID."""
+    return _bounded(text, 0, MAX_ID)
+
+
+def _shares(text: str) -> int:
+    return _bounded(text, 0, MAX_SHARES)
+
+
+def _nice(text: str) -> int:
+    return _bounded(text, -20, 19, "a nice value")
+
+
+def _ufloat_upto(hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 <= value <= hi:  # NaN and infinities too
+            raise ValueError(f"expected a number from 0 to {hi:g}")
+        return value
+
+    return parse
+
+
+def _octal(text: str) -> int:
+    s = text.strip()
+    if not s or not s.isascii() or s.strip("01234567") or int(s, 8) > MAX_SHFLAGS:
+        raise ValueError(
+            f"expected an octal number such as 040000 or 01000000, at most 0{MAX_SHFLAGS:o}"
+        )
+    return int(s, 8)
+
+
+def _uint_list(text: str) -> list[int]:
+    if not text.strip():
+        return []
+    try:
+        return [parse_uint(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"expected comma-separated whole numbers from 0 to {MAX_ID}") from None
+
+
+def _acid_list(text: str) -> list[int | str]:
+    """Account IDs as numbers or registered names; names are resolved when applied."""
+    if not text.strip():
+        return []
+    out: list[int | str] = []
+    for part in text.split(","):
+        s = part.strip()
+        if s.isascii() and s.isdigit():
+            try:
+                out.append(parse_uint(s))
+            except ValueError:
+                raise ValueError(f"expected account numbers from 0 to {MAX_ID}") from None
+        elif NAME_RE.fullmatch(s):
+            out.append(s)
+        else:
+            raise ValueError("expected comma-separated account numbers or names")
+    if len(out) > MAXVIDS:
+        raise ValueError(f"at most {MAXVIDS} account IDs (MAXVIDS)")
+    return out
+
+
+def _uid_or_name(text: str) -> int | str:
+    s = text.strip()
+    if s.isascii() and s.isdigit():
+        return parse_uint(s)
+    if NAME_RE.fullmatch(s):
+        return s
+    raise ValueError("expected a resource group's uid or name")
+
+
+def _text_upto(limit: int) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if len(text) > limit or not text.isprintable():
+            raise ValueError(f"expected printable text of at most {limit} characters")
+        return text
+
+    return parse
+
+
+def _fmt_list(values: list[int]) -> str:
+    return ",".join(map(str, values))
+
+
+def _fmt_octal(value: int) -> str:
+    return f"0{value:o}" if value else "0"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One UDB field of the directive language: how to read and write its value."""
+
+    name: str
+    parse: Callable[[str], object]
+    format: Callable[[object], str]
+    default: object
+    doc: str
+
+
+#: Every field a directive may set, in the order udbsee prints them.
+FIELDS: dict[str, Field] = {
+    f.name: f
+    for f in (
+        Field("uid", parse_uint, str, None, "user ID (for a shareholder, its account number)"),
+        Field("gids", _uint_list, _fmt_list, [], "group IDs, comma-separated"),
+        Field("acids", _acid_list, _fmt_list, [], "account IDs or names; the first is default"),
+        Field("resgrp", _uid_or_name, str, 0, "uid or name of the parent resource group"),
+        Field("shares", _shares, str, 0, "allocated shares"),
+        Field("shflags", _octal, _fmt_octal, 0, "octal: 040000 group, 01000000 account"),
+        Field("shusage", _ufloat_upto(MAX_USAGE), repr, 0.0, "decayed usage (charge units)"),
+        Field("shcharge", _ufloat_upto(MAX_USAGE), repr, 0.0, "long-term charge (charge units)"),
+        Field("shextime", _ufloat_upto(MAX_EPOCH), repr, 0.0, "time the user last left (epoch s)"),
+        Field("cpuquota", _ufloat_upto(MAX_CPU_SECONDS), repr, 0.0, "CPU quota (CPU s, 0 = none)"),
+        Field("cpuquotaused", _ufloat_upto(MAX_CPU_SECONDS), repr, 0.0, "CPU s used of the quota"),
+        Field("nice", _nice, str, 0, "default nice value, -20..19"),
+        Field("passwd", _text_upto(MAX_PASSWD), str, "", "password hash; * means no login"),
+        Field("comment", _text_upto(MAX_COMMENT), str, "", "free text (printable)"),
+    )
+}
+
+#: Other spellings the guide uses for a field.
+ALIASES = {"gid": "gids"}
+
+FIELD_OF = {**{n: n for n in FIELDS}, **ALIASES}
+
+DEFAULTS = {n: f.default for n, f in FIELDS.items() if n != "uid"}
+
+
+def shown_passwd(passwd: str) -> str | None:
+    """The passwd as udbsee may show it: ``*`` or empty as they are, None for a hash."""
+    return passwd if passwd in ("", "*") else None
