@@ -19,20 +19,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # The flags, bounds and reserved uids are udb.rules' (pure); re-exported here beside the
 # tables whose fields they bound.
-from udb.rules import (  # noqa: E402, F401
-    IDLE_UID,
-    MAX_COMMENT,
-    MAX_CPU_SECONDS,
-    MAX_EPOCH,
-    MAX_ID,
-    MAX_PASSWD,
-    MAX_SHARES,
-    MAX_SHFLAGS,
-    MAX_USAGE,
-    ROOT_UID,
-    SHF_ACCOUNT,
-    SHF_GROUP,
-)
+from udb.rules import IDLE_UID, MAX_EPOCH, MAX_ID, MAX_SHARES, ROOT_UID, SHF_ACCOUNT, SHF_GROUP  # noqa: F401
 
 
 class Base(DeclarativeBase):
