@@ -68,7 +68,7 @@ def time_udbgen(path: Path, url: str) -> float:
 
 def time_bare(rows: list[dict], url: str) -> float:
     """Seconds for one executemany insert of `rows` in one transaction."""
-    engine = open_udb(url)
+    engine = open_udb(url, create=True)
     t = time.perf_counter()
     with engine.begin() as conn:
         conn.execute(insert(Entry.__table__), rows)
