@@ -11,9 +11,18 @@ entries, linked by resgrp; users reach their accounts through acids, so they
 are not nodes, except the special Idle and unknown entries, which stay leaves
 so that idle time and unknown uids have somewhere to be charged.
 
+Which entries are nodes, and why an entry that should be one is detached (its
+fault: missing-parent, parent-not-group, cycle, ancestor-detached), are the
+share-tree rules of `udb.rules`, the same that `udbgen -a` and shrtree check.
+
 m_share (the guide's machine share, Kay-Lauder's m_share): from the root
 down over active nodes only, m = m_parent x shares / (sum of the active
-siblings' shares).  A group is active when any leaf below it is.
+siblings' shares).  A group is active when any leaf below it is.  `TreeIndex`
+(one per tree, `tree_index`) holds the level slices that make this and the
+subtree sums a few numpy operations per level; `machine_shares` is the one
+normalisation, used by the cycle and by `ShareTree.m_shares` (static shares).
+
+The rows come from the UDB through `fairshare.repository` (`tree_rows`, `load_tree`).
 """
 
 from __future__ import annotations
