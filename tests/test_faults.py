@@ -398,7 +398,7 @@ def test_fuzzed_directives_are_applied_or_refused_cleanly(tmp_path, template):
 
 
 def check_in_range(fname: str, value) -> None:
-    from udb import models as m
+    from udb import rules as m
 
     bounds = {
         "uid": (0, m.MAX_ID), "acid": (0, m.MAX_ID), "shares": (0, m.MAX_SHARES),
