@@ -17,11 +17,12 @@ from busy import RecordedOs
 from sqlalchemy import select
 
 from fairshare.actions import REAL_OS
-from fairshare.consts import NOSCHED, load_consts, save_consts
+from fairshare.consts import NOSCHED
 from fairshare.daemon import Daemon
 from fairshare.enforce.base import LnodeTarget
 from fairshare.enforce.nice import NiceEnforcer
 from fairshare.enforce.renice import Renicer, user_floor
+from fairshare.repository import load_consts, save_consts
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import PID_BASE, SimOs
 from udb.models import Entry

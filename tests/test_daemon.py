@@ -20,9 +20,10 @@ from sqlalchemy import select, update
 from fairshare.accounts import AccountsOf
 from fairshare.cli.shrdaemon import main
 from fairshare.collect import ProcessSample, Sample
-from fairshare.consts import NOSCHED, SHAREBYACCT, TICKS_PER_SECOND, Consts, save_consts
+from fairshare.consts import NOSCHED, SHAREBYACCT, TICKS_PER_SECOND, Consts
 from fairshare.daemon import Daemon, Options
 from fairshare.enforce.base import Capabilities
+from fairshare.repository import save_consts
 from fairshare.sim.machine import SimClock
 from fairshare.store import LnodeStore
 from udb.models import SHF_ACCOUNT, SHF_GROUP, Entry, LnodeCheckpoint

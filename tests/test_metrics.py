@@ -18,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_daemon import run_daemon, wait_for
 
 from fairshare.cli.shrdaemon import main
-from fairshare.consts import Consts, save_consts
+from fairshare.consts import Consts
 from fairshare.metrics import LNODE_METRICS, Metrics, Snapshot, lnode_text, parse_address
+from fairshare.repository import save_consts
 from fairshare.sim.daemon import simulated_daemon
 from udb.errors import OptionError
 from udb.models import SHF_GROUP, Entry

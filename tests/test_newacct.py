@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from fairshare.cli.newacct import main as newacct
 from fairshare.collect import ProcessSample, Sample
 from fairshare.collect.procfs import ProcfsCollector
-from fairshare.consts import SHAREBYACCT, TICKS_PER_SECOND, Consts, save_consts
+from fairshare.consts import SHAREBYACCT, TICKS_PER_SECOND, Consts
 from fairshare.daemon import Daemon, Options
 from fairshare.enforce.none import NoEnforcer
 from fairshare.newacct import SessionAccounts, session_request

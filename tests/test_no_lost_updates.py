@@ -25,10 +25,11 @@ from test_session import pg_url  # noqa: F401 - the throwaway PostgreSQL fixture
 
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.collect import ProcessSample
-from fairshare.consts import Consts, save_consts
+from fairshare.consts import Consts
 from fairshare.daemon import Daemon, Options
 from fairshare.dist import Caller, redistribute
 from fairshare.enforce.none import NoEnforcer
+from fairshare.repository import save_consts
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import SimClock
 from fairshare.store import LnodeStore

@@ -25,10 +25,11 @@ from textual.widgets import Input, Label
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrdist import make_app
 from fairshare.collect import ProcessSample
-from fairshare.consts import SHAREBYACCT, Consts, save_consts
+from fairshare.consts import SHAREBYACCT, Consts
 from fairshare.daemon import Daemon, Options
 from fairshare.dist import Caller, NotAuthorised, parse_assignments, parse_auth, untrusted_reason
 from fairshare.enforce.none import NoEnforcer
+from fairshare.repository import save_consts
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import SimClock
 from fairshare.store import LnodeStore

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from fairshare.cli.shrsim import main as shrsim
 from fairshare.consts import ADJGROUPS, Consts
 from fairshare.enforce.mapping import NICE_TO_WEIGHT
+from fairshare.repository import save_consts
 from fairshare.sim.machine import SimMachine, enforcer_weights, water_fill
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import ScenarioError, parse_scenario

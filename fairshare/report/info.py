@@ -19,7 +19,7 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from fairshare.admin import load_effective_consts, schedules
-from fairshare.consts import GLOBALUSAGE, Consts, load_consts
+from fairshare.consts import GLOBALUSAGE, Consts
 from fairshare.lnode import aged_usage
 from fairshare.report.lnodes import ViewLnode, view_lnodes
 from fairshare.report.profile import Profile, active_profile, entry_profile
@@ -30,6 +30,7 @@ from fairshare.report.published import (
     load_published,
     share_tree,
 )
+from fairshare.repository import load_consts
 from fairshare.store import SiteLnode, published_hosts, read_site
 from fairshare.tree import ShareTree
 from udb.errors import NotFound

@@ -23,10 +23,11 @@ from sqlalchemy import Engine, select
 
 from fairshare.accounts import default_acid
 from fairshare.admin import load_effective_consts
-from fairshare.consts import Consts, load_consts
+from fairshare.consts import Consts
 from fairshare.report.lnodes import REPORT_COLUMNS
+from fairshare.repository import TREE_COLUMNS, load_consts
 from fairshare.store import LnodeStore, SiteHost, SiteLnode, published_hosts, read_site
-from fairshare.tree import TREE_COLUMNS, ShareTree, build_tree
+from fairshare.tree import ShareTree, build_tree
 from udb.errors import NotFound
 from udb.models import SHF_ACCOUNT, Entry, PublishedLnode
 from udb.remote import Reader

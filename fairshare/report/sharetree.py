@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.accounts import default_acid
-from fairshare.consts import decay, load_consts
+from fairshare.lnode import decayed_usage
+from fairshare.repository import load_consts
 from fairshare.tree import Kind, ShareTree, build_tree_columns
 from udb.check import (
     DEFAULT_MAXLEVELS,
@@ -104,15 +105,6 @@ class TreeReport:
         return sum(p.severity == ERROR for p in self.problems)
 
 
-def aged_usage(shusage: np.ndarray, shextime: np.ndarray, now: float, halflife: float):
-    """Stored usage decayed to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
-
-    Units: charge units; times in seconds.  A shextime in the future counts as now.
-    """
-    age = now - np.asarray(shextime, dtype=float)
-    return np.asarray(shusage, dtype=float) * decay(age, halflife)
-
-
 def analyse_tree(
     cols: EntryColumns,
     accounts: Mapping[int, str],
@@ -135,7 +127,7 @@ def analyse_tree(
     problems = check_columns(cols, accounts, mode, maxlevels)
     top, node = _top_node(tree, node, mode)
     detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
-    aged = aged_usage(cols.shusage, cols.shextime, now, halflife)
+    aged = decayed_usage(cols.shusage, cols.shextime, now, halflife)
     usage = np.concatenate(([0.0], aged[tree.source[1:]]))  # the root has no entry
     below = tree.subtree_sum(np.where(tree.leaf_mask, usage, 0.0))
     detached_leaf = (np.asarray(cols.shflags, dtype=np.int64)[detached] & SHF_GROUP) == 0

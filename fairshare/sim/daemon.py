@@ -18,10 +18,11 @@ from sqlalchemy import Engine, func, select
 
 from fairshare.accounts import AccountsOf
 from fairshare.collect.sim import SimCollector
-from fairshare.consts import consts_from_mapping, from_user, load_consts, save_consts
+from fairshare.consts import consts_from_mapping, from_user
 from fairshare.daemon import Daemon, Options
 from fairshare.enforce.sim import SimEnforcer
 from fairshare.reload import load_lnodes
+from fairshare.repository import load_consts, save_consts
 from fairshare.sim.machine import SimClock, SimOs, world_for
 from fairshare.sim.scenario import Scenario, load_scenario
 from fairshare.store import LnodeStore

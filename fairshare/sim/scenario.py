@@ -22,9 +22,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from fairshare.consts import Consts, consts_from_mapping, from_user, load_consts, parse_duration
+from fairshare.consts import Consts, consts_from_mapping, from_user, parse_duration
+from fairshare.repository import TREE_COLUMNS, load_consts
 from fairshare.sim.machine import ENFORCERS, Workload
-from fairshare.tree import TREE_COLUMNS, ShareTree, build_tree
+from fairshare.tree import ShareTree, build_tree
 from udb.errors import DirectiveError, OptionError, UdbError
 from udb.models import Entry
 from udb.session import make_engine, open_udb, read_session, upgrade
