@@ -25,9 +25,9 @@ from fairshare.accounts import default_acid
 from fairshare.admin import load_effective_consts
 from fairshare.consts import Consts
 from fairshare.report.lnodes import REPORT_COLUMNS
-from fairshare.repository import TREE_COLUMNS, load_consts
+from fairshare.repository import load_consts, load_tree
 from fairshare.store import LnodeStore, SiteHost, SiteLnode, published_hosts, read_site
-from fairshare.tree import ShareTree, build_tree
+from fairshare.tree import ShareTree
 from udb.errors import NotFound
 from udb.models import SHF_ACCOUNT, Entry, PublishedLnode
 from udb.remote import Reader
@@ -176,7 +176,7 @@ def caller_own(engine: Engine, mode: str) -> Callable[[int], bool]:
 def share_tree(engine: Engine, mode: str) -> ShareTree:
     """The UDB's share tree in `mode` ("user" or "account")."""
     with read_session(engine) as s:
-        return build_tree(s.execute(select(*TREE_COLUMNS)).all(), mode)
+        return load_tree(s, mode)
 
 
 def tree_leaves(engine: Engine, mode: str) -> int:

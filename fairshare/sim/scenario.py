@@ -23,7 +23,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from fairshare.consts import Consts, consts_from_mapping, from_user, parse_duration
-from fairshare.repository import TREE_COLUMNS, load_consts
+from fairshare.repository import load_consts, tree_rows
 from fairshare.sim.machine import ENFORCERS, Workload
 from fairshare.tree import ShareTree, build_tree
 from udb.errors import DirectiveError, OptionError, UdbError
@@ -88,7 +88,7 @@ class Scenario:
 class _UdbPart:
     """What a scenario takes from its UDB."""
 
-    rows: list  # the tree's rows (fairshare.tree.TREE_COLUMNS)
+    rows: list  # the tree's rows (fairshare.repository.tree_rows)
     shusage: dict[str, tuple[float, float]]  # name -> (shusage, shextime)
     consts: Consts  # the base constants the overrides apply to
     nice: dict[str, int]  # name -> UDB nice, where not 0
@@ -343,7 +343,7 @@ def _read_udb(engine, directives: list | None = None, source: str = "") -> _UdbP
     """What the scenario takes from the UDB of `engine` (`directives`: what it was loaded
     from, for shrdaemon --simulate)."""
     with read_session(engine) as s:
-        rows = s.execute(select(*TREE_COLUMNS)).all()
+        rows = tree_rows(s)
         usage = s.execute(select(Entry.name, Entry.shusage, Entry.shextime, Entry.nice)).all()
         consts = load_consts(s)
     shusage = {n: (u, x) for n, u, x, _nice in usage if u > 0}
