@@ -5,12 +5,11 @@ socket (fairshare.newacct, fairshare.server)."""
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from udb.cli.common import handle_errors
 from udb.errors import OptionError
+from udb.jsonout import echo_json
 from udb.remote import call, socket_option, socket_path
 
 
@@ -41,7 +40,7 @@ def main(socket_, account, to_default, as_json):
     if as_json:
         keys = ("user", "uid", "session", "acid", "account", "default", "acids")
         doc = {k: reply[k] for k in keys} | {"share_by_account": reply["share_by_account"]}
-        click.echo(json.dumps(doc, indent=2))
+        echo_json(doc, indent=True)
         return
     current = reply["acid"]
     label = "none" if current is None else f"{reply['account'] or current} (acid {current})"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 
@@ -24,6 +23,7 @@ from fairshare.dist import current_caller
 from fairshare.repository import load_consts
 from udb.cli.common import handle_errors, last_option, udb_option
 from udb.errors import OptionError
+from udb.jsonout import echo_json
 from udb.session import open_udb, read_session, write_session
 
 #: (option, long name, constant, help) for every setting option, in the guide's letters.
@@ -110,7 +110,7 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
         with read_session(engine) as session:
             rows = history(session, last)
             if as_json:
-                click.echo(_history_json(rows))
+                echo_json(_history_json(rows), indent=True)
             else:
                 for line in history_lines(rows, _local):
                     click.echo(line)
@@ -141,7 +141,7 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
         rows = schedules(session)
         in_force = load_effective_consts(session, datetime.fromtimestamp(now))[1]
     if as_json:
-        click.echo(json.dumps(settings_json(base, rows, in_force), indent=2))
+        echo_json(settings_json(base, rows, in_force), indent=True)
     else:
         render_settings(Console(highlight=False), base, rows, in_force)
 
@@ -158,21 +158,18 @@ def _warn_halflife(changes: dict) -> None:
         )
 
 
-def _history_json(rows) -> str:
-    return json.dumps(
-        [
-            {
-                "time": r.time,
-                "who": r.who,
-                "schedule": r.schedule or None,
-                "name": r.name,
-                "old": r.old,
-                "new": r.new,
-            }
-            for r in rows
-        ],
-        indent=2,
-    )
+def _history_json(rows) -> list[dict]:
+    return [
+        {
+            "time": r.time,
+            "who": r.who,
+            "schedule": r.schedule or None,
+            "name": r.name,
+            "old": r.old,
+            "new": r.new,
+        }
+        for r in rows
+    ]
 
 
 if __name__ == "__main__":

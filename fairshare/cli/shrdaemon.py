@@ -9,7 +9,6 @@ in force and why.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -29,6 +28,7 @@ from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store import LnodeStore
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
+from udb.jsonout import echo_json
 from udb.models import MAX_ID
 from udb.remote import DEFAULT_SOCKET
 from udb.session import display_name, open_udb, quick_check, read_session, resolve_url
@@ -297,7 +297,7 @@ def show_published(store: LnodeStore, as_json: bool) -> None:
             )
         }
         lnodes = [{"node": r.node, **{k: getattr(r, k) for k in fields}} for r in rows]
-        click.echo(json.dumps({"cycle": header, "lnodes": lnodes}, indent=2))
+        echo_json({"cycle": header, "lnodes": lnodes}, indent=True)
         return
     from rich.console import Console
     from rich.table import Table

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from fairshare.dist import (
 from udb.cli.common import handle_errors, last_option, udb_option
 from udb.cli.progress import status
 from udb.errors import OptionError, UdbError
+from udb.jsonout import echo_json
 from udb.remote import Reader, call, reach, socket_option
 from udb.session import open_udb, read_session, write_session
 
@@ -260,7 +260,7 @@ def main(udb, socket_, group, batch, test, auth, show_history, last, as_json):
         with read_session(Reader(udb, socket_).engine) as s:
             rows = history(s, group, last)
         if as_json:
-            click.echo(json.dumps([_change_json(r) for r in rows], indent=2))
+            echo_json([_change_json(r) for r in rows], indent=True)
         else:
             for r in rows:
                 when = datetime.fromtimestamp(r.time).strftime("%Y-%m-%d %H:%M:%S")
@@ -305,7 +305,7 @@ def _warn(warnings: list[str]) -> None:
 
 def _show(d: Distribution, *, written: bool, as_json: bool, title: str) -> None:
     if as_json:
-        click.echo(json.dumps(distribution_json(d, written), indent=2))
+        echo_json(distribution_json(d, written), indent=True)
     else:
         render_distribution(Console(highlight=False), d, title)
 

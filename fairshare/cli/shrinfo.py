@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import click
-import orjson
 
 from fairshare.display.settings import settings_json, settings_lines
 from fairshare.display.shrinfo import (
@@ -29,6 +28,7 @@ from fairshare.report.profile import every_leaf
 from fairshare.report.published import share_tree
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import NotFound, OptionError
+from udb.jsonout import echo_json
 from udb.models import MAX_EPOCH
 from udb.remote import Reader, socket_option
 
@@ -111,7 +111,7 @@ def _print_json(doc: dict, info: Info, active: tuple, verbose: bool) -> None:
     if verbose:
         doc["settings"] = settings_json(*info.settings)
         doc["active"] = {"ids": active[0], "total_ids": active[1], "groups": active[2]}
-    click.echo(orjson.dumps(doc))
+    echo_json(doc)
 
 
 def _print_settings(info: Info, active: tuple, mode: str, verbose: bool) -> None:

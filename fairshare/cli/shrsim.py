@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -18,6 +17,7 @@ from fairshare.sim.scenario import load_scenario
 from udb.cli.common import handle_errors, udb_option
 from udb.cli.progress import track
 from udb.errors import OptionError
+from udb.jsonout import echo_json
 
 PLOT_FORMATS = (".png", ".svg")
 
@@ -72,7 +72,7 @@ def main(scenario, udb, as_json, plot_file, window, enforcer):
     if plot_file:
         plot(result, plot_file)
     if as_json:
-        click.echo(json.dumps(result.as_json(), indent=2))
+        echo_json(result.as_json(), indent=True)
     else:
         render(result, Console())
 

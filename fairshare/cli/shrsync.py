@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 
@@ -12,6 +11,7 @@ from fairshare.dist import current_caller
 from fairshare.sync import QUOTA, UPDATE, Done, submit, wait
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import OptionError
+from udb.jsonout import echo_json
 from udb.remote import call, reach, socket_option
 from udb.session import open_udb
 
@@ -73,14 +73,12 @@ def main(udb, socket_, do_update, do_quota, host, timeout, as_json):
         limit = timeout if timeout is not None else WAIT_CYCLES * delta + MARGIN
         done.append(wait(engine, rid, limit))
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {"id": d.id, "kind": d.kind, "host": d.host, "done": d.done, "lnodes": d.lnodes}
-                    for d in done
-                ],
-                indent=2,
-            )
+        echo_json(
+            [
+                {"id": d.id, "kind": d.kind, "host": d.host, "done": d.done, "lnodes": d.lnodes}
+                for d in done
+            ],
+            indent=True,
         )
         return
     for d in done:

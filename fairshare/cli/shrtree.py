@@ -7,12 +7,12 @@ import sys
 import time
 
 import click
-import orjson
 from rich.console import Console
 
 from fairshare.display.shrtree import render_problems, render_tree, report_json
 from fairshare.report.sharetree import load_tree_report
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
+from udb.jsonout import echo_json
 from udb.models import MAX_EPOCH
 from udb.remote import socket_option
 
@@ -66,7 +66,7 @@ def main(udb, socket_, long_, errors_only, by_account, node, now, as_json):
         node=node,
     )
     if as_json:
-        click.echo(orjson.dumps(report_json(report, long_, errors_only)))
+        echo_json(report_json(report, long_, errors_only))
     else:
         console = Console(highlight=False, soft_wrap=True)
         if errors_only:

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import click
-import orjson
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -40,6 +39,7 @@ from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Snapshot, Source, caller_own, load_site, tree_leaves
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import OptionError
+from udb.jsonout import dumps, echo_json
 from udb.models import MAX_EPOCH
 from udb.remote import Reader, socket_option
 
@@ -158,7 +158,7 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
         if snap.running and source.wait_for_cycle(snap.cycle, WAIT_DELTAS * snap.delta):
             snap = source.take()
         if as_json:
-            out = orjson.dumps(display_json(snap, req))  # bytes: echoed as they are
+            out = dumps(display_json(snap, req))  # bytes: echoed as they are
         else:
             # The heading goes out at once, so a pager shows something while the
             # table of a large site is built (a bad -s is found before it).
@@ -178,7 +178,7 @@ def show_site(engine, now: float | None, as_json: bool) -> None:
     now = time.time() if now is None else now
     hosts, lnodes = load_site(engine, now)
     if as_json:
-        click.echo(orjson.dumps(site_json(hosts, lnodes, now)).decode())
+        echo_json(site_json(hosts, lnodes, now))
     else:
         click.echo("\n".join(site_lines(hosts, lnodes, now)))
 

@@ -96,7 +96,7 @@ def render_problems(report: TreeReport, console: Console, long: bool = False) ->
 
 
 def report_json(report: TreeReport, long: bool = False, errors: bool = False) -> dict:
-    """The --json document (shape documented in man/shrtree.8), for orjson.dumps."""
+    """The --json document (shape documented in man/shrtree.8), for udb.jsonout."""
     return {
         "udb": report.udb,
         "analyzed": "account" if report.mode == "account" else "uid",

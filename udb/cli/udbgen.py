@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -13,6 +12,7 @@ from udb.check import CHECK_COLUMNS, check_udb, configured_maxlevels, load_accou
 from udb.cli.common import handle_errors, udb_option
 from udb.cli.progress import status, track
 from udb.errors import OptionError, UdbError
+from udb.jsonout import echo_json
 from udb.models import MAX_ID, MAX_SHARES, Entry
 from udb.passwd import passwd_directives, read_passwd
 from udb.session import (
@@ -183,7 +183,7 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
         click.echo(f"udbgen: created a new UDB at {display_name(resolve_url(udb))}", err=True)
     if test:
         if as_json:
-            click.echo(json.dumps(changes.as_json(), indent=2))
+            echo_json(changes.as_json(), indent=True)
         else:
             for line in changes.as_directives():
                 click.echo(line)
@@ -219,21 +219,19 @@ def _analyze(engine, mode: str, maxlevels: int | None, as_json: bool) -> int:
         levels = maxlevels if maxlevels is not None else configured_maxlevels(s)
     problems = check_udb(rows, accounts, mode=mode, maxlevels=levels)
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "severity": p.severity,
-                        "name": p.name,
-                        "uid": p.uid,
-                        "code": p.code,
-                        "message": p.message,
-                        "detail": p.detail,
-                    }
-                    for p in problems
-                ],
-                indent=2,
-            )
+        echo_json(
+            [
+                {
+                    "severity": p.severity,
+                    "name": p.name,
+                    "uid": p.uid,
+                    "code": p.code,
+                    "message": p.message,
+                    "detail": p.detail,
+                }
+                for p in problems
+            ],
+            indent=True,
         )
     else:
         for p in problems:

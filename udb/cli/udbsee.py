@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 
@@ -13,6 +12,7 @@ from udb.cli.common import handle_errors, udb_option
 from udb.errors import NotFound, OptionError
 from udb.fields import FIELDS
 from udb.image import PRIVATE
+from udb.jsonout import echo_json
 from udb.models import Entry
 from udb.remote import Reader, socket_option
 from udb.session import read_session
@@ -75,7 +75,7 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
                 out: list[dict] = [{"name": n, "acid": a} for n, a in registry]
             else:
                 out = [listing.entry_record(e, shown(e)) for e in entries]
-            click.echo(json.dumps(out, indent=2))
+            echo_json(out, indent=True)
             return
         for name, acid in registry:
             click.echo(listing.format_account(name, acid))
