@@ -23,7 +23,6 @@ from sqlalchemy import func, select
 from textual.widgets import Input, Label
 
 from fairshare.cli.shrdist import main as shrdist
-from fairshare.cli.shrdist import make_app
 from fairshare.collect import ProcessSample
 from fairshare.consts import SHAREBYACCT, Consts
 from fairshare.daemon import Daemon, Options
@@ -33,6 +32,7 @@ from fairshare.repository import save_consts
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import SimClock
 from fairshare.store import LnodeStore
+from fairshare.tui.shrdist import make_app
 from udb.errors import OptionError
 from udb.models import SHF_GROUP, Entry, ShareChange
 from udb.remote import Reader

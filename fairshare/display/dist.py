@@ -1,0 +1,71 @@
+"""shrdist's displays: a redistribution as a table (old and new shares, group share,
+machine share), the change log as lines, and the change log's --json records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from fairshare.display import percent
+from fairshare.dist import Distribution
+
+if TYPE_CHECKING:
+    from udb.models import ShareChange
+
+
+def render_distribution(console: Console, d: Distribution, title: str) -> None:
+    """The group's members with old and new shares, group share and machine share."""
+    t = Table(
+        title=f"{title} (machine share of {d.group}: {percent(d.m_share, 2)})",
+        title_justify="left",
+    )
+    for col, justify in (
+        ("Member", "left"),
+        ("Kind", "left"),
+        ("Old", "right"),
+        ("Shares", "right"),
+        ("Group share", "right"),
+        ("Machine share", "right"),
+    ):
+        t.add_column(col, justify=justify)
+    for m in d.members:
+        mark = "*" if m.changed else ""
+        t.add_row(
+            m.name,
+            m.kind,
+            str(m.old),
+            f"{m.shares}{mark}",
+            percent(m.group_share, 2),
+            percent(m.m_share, 2),
+        )
+    t.add_section()
+    t.add_row("total", "", str(sum(m.old for m in d.members)), str(d.total), "100.00%", "")
+    console.print(t)
+
+
+def change_lines(changes: Sequence[ShareChange]) -> list[str]:
+    """The change log (--history) as lines: local time, who, group, member, old -> new."""
+    return [
+        f"{datetime.fromtimestamp(r.time).strftime('%Y-%m-%d %H:%M:%S')}  "
+        f"{r.who}  {r.grp}  {r.member}  {r.old} -> {r.new}"
+        for r in changes
+    ]
+
+
+def change_json(changes: Sequence[ShareChange]) -> list[dict]:
+    """The change log as --json records (shape documented in man/shrdist.8)."""
+    return [
+        {
+            "time": r.time,
+            "who": r.who,
+            "group": r.grp,
+            "member": r.member,
+            "old": r.old,
+            "new": r.new,
+        }
+        for r in changes
+    ]
