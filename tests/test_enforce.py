@@ -17,6 +17,7 @@ from busy import RecordedOs
 from machine_lock import machine_lock, skip_if_a_daemon_runs
 
 from fairshare.actions import REAL_OS
+from fairshare.cli.shrdaemon import enforcer_line
 from fairshare.collect import GroupReading
 from fairshare.enforce.base import LnodeTarget, safe_name
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
@@ -102,9 +103,21 @@ def test_detect_falls_back_to_nice_then_none():
     assert detect("auto", euid=0, mounts_text="").name == "nice"
     c = detect("auto", euid=1000, mounts_text=MOUNTS_V1)
     assert c.name == "none" and "not root (euid 1000)" in c.reason
-    c = detect("cgroup1", euid=0, no_scheduling=True, mounts_text=MOUNTS_V1)
-    assert c.name == "none" and "NOSCHED" in c.reason
     assert detect("none", euid=0, mounts_text=MOUNTS_V1).name == "none"
+
+
+def test_nosched_keeps_the_choice_and_says_none_at_start():
+    # NOSCHED/NOSHARE is Consts.scheduling, read by the daemon each cycle: the enforcer
+    # chosen stays the machine's (it takes over when they are cleared); the start-up
+    # line says none is in force and which enforcer waits.
+    c = detect("cgroup1", euid=0, mounts_text=MOUNTS_V1)
+    assert c.name == "cgroup1"
+    line = enforcer_line(c, scheduling=False)
+    assert line.startswith("enforcer none: NOSCHED or NOSHARE is set, accounting only")
+    assert f"(cgroup1 when cleared: {c.reason})" in line
+    assert enforcer_line(c, scheduling=True) == f"enforcer cgroup1: {c.reason}"
+    none = detect("none", euid=0, mounts_text=MOUNTS_V1)
+    assert enforcer_line(none, scheduling=False) == f"enforcer none: {none.reason}"
 
 
 def test_detect_named_enforcer_that_cannot_work_is_an_error():

@@ -217,20 +217,24 @@ def main(
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
-    daemon = None
+    store = run_real(
+        engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles
+    )
+    if show:
+        show_published(store, as_json)
+
+
+def run_real(
+    engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles
+) -> LnodeStore:
+    """Run the daemon on this machine under `lock` (serving `socket_` unless '') until it
+    stops; returns its store, which holds the last published lnode table."""
     lock.acquire()
     try:
         choice = detect(enforcer)
-        if choice.name != "none" and not consts.scheduling:
-            log.info(
-                "enforcer none: NOSCHED or NOSHARE is set, accounting only (%s when cleared: %s)",
-                choice.name,
-                choice.reason,
-            )
-        else:
-            log.info("enforcer %s: %s", choice.name, choice.reason)
-        log.info("UDB %s, host %s, lock %s", display_name(url), host, lock.where)
-        daemon = make_daemon(engine, choice, host, enforce_min_uid, consts.share_by_account)
+        log.info("%s", enforcer_line(choice, consts.scheduling))
+        log.info("UDB %s, host %s, lock %s", display_name(lock.url), lock.host, lock.where)
+        daemon = make_daemon(engine, choice, lock.host, enforce_min_uid, consts.share_by_account)
         daemon.observers.extend(observers)
         serve(observers)
         server = None
@@ -247,8 +251,19 @@ def main(
                 server.stop()
     finally:
         lock.release()
-    if show:
-        show_published(daemon.store, as_json)
+    return daemon.store
+
+
+def enforcer_line(choice, scheduling: bool) -> str:
+    """The start-up line naming the enforcer in force and why.  With NOSCHED or NOSHARE
+    set (`scheduling` False, Consts.scheduling) the daemon runs the enforcer none until
+    they are cleared, and the line says which enforcer will take over then."""
+    if choice.name != "none" and not scheduling:
+        return (
+            f"enforcer none: NOSCHED or NOSHARE is set, accounting only "
+            f"({choice.name} when cleared: {choice.reason})"
+        )
+    return f"enforcer {choice.name}: {choice.reason}"
 
 
 def serve(observers) -> None:
@@ -263,81 +278,14 @@ def show_published(store: LnodeStore, as_json: bool) -> None:
     head, rows = store.read_published()
     if head is None:
         raise OptionError(f"nothing published for host {store.host}")
-    fields = (
-        "name",
-        "uid",
-        "kind",
-        "parent",
-        "shares",
-        "refs",
-        "nrun",
-        "usage",
-        "charge",
-        "rate",
-        "m_share",
-        "e_share",
-        "cpu",
-        "priority",
-        "background",
-    )
-    if as_json:
-        header = {
-            k: getattr(head, k)
-            for k in (
-                "host",
-                "time",
-                "delta",
-                "enforcer",
-                "pid",
-                "cycle",
-                "mode",
-                "started",
-                "running",
-                "stopped",
-            )
-        }
-        lnodes = [{"node": r.node, **{k: getattr(r, k) for k in fields}} for r in rows]
-        echo_json({"cycle": header, "lnodes": lnodes}, indent=True)
-        return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # the running daemon never draws: import when asked
 
-    t = Table(
-        title=f"lnodes of {head.host}, cycle {head.cycle} ({head.enforcer}, "
-        f"{'running' if head.running else 'stopped'})"
-    )
-    for col in (
-        "lnode",
-        "kind",
-        "shares",
-        "refs",
-        "nrun",
-        "usage",
-        "m_share %",
-        "e_share %",
-        "cpu %",
-    ):
-        t.add_column(col, justify="left" if col in ("lnode", "kind") else "right")
-    kids: dict[int, list] = {}
-    for r in rows:
-        kids.setdefault(r.parent, []).append(r)
-    stack = [(r, 0) for r in sorted(kids.get(-1, []), key=lambda r: r.name, reverse=True)]
-    while stack:  # depth first, siblings by name, as shrtree shows the tree
-        r, depth = stack.pop()
-        t.add_row(
-            "  " * depth + r.name,
-            r.kind,
-            f"{r.shares:g}",
-            str(r.refs),
-            str(r.nrun),
-            f"{r.usage:.3g}",
-            f"{100 * r.m_share:.2f}",
-            f"{100 * r.e_share:.2f}",
-            f"{100 * r.cpu:.2f}",
-        )
-        children = sorted(kids.get(r.node, []), key=lambda c: c.name, reverse=True)
-        stack.extend((c, depth + 1) for c in children)
-    Console(width=max(100, Console().width)).print(t)
+    from fairshare.display.lnodes import published_json, render_published
+
+    if as_json:
+        echo_json(published_json(head, rows), indent=True)
+    else:
+        render_published(Console(width=max(100, Console().width)), head, rows)
 
 
 def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daemon:

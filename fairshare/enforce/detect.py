@@ -2,9 +2,10 @@
 
 Order of preference: systemd (cgroup v2 with the cpu controller and systemd as
 PID 1: systemd owns the tree, so weights go through its D-Bus API), cgroup v2
-with the cpu controller, cgroup v1's cpu hierarchy, nice, none.  Not root, or
-NOSCHED/NOSHARE set, means none.  The `Choice` carries a one-line reason, which
-the daemon logs first.
+with the cpu controller, cgroup v1's cpu hierarchy, nice, none.  Not root means
+none.  The `Choice` carries a one-line reason, which the daemon logs first.  NOSCHED
+and NOSHARE (Consts.scheduling) do not change the choice: they can be set and cleared
+while the daemon runs, which keeps the chosen enforcer off while they are set.
 """
 
 from __future__ import annotations
@@ -82,15 +83,14 @@ def detect(
     requested: str = "auto",
     *,
     euid: int | None = None,
-    no_scheduling: bool = False,
     mounts_text: str | None = None,
     systemd_booted: bool | None = None,
 ) -> Choice:
     """The enforcer to use and the reason, given the request and the machine.
 
     Raises OptionError when a named enforcer cannot work on this machine
-    (its cgroup hierarchy is missing).  Without root, or with `no_scheduling`
-    (NOSCHED or NOSHARE), the choice is none whatever was requested.
+    (its cgroup hierarchy is missing).  Without root the choice is none whatever was
+    requested.
     `systemd_booted`: systemd is PID 1 (default: /run/systemd/system exists, as
     sd_booted(3) tests).
     """
@@ -99,8 +99,6 @@ def detect(
     euid = os.geteuid() if euid is None else euid
     if requested == "none":
         return Choice("none", "--enforcer none: accounting only, no CPU scheduling")
-    if no_scheduling:
-        return Choice("none", "NOSCHED or NOSHARE is set: accounting only, no CPU scheduling")
     if euid != 0:
         return Choice(
             "none", f"not root (euid {euid}): accounting only, processes are not scheduled"
