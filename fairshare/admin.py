@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from fairshare.consts import FIELDS, Consts, consts_from_mapping, consts_from_stored
 from fairshare.repository import load_consts, save_consts
-from udb.check import check_columns, load_accounts, load_entry_columns
+from udb.check import check_stored
 from udb.errors import OptionError
 from udb.models import ConstChange, Schedule
 
@@ -127,9 +127,7 @@ def deepest_allowed_check(session: Session, consts: Consts) -> None:
 
     Uses the Dp rule of udb.check, the one shrtree and udbgen -a report.
     """
-    problems = check_columns(
-        load_entry_columns(session), load_accounts(session), consts.mode, consts.maxlevels
-    )
+    problems = check_stored(session, consts.mode, consts.maxlevels)
     deep = [p for p in problems if p.code == "Dp"]
     if deep:
         raise OptionError(

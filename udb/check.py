@@ -404,6 +404,11 @@ def configured_maxlevels(session: Session) -> int:
     return DEFAULT_MAXLEVELS if value is None else int(value)
 
 
+def check_stored(session: Session, mode: str, maxlevels: int) -> list[Problem]:
+    """`check_udb`'s answer for the UDB behind `session` (udbgen -a, shradmin -G)."""
+    return check_columns(load_entry_columns(session), load_accounts(session), mode, maxlevels)
+
+
 def load_accounts(session: Session) -> dict[int, str]:
     """The account registry as acid -> account name."""
     return dict(session.execute(select(models.Account.acid, models.Account.name)).all())

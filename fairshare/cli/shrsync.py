@@ -73,13 +73,7 @@ def main(udb, socket_, do_update, do_quota, host, timeout, as_json):
         limit = timeout if timeout is not None else WAIT_CYCLES * delta + MARGIN
         done.append(wait(engine, rid, limit))
     if as_json:
-        echo_json(
-            [
-                {"id": d.id, "kind": d.kind, "host": d.host, "done": d.done, "lnodes": d.lnodes}
-                for d in done
-            ],
-            indent=True,
-        )
+        echo_json(done, indent=True)  # each Done as the object of its fields (shrsync(8))
         return
     for d in done:
         what = "UDB updated from" if d.kind == UPDATE else "quota base re-read by"

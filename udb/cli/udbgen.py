@@ -5,15 +5,14 @@ from __future__ import annotations
 import sys
 
 import click
-from sqlalchemy import select
 
 from udb import directives as udbdir
-from udb.check import CHECK_COLUMNS, check_udb, configured_maxlevels, load_accounts
+from udb.check import check_stored, configured_maxlevels, load_entry_columns
 from udb.cli.common import handle_errors, udb_option
 from udb.cli.progress import status, track
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
-from udb.models import MAX_ID, MAX_SHARES, Entry
+from udb.models import MAX_ID, MAX_SHARES
 from udb.passwd import passwd_directives, read_passwd
 from udb.session import (
     created,
@@ -199,9 +198,8 @@ def _passwd(engine, path, resgrp, shares, min_uid, max_uid, verbose, replace):
     uids: set[int] = set()
     if not replace:
         with read_session(engine) as s:
-            for name, uid in s.execute(select(Entry.name, Entry.uid)):
-                names.add(name)
-                uids.add(uid)
+            taken = load_entry_columns(s)
+        names, uids = set(taken.name), set(taken.uid)
     imported = passwd_directives(
         users, source, resgrp=resgrp, shares=shares, existing_names=names,
         existing_uids=uids, min_uid=min_uid, max_uid=max_uid,
@@ -214,10 +212,8 @@ def _passwd(engine, path, resgrp, shares, min_uid, max_uid, verbose, replace):
 
 def _analyze(engine, mode: str, maxlevels: int | None, as_json: bool) -> int:
     with read_session(engine) as s:
-        rows = s.execute(select(*CHECK_COLUMNS).order_by(Entry.id)).all()
-        accounts = load_accounts(s)
         levels = maxlevels if maxlevels is not None else configured_maxlevels(s)
-    problems = check_udb(rows, accounts, mode=mode, maxlevels=levels)
+        problems = check_stored(s, mode, levels)
     if as_json:
         echo_json(
             [
