@@ -18,7 +18,12 @@ from fairshare.admin import (
     set_schedule,
 )
 from fairshare.consts import from_user
-from fairshare.display.settings import history_lines, render_settings, settings_json
+from fairshare.display.settings import (
+    history_json,
+    history_lines,
+    render_settings,
+    settings_json,
+)
 from fairshare.dist import current_caller
 from fairshare.repository import load_consts
 from udb.cli.common import handle_errors, last_option, udb_option
@@ -110,7 +115,7 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
         with read_session(engine) as session:
             rows = history(session, last)
             if as_json:
-                echo_json(_history_json(rows), indent=True)
+                echo_json(history_json(rows), indent=True)
             else:
                 for line in history_lines(rows, _local):
                     click.echo(line)
@@ -156,20 +161,6 @@ def _warn_halflife(changes: dict) -> None:
             "advises at least 3600 s except for debugging",
             err=True,
         )
-
-
-def _history_json(rows) -> list[dict]:
-    return [
-        {
-            "time": r.time,
-            "who": r.who,
-            "schedule": r.schedule or None,
-            "name": r.name,
-            "old": r.old,
-            "new": r.new,
-        }
-        for r in rows
-    ]
 
 
 if __name__ == "__main__":

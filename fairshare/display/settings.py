@@ -128,6 +128,21 @@ def render_settings(console: Console, consts: Consts, rows, in_force: str) -> No
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+def history_json(changes: Sequence[ConstChange]) -> list[dict]:
+    """The change history as --json records (shape documented in shradmin(8))."""
+    return [
+        {
+            "time": c.time,
+            "who": c.who,
+            "schedule": c.schedule or None,
+            "name": c.name,
+            "old": c.old,
+            "new": c.new,
+        }
+        for c in changes
+    ]
+
+
 def history_lines(changes: Sequence[ConstChange], when) -> list[str]:
     """The change history as lines: time, who, what, old -> new.  `when(epoch)` formats times."""
     table = [
