@@ -11,12 +11,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import orjson
-
 from fairshare.consts import Consts
 from fairshare.display.shrview import display_json, display_lines
 from fairshare.report.lnodes import ViewRequest, select_lnodes, view_lnodes
 from fairshare.report.published import Snapshot
+from udb.jsonout import dumps
 from udb.models import PublishedLnode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,7 +92,7 @@ def main() -> None:
         "select_lnodes (-o usage)": lambda: select_lnodes(lnodes, "all", "usage"),
         "-dm lines": lambda: display_lines(snap, ViewRequest("monitor"), str),
         "-da lines": lambda: display_lines(snap, ViewRequest("adjgroup"), str),
-        "-dm JSON": lambda: orjson.dumps(display_json(snap, ViewRequest("monitor"))),
+        "-dm JSON": lambda: dumps(display_json(snap, ViewRequest("monitor"))),
     }
     print(f"{n} lnodes ({GROUPS} groups x {USERS} users), median of 5 runs")
     for label, fn in steps.items():
