@@ -56,16 +56,17 @@ def change_lines(changes: Sequence[ShareChange]) -> list[str]:
     ]
 
 
+#: (JSON key, ShareChange attribute) of a change log record, in the document's order.
+_CHANGE_FIELDS = (
+    ("time", "time"),
+    ("who", "who"),
+    ("group", "grp"),
+    ("member", "member"),
+    ("old", "old"),
+    ("new", "new"),
+)
+
+
 def change_json(changes: Sequence[ShareChange]) -> list[dict]:
     """The change log as --json records (shape documented in man/shrdist.8)."""
-    return [
-        {
-            "time": r.time,
-            "who": r.who,
-            "group": r.grp,
-            "member": r.member,
-            "old": r.old,
-            "new": r.new,
-        }
-        for r in changes
-    ]
+    return [{key: getattr(r, attr) for key, attr in _CHANGE_FIELDS} for r in changes]
