@@ -21,7 +21,6 @@ from fairshare.dist import (
     preview,
     redistribute,
 )
-from fairshare.tui.shrdist import make_app
 from udb.cli.common import handle_errors, last_option, udb_option
 from udb.cli.progress import status
 from udb.errors import OptionError
@@ -111,6 +110,8 @@ def main(udb, socket_, group, batch, test, auth, show_history, last, as_json):
         raise OptionError("--json goes with -b or -p (the editor is interactive)")
     if sys.stdin is None or not sys.stdin.isatty():
         raise OptionError("the editor needs a terminal: use -b NAME=SHARES or -p")
+    from fairshare.tui.shrdist import make_app  # Textual loads only for the editor
+
     app = make_app(Reader(udb, socket_), caller, group, auth_file)
     app.run()
 
