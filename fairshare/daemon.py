@@ -204,9 +204,6 @@ class Daemon:
         """SIGTERM/SIGINT stop the loop, SIGHUP reloads the tree (main thread only)."""
         self.loop.install_signal_handlers()
 
-    def _on_hup(self, signum, _frame) -> None:
-        self.loop.hup(signum, _frame)
-
     def stop(self) -> None:
         """Ask the loop to stop after the current step (safe from signal handlers)."""
         self.loop.stop()
@@ -389,13 +386,11 @@ class Daemon:
         return written
 
     def refresh_site(self, now: float) -> None:
-        """GLOBALUSAGE: the active lnodes take their site-wide usage from the UDB, the
-        site view of the other live hosts is read, the site factors are updated."""
-        ln, consts = self.lnodes, self.consts
-        view, usage = self.store.site_view(
-            ln.tree, now, consts.halflife, live_after=now - 3 * max(consts.writeback, consts.delta)
-        )
-        refresh_site(ln.tree, ln.table, self.site, view, usage, consts, self.cpus)
+        """GLOBALUSAGE: the site-wide usage and factors from the UDB (steps.refresh_site)."""
+        ln, c = self.lnodes, self.consts
+        live_after = now - 3 * max(c.writeback, c.delta)  # hosts heard from since then
+        view, usage = self.store.site_view(ln.tree, now, c.halflife, live_after=live_after)
+        refresh_site(ln.tree, ln.table, self.site, view, usage, c, self.cpus)
 
 
 def same_machine(enforcer: Enforcer, actions: OsActions) -> None:

@@ -582,21 +582,8 @@ def published_tuples(
         "parent": tree.parent[nodes].tolist(),
         "level": tree.level[nodes].astype(int).tolist(),
         "shares": tree.shares[nodes].tolist(),
-        "refs": table.refs[nodes].tolist(),
-        "nrun": table.nrun[nodes].tolist(),
-        "usage": table.usage[nodes].tolist(),
         "stored": tree_index(tree).subtree_sum(table.stored)[nodes].tolist(),
-        "charge": table.charge[nodes].tolist(),
-        "cpu_seconds": table.cpu_seconds[nodes].tolist(),
-        "rate": table.rate[nodes].tolist(),
-        "m_share": table.m_share[nodes].tolist(),
-        "e_share": table.e_share[nodes].tolist(),
-        "due": table.due[nodes].tolist(),
-        "pri": table.pri[nodes].tolist(),
-        "cpu": table.cpu[nodes].tolist(),
-        "adj": table.adj[nodes].tolist(),
-        "priority": table.priority[nodes].tolist(),
-        "background": table.background[nodes].tolist(),
-        "demand": table.demand[nodes].tolist(),
     }
+    # Every other column is the table's array of that name.
+    cols.update({c: getattr(table, c)[nodes].tolist() for c in PUBLISHED if c not in cols})
     return list(zip(*(cols[c] for c in PUBLISHED), strict=True))

@@ -349,7 +349,7 @@ def test_sighup_rereads_quotas_the_fingerprint_cannot_see(engine):
         s.execute(update(Entry).where(Entry.name == "alice").values(cpuquota=0.5))
     cycle(d, clock)
     assert sent == []  # not seen yet
-    d._on_hup(signal.SIGHUP, None)
+    d.loop.hup(signal.SIGHUP, None)
     cycle(d, clock)
     assert sent == [(7, signal.SIGXCPU)]
 
@@ -388,12 +388,12 @@ def test_the_udb_nice_is_applied_beside_a_cgroup_enforcer_and_undone(engine):
     assert actions.nice[7] == 4
     with write_session(engine) as s:  # the entry's nice goes back to the default
         s.execute(update(Entry).where(Entry.name == "alice").values(nice=0))
-    d._on_hup(signal.SIGHUP, None)
+    d.loop.hup(signal.SIGHUP, None)
     cycle(d, clock)
     assert actions.nice == {7: 0, 8: 9}
     with write_session(engine) as s:
         s.execute(update(Entry).where(Entry.name == "alice").values(nice=4))
-    d._on_hup(signal.SIGHUP, None)
+    d.loop.hup(signal.SIGHUP, None)
     cycle(d, clock)
     assert actions.nice[7] == 4
     d.shutdown()
