@@ -95,6 +95,10 @@ class Consts:
     checkpoint: float = 300.0  # s: how often every active lnode is checkpointed
     quota_threshold: float = 3.0  # CPU s past the quota (SIGXCPU) before SIGKILL
     policy: str = "unicos"  # --policy: the fair-share policy the cycle runs (POLICIES)
+    # The feedback policy (fairshare.policies.feedback, seed 004's share nodes):
+    feedback_kc: float = 0.1  # K_c: the share nodes' low-pass filter per delta, (0, 1]
+    feedback_kmu: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)  # K_mu by level 1, 2, ...
+    feedback_period: float = 300.0  # s: how often the siblings' shares are re-derived
 
     @property
     def K(self) -> float:
@@ -132,9 +136,9 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Consts))
 #: The values a constant that names a choice may take, the default first.  `policy`
 #: names the cycle's Policy (fairshare.cycle.policy_for).
 CHOICES: dict[str, tuple[str, ...]] = {
-    "policy": ("unicos",),
+    "policy": ("unicos", "feedback"),
 }
-DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint")
+DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint", "feedback_period")
 
 
 def decay(elapsed, halflife: float):
@@ -286,7 +290,12 @@ RANGES: dict[str, Range] = {
     "writeback": Range(0.0, DAY, "s"),
     "checkpoint": Range(0.0, DAY, "s"),
     "quota_threshold": Range(0.0, DAY, "s"),
+    "feedback_kc": Range(0.0, 1.0, lo_open=True),
+    "feedback_kmu": Range(0.0, 2.0),
+    "feedback_period": Range(0.0, DAY, "s"),
 }
+#: The most levels `feedback_kmu` may name (the deepest share tree shradmin -G allows).
+MAX_KMU_LEVELS = 64
 
 #: Why cost_tty must stay 0 (shradmin -y).
 TTY_REFUSED = (
@@ -313,6 +322,13 @@ def validate(consts: Consts) -> Consts:
                 raise OptionError(
                     f"nice_decay: expected two half-lives, each {rng.describe()}, the first "
                     f"not above the second, got {value!r}"
+                )
+            continue
+        if name == "feedback_kmu":
+            if not (1 <= len(value) <= MAX_KMU_LEVELS and all(v in rng for v in value)):
+                raise OptionError(
+                    f"feedback_kmu: expected 1 to {MAX_KMU_LEVELS} gains by level, each "
+                    f"{rng.describe()}, got {value!r}"
                 )
             continue
         if value not in rng:
@@ -356,6 +372,15 @@ def _coerce(name: str, value: object) -> object:
             msg = f"nice_decay: expected two numbers like 2,60, got {value!r}"
             raise OptionError(msg) from None
         return (lo, hi)
+    if name == "feedback_kmu":
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, int | float) and not isinstance(items, bool):
+            items = [items]
+        try:
+            return tuple(float(v) for v in items)  # type: ignore[union-attr]
+        except (TypeError, ValueError, OverflowError):
+            msg = f"feedback_kmu: expected gains by level like 0.25,0.5,0.75,1, got {value!r}"
+            raise OptionError(msg) from None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise OptionError(f"{name}: expected a number, got {value!r}")
     try:

@@ -500,8 +500,11 @@ class UnicosPolicy:
         )
 
 
+# The other policies' modules take their shared steps from above (fairshare.policies).
+from fairshare.policies.feedback import FeedbackPolicy  # noqa: E402
+
 #: The policies by name (fairshare.consts.CHOICES["policy"] lists the names a UDB may hold).
-POLICIES: dict[str, Policy] = {"unicos": UnicosPolicy()}
+POLICIES: dict[str, Policy] = {"unicos": UnicosPolicy(), "feedback": FeedbackPolicy()}
 #: The policy of the default constants.
 DEFAULT_POLICY: Policy = POLICIES["unicos"]
 

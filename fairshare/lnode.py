@@ -50,7 +50,13 @@ _FLOAT_FIELDS = (
     "cpu",
     "adj",
     "priority",
+    "transient",
+    "filtered",
+    "correction",
+    "since",
 )
+#: The feedback policy's state among the float fields (other policies leave it 0).
+FEEDBACK_STATE = ("transient", "filtered", "correction", "since")
 _BOOL_FIELDS = ("active", "demand", "background")
 _INT_FIELDS = ("refs", "nrun")
 
@@ -89,6 +95,16 @@ class LnodeTable:
     priority: Kay-Lauder priority usage x nrun / m_share**2 (PRIORITY_MAX if m_share 0).
     background: past MAXUSAGE or zero shares: runs only on CPU nobody else wants.
     parent: the tree's parent array (shared, never written), for activate/release.
+
+    The feedback policy's state (fairshare.policies.feedback; zero under other policies,
+    and for an lnode just created):
+    transient: the share redistribution node's transient share of the lnode among its
+      active siblings (fraction; seed 004's equation 10, re-derived every period).
+    filtered: the share node's low-pass filtered share of the machine's charges that
+      the lnode received (fraction of the machine).
+    correction: the share node's accumulated correction, as a natural log (0 = none).
+    since: on groups and the root, seconds since their redistribution node last
+      re-derived the children's transient shares.
     """
 
     usage: np.ndarray
@@ -111,10 +127,15 @@ class LnodeTable:
     parent: np.ndarray
     due: np.ndarray | None = None
     pri: np.ndarray | None = None
+    transient: np.ndarray | None = None
+    filtered: np.ndarray | None = None
+    correction: np.ndarray | None = None
+    since: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        # Figures a policy need not compute (the displays show 0 for them).
-        for name in ("due", "pri"):
+        # Figures a policy need not compute (the displays show 0 for them), and the
+        # feedback policy's state (0 under the others).
+        for name in ("due", "pri", *FEEDBACK_STATE):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.usage)))
 
@@ -224,6 +245,7 @@ def activate(table: LnodeTable, node: int, usage: float) -> None:
     table.cpu_seconds[node] = table.cpu_written[node] = 0.0
     table.rate[node] = 0.0
     table.adj[node] = 1.0
+    table.transient[node] = table.filtered[node] = table.correction[node] = 0.0
     for a in ancestors(table.parent, node):
         table.active[a] = True
 

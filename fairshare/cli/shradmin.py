@@ -64,6 +64,19 @@ SETTINGS = (
     (None, "--checkpoint", "checkpoint", "Checkpoint interval: 300s; 0 to 1 d."),
     (None, "--quota-threshold", "quota_threshold", "CPU s past the quota before SIGKILL, <= 1 d."),
     (None, "--policy", "policy", "Fair-share policy the cycle runs: unicos (the default)."),
+    (None, "--feedback-kc", "feedback_kc", "Feedback: share nodes' filter K_c, above 0 to 1."),
+    (
+        None,
+        "--feedback-kmu",
+        "feedback_kmu",
+        "Feedback: gains K_mu by level (0.25,0.5,0.75,1; deeper levels the last), 0 to 2.",
+    ),
+    (
+        None,
+        "--feedback-period",
+        "feedback_period",
+        "Feedback: redistribution period, 300s; 0 (every cycle) to 1 d.",
+    ),
 )
 
 

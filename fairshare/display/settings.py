@@ -43,6 +43,11 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
     lines = [
         f"Scheduling flags = {', '.join(names) if names else '(none)'} ({consts.flags:03o})",
         f"Scheduling policy = {consts.policy}",
+        "Feedback share nodes (--policy feedback): "
+        f"K_c = {_g(consts.feedback_kc)} per cycle, "
+        f"K_mu by level = {','.join(_g(k) for k in consts.feedback_kmu)}, "
+        f"redistribution every {_g(consts.feedback_period)} s"
+        + ("" if consts.policy == "feedback" else " (unused: another policy)"),
         f"Charging percentage = {_g(consts.percent)}%",
         f"Usage decay rate = {consts.K:.8f} per {_g(consts.delta)} s cycle "
         f"(half-life of {consts.halflife:.1f} seconds), shradmin -K {consts.halflife / 3600:g}"
@@ -106,6 +111,7 @@ def settings_json(consts: Consts, rows: Sequence[Schedule], in_force: str) -> di
     """The settings as a JSON-ready dict (shape documented in shradmin(8))."""
     values = {name: getattr(consts, name) for name in consts.__dataclass_fields__}
     values["nice_decay"] = list(consts.nice_decay)
+    values["feedback_kmu"] = list(consts.feedback_kmu)
     return {
         "consts": values,
         "flags": flag_names(consts.flags),
