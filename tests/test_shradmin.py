@@ -282,3 +282,50 @@ def test_a_running_daemon_takes_up_a_new_policy_within_one_cycle(udb_url, monkey
     assert {"name": "policy", "old": "unicos", "new": "recording"}.items() <= json.loads(
         rows.output
     )[-1].items()
+
+
+def test_the_feedback_policy_and_its_constants_are_set_shown_and_recorded(udb_url):
+    r = run(
+        udb_url,
+        "--policy",
+        "feedback",
+        "--feedback-kc",
+        "0.2",
+        "--feedback-kmu",
+        "0.1,0.3",
+        "--feedback-period",
+        "10m",
+    )
+    assert r.exit_code == 0, r.output
+    consts, n = stored(udb_url)
+    assert (consts.policy, consts.feedback_kc) == ("feedback", 0.2)
+    assert (consts.feedback_kmu, consts.feedback_period) == ((0.1, 0.3), 600.0)
+    assert n == 4
+    assert (
+        "Feedback share nodes (--policy feedback): K_c = 0.2 per cycle, "
+        "K_mu by level = 0.1,0.3, redistribution every 600 s"
+    ) in r.output
+    shown = json.loads(run(udb_url, "--json").output)["consts"]
+    assert shown["feedback_kmu"] == [0.1, 0.3] and shown["feedback_period"] == 600.0
+    rows = json.loads(run(udb_url, "--history", "--json").output)
+    (kmu,) = [h for h in rows if h["name"] == "feedback_kmu"]
+    assert (kmu["old"], kmu["new"]) == ([0.25, 0.5, 0.75, 1.0], [0.1, 0.3])
+    assert "0.25,0.5,0.75,1" in run(udb_url, "--history").output
+    # Under another policy the line says the constants are unused.
+    assert "(unused: another policy)" in run(udb_url, "--policy", "unicos").output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--feedback-kc", "0"], "feedback_kc: expected a number above 0 to 1"),
+        (["--feedback-kmu", "0.5,3"], "feedback_kmu: expected 1 to 64 gains by level"),
+        (["--feedback-kmu", "x"], "feedback_kmu: expected gains by level like 0.25,0.5,0.75,1"),
+        (["--feedback-period", "-5"], "feedback_period"),
+    ],
+)
+def test_bad_feedback_constants_are_refused_and_nothing_changes(udb_url, args, message):
+    before = stored(udb_url)
+    r = run(udb_url, *args)
+    assert r.exit_code == 2 and message in r.output
+    assert stored(udb_url) == before
