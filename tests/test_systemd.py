@@ -258,3 +258,49 @@ def test_no_systemd_on_the_bus_is_one_line_error(bus, tmp_path):
     enf = SystemdEnforcer(mount, proc=proc, connect=lambda: SystemdBus(f"unix:path={tmp_path}/x"))
     with pytest.raises(OptionError, match="cannot reach systemd over D-Bus"):
         enf.setup()
+
+
+def test_the_daemon_applies_the_udb_nice_beside_systemd(bus, tmp_path, udb_url):
+    """As beside the cgroup enforcers (man/shrdaemon.8, THE UDB NICE): alice's entry says
+    nice 4, so her processes at the default nice get 4 while their slice is weighed; bob
+    (no UDB nice) is left alone; the daemon's stop puts back what it set."""
+    from busy import RecordedOs
+    from test_daemon import EPOCH, Script, proc
+
+    from fairshare.collect.sim import SimClock
+    from fairshare.daemon import Daemon, Options
+    from fairshare.store import LnodeStore
+    from udb.models import Entry
+    from udb.session import open_udb, write_session
+
+    engine = open_udb(udb_url)
+    with write_session(engine) as s:
+        s.add_all(
+            [Entry(name="alice", uid=1000, shares=1, nice=4), Entry(name="bob", uid=1001, shares=1)]
+        )
+    proc_dir, mount = fake_machine(tmp_path)
+    fake = FakeSystemd(bus, "255")
+    clock = SimClock(EPOCH)
+    actions = RecordedOs({12: 9})  # pid 12 was started at nice 9: it keeps it
+    plan = [proc(11, 1000, 1.0), proc(12, 1000, 1.0, nice=9), proc(21, 1001, 1.0)]
+    enf = SystemdEnforcer(mount, actions=actions, proc=proc_dir, connect=lambda: SystemdBus(bus))
+    d = Daemon(
+        engine,
+        Script(clock, lambda i: plan),
+        enf,
+        LnodeStore(engine, host="test"),
+        actions,
+        clock=clock,
+        options=Options(enforce_min_uid=1000),
+    )
+    try:
+        d.start()
+        for _ in range(2):
+            clock.sleep(d.consts.delta, d.wake)
+            d.step()
+        assert actions.nice == {11: 4, 12: 9}
+        assert {c[0] for c in fake.calls} == {"user-1000.slice", "user-1001.slice"}
+        d.shutdown()
+        assert actions.nice == {11: 0, 12: 9}
+    finally:
+        fake.close()

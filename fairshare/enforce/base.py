@@ -34,8 +34,9 @@ class Capabilities:
     """What an enforcer does beyond setup, apply and teardown.
 
     - `udb_nice`: the daemon applies the UDB's nice of each lnode to its processes
-      beside this enforcer (fairshare.enforce.renice.Renicer); False where the
-      enforcer folds it into its own nice values, or changes nothing;
+      beside this enforcer (fairshare.enforce.renice.Renicer: cgroup v1/v2, systemd,
+      the simulator's cgroup model); False where the enforcer folds it into its own
+      nice values (nice), or changes nothing (none);
     - `sets_nice`: the enforcer sets the processes' nice values itself, so a nice
       value is its doing, not the user's: every process is charged, at nice 0's rate
       (fairshare.charges);

@@ -14,6 +14,8 @@ call ``systemctl set-property --runtime`` makes, so nothing outlives a reboot.
 - Weights are `fairshare.enforce.mapping.cgroup2_weights` of e_share (1..10000).
   The cycle has already folded the share hierarchy into one effective share per
   lnode, so flat weights on sibling units deliver it.
+- The UDB's nice of each lnode is applied by the daemon to its processes, as beside the
+  cgroup enforcers (`Capabilities.udb_nice`): it ranks them inside their session scope.
 - Background lnodes get ``CPUWeight=idle`` (0 on the bus) where systemd supports it
   (version 252 on), else weight 1.
 - Units no longer targeted, and every unit at teardown, go back to systemd's
@@ -136,9 +138,11 @@ class SystemdEnforcer:
     """CPUWeight= on the user slices (or session scopes) holding each lnode's processes."""
 
     name = "systemd"
-    # It moves no process (systemd owns the tree), so it places none and leaves every
-    # nice value, the UDB's too, as it is; its units' cgroups count their CPU.
-    capabilities = Capabilities(counts=True)
+    # It moves no process (systemd owns the tree), so it places none; the daemon
+    # applies the UDB's nice to the processes (it ranks them inside their session
+    # scope, as inside an lnode cgroup: renicing moves nothing); its units' cgroups
+    # count their CPU.
+    capabilities = Capabilities(udb_nice=True, counts=True)
 
     def __init__(
         self,
