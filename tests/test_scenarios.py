@@ -220,6 +220,23 @@ def test_12_navoceano_feedback_keeps_the_organisations_within_one_point(enforcer
         assert max(abs(v) for v in unicos.values()) < 1.0
 
 
+def test_12_navoceano_with_the_udb_nice_instead_of_the_users_own():
+    """f1's UDB nice of 8 in place of its own: the daemon's floor, the same outcome."""
+    (path,) = SCENARIOS.glob("12_*.toml")
+    text = path.read_text().replace("nice = 8\n", "")
+    f1 = "create:f1:uid:1003:resgrp:AirForce:shares:1:"
+    text = text.replace(f"{f1}\n", f"{f1}nice:8:\n")
+    sc = parse_scenario(text, "12_udb_nice.toml")
+    assert [w.nice for w in sc.workloads] == [0, 0, 0, 0] and set(sc.nice.values()) == {8}
+
+    def airforce(policy: str) -> float:
+        run = dataclasses.replace(sc, consts=sc.consts.replace(policy=policy))
+        return delivered(run_scenario(run))["AirForce"]
+
+    assert airforce("unicos") < 0.45
+    assert airforce("feedback") == pytest.approx(0.5, abs=PP)
+
+
 def test_every_scenario_file_is_tested():
     stems = sorted(p.name[:2] for p in SCENARIOS.glob("*.toml"))
     # 10 (a site of two hosts) is tested in test_site.py.
