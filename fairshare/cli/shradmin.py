@@ -17,7 +17,7 @@ from fairshare.admin import (
     set_constants,
     set_schedule,
 )
-from fairshare.consts import from_user
+from fairshare.consts import CHOICES, from_user
 from fairshare.display.settings import (
     history_json,
     history_lines,
@@ -63,7 +63,13 @@ SETTINGS = (
     ("-n", "--writeback", "writeback", "Write-back interval: 60s; 0 to 1 d."),
     (None, "--checkpoint", "checkpoint", "Checkpoint interval: 300s; 0 to 1 d."),
     (None, "--quota-threshold", "quota_threshold", "CPU s past the quota before SIGKILL, <= 1 d."),
-    (None, "--policy", "policy", "Fair-share policy the cycle runs: unicos (the default)."),
+    (
+        None,
+        "--policy",
+        "policy",
+        f"Fair-share policy the cycle runs: {', '.join(CHOICES['policy'])} (the first is "
+        "the default).",
+    ),
     (None, "--feedback-kc", "feedback_kc", "Feedback: share nodes' filter K_c, above 0 to 1."),
     (
         None,
