@@ -160,12 +160,16 @@ def share_error(desired: np.ndarray, filtered: np.ndarray) -> np.ndarray:
 
 def kmu_by_node(tree: ShareTree, kmu: tuple[float, ...]) -> np.ndarray:
     """K_mu of every node from the gains by level (level 1 first; deeper levels the
-    last; the root, which has no share node, 0)."""
-    gains = np.asarray(kmu, dtype=float)
-    level = np.asarray(tree.level)
-    out = gains[np.clip(level - 1, 0, len(gains) - 1)]
-    out[level == 0] = 0.0
-    return out
+    last; the root, which has no share node, 0).  Memoised on the tree's index."""
+    memo = tree_index(tree).memo
+    hit = memo.get("kmu")
+    if hit is None or hit[0] != kmu:
+        gains = np.asarray(kmu, dtype=float)
+        level = np.asarray(tree.level)
+        out = gains[np.clip(level - 1, 0, len(gains) - 1)]
+        out[level == 0] = 0.0
+        hit = memo["kmu"] = (kmu, out)
+    return hit[1]
 
 
 class FeedbackPolicy:
@@ -208,12 +212,13 @@ class FeedbackPolicy:
         own = np.maximum(table.usage * k + sub_charges, sub_usage)
         usage = np.where(idx.leaf, usage, own) * active
         demand = ndemand > 0
-        idle = active & ~demand & (m > 0)
+        holders = m > 0
+        idle = active & ~demand & holders
 
         # The redistribution nodes: every period, and at once for a new lnode.
         since = float(table.since[0]) + elapsed
-        transient = table.transient * (m > 0)
-        if since >= consts.feedback_period or np.count_nonzero((m > 0) & (transient <= 0)):
+        transient = table.transient * holders
+        if since >= consts.feedback_period or np.count_nonzero(holders & (transient <= 0)):
             plain = np.maximum(usage - USAGE_FLOOR * nleaves, 0.0)  # without the floors
             transient = transient_shares(idx, m, plain)
             since = 0.0
@@ -237,21 +242,21 @@ class FeedbackPolicy:
             correction = centred(idx, correction, demand, active)
         base = idx.down_product(demanding_shares(idx, transient * np.exp(correction), demand, idle))
 
-        # Effective shares: the leaves' base shares over the demanding leaves' (groups: the
-        # sum of theirs below; idle lnodes: their own base share on that scale).
-        e_leaf = base * demand_leaf
-        scale = float(e_leaf.sum())
-        e_share = np.zeros(n)
-        if scale > 0:
-            e_share = np.where(demand, idx.subtree_sum(e_leaf), np.where(idle, base, 0.0)) / scale
-        e_share *= active & ~background
-
         rate = table.rate * (leaves * k)
         if elapsed > 0:
             rate += (1 - k) / elapsed * charges
         cpu_total = float(c.cpu.sum())
         cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(n)
-        rate, refs, nrun, cpu = idx.subtree_sum(np.array((rate, c.refs, c.nrun, cpu)))
+        e_leaf = base * demand_leaf
+        sums = idx.subtree_sum(np.array((rate, c.refs, c.nrun, cpu, e_leaf)))
+        rate, refs, nrun, cpu, e_below = sums
+        # Effective shares: the leaves' base shares over the demanding leaves' (groups: the
+        # sum of theirs below; idle lnodes: their own base share on that scale).
+        scale = float(e_below[0])
+        e_share = np.zeros(n)
+        if scale > 0:
+            e_share = np.where(demand, e_below, np.where(idle, base, 0.0)) / scale
+        e_share *= active & ~background
         groups = active & ~idx.leaf
         return LnodeTable(
             usage=usage,
