@@ -84,8 +84,9 @@ class LnodeTable:
     due: its due share (fraction of the machine), the share its e_share settles at and
       the edge effects and LIMSHARE bound: m_share renormalised over the demanding
       lnodes at every level (for an active lnode that did not demand CPU: over them and
-      itself, what would be due if it started); 0 when inactive.  A policy that has no
-      due share leaves it 0.
+      itself, what would be due if it started); 0 when inactive.  Under the feedback
+      policy, the share its share node steers to (the redistribution's transient
+      shares multiplied down the tree).  A policy that has no due share leaves it 0.
     pri: the Kay-Lauder near-future proportion (shrview's Pri): a demanding leaf's
       m_share^2 / usage over the sum of that over all demanding leaves; 0 for the
       others and for groups (a display sums their leaves'), or from a policy that does

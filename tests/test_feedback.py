@@ -423,7 +423,7 @@ def daemon_groups(tmp_path, policy: str, enforcer: str, duration: str) -> dict[s
     """Delivered share of Navy and AirForce when shrdaemon --simulate runs scenario 12
     (f1 at nice 8) for `duration` under `policy` and `enforcer` (the daemon's own
     collector and charging: under cgroup2 a niced tick is charged at the guide's rate)."""
-    from fairshare.daemon import simulated_daemon
+    from fairshare.sim.daemon import simulated_daemon
     from udb.session import open_udb
 
     root = Path(__file__).resolve().parent.parent

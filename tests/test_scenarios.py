@@ -3,7 +3,6 @@ baseline, which shows that plain Linux does not give the result and fair share d
 
 from __future__ import annotations
 
-import dataclasses
 from functools import cache
 from pathlib import Path
 
@@ -22,9 +21,7 @@ PP = 0.01  # one percentage point
 def result(stem: str, enforcer: str | None = None, policy: str | None = None) -> SimResult:
     (path,) = SCENARIOS.glob(f"{stem}_*.toml")
     sc = load_scenario(path)
-    if policy:
-        sc = dataclasses.replace(sc, consts=sc.consts.replace(policy=policy))
-    return run_scenario(sc, enforcer)
+    return run_scenario(sc, enforcer, consts=sc.consts.replace(policy=policy or sc.consts.policy))
 
 
 def delivered(r: SimResult) -> dict[str, float]:
@@ -230,8 +227,7 @@ def test_12_navoceano_with_the_udb_nice_instead_of_the_users_own():
     assert [w.nice for w in sc.workloads] == [0, 0, 0, 0] and set(sc.nice.values()) == {8}
 
     def airforce(policy: str) -> float:
-        run = dataclasses.replace(sc, consts=sc.consts.replace(policy=policy))
-        return delivered(run_scenario(run))["AirForce"]
+        return delivered(run_scenario(sc, consts=sc.consts.replace(policy=policy)))["AirForce"]
 
     assert airforce("unicos") < 0.45
     assert airforce("feedback") == pytest.approx(0.5, abs=PP)
