@@ -12,7 +12,7 @@ and the simulator work on.  Its steps, in the order of a cycle:
   pairs for the store; the CPU seconds written move into the entry's cpuquotaused;
 - `refresh_entries`: the active leaves' entries read again through the store
   (a reload, shrsync -q);
-- `carry_over`: a rebuilt tree takes the active lnodes over by name.
+- `carry_over`: a rebuilt tree takes the active lnodes over by name, groups included.
 
 Everything is in place on the `Lnodes` given, except what the store must write,
 which is returned.
@@ -95,7 +95,9 @@ def same_tree(a: ShareTree, b: ShareTree) -> bool:
 
 
 def carry_over(old: Lnodes, new: Lnodes, now: float) -> list[tuple[int, WriteBack]]:
-    """Copy every active leaf lnode of `old` into `new` by name (in place).
+    """Copy every active leaf lnode of `old` into `new` by name (in place), and the rows
+    of the groups still active above them (a policy's state on groups, such as the
+    feedback policy's group usage and corrections, survives a reload).
 
     Returns the write-backs (released at `now`, epoch s) of active leaves that the
     new tree no longer has.
@@ -108,15 +110,23 @@ def carry_over(old: Lnodes, new: Lnodes, now: float) -> list[tuple[int, WriteBac
             gone.append((int(old.tree.ids[n]), release(old.table, int(n), now)))
             continue
         activate(new.table, m, 0.0)
-        for f in dataclasses.fields(LnodeTable):
-            if f.name in ("parent", "active"):
-                continue
-            getattr(new.table, f.name)[m] = getattr(old.table, f.name)[n]
+        _copy_row(old.table, int(n), new.table, m)
         if n in old.entry:
             new.entry[m] = old.entry[n]
         if n in old.warned:
             new.warned.add(m)
+    _copy_row(old.table, 0, new.table, 0)  # the root
+    for n in np.flatnonzero(old.table.active & ~old.tree.leaf_mask)[1:].tolist():
+        m = new.tree.find(old.tree.names[n])
+        if m is not None and not new.tree.leaf_mask[m] and new.table.active[m]:
+            _copy_row(old.table, n, new.table, m)
     return gone
+
+
+def _copy_row(old: LnodeTable, n: int, new: LnodeTable, m: int) -> None:
+    for f in dataclasses.fields(LnodeTable):
+        if f.name not in ("parent", "active"):
+            getattr(new, f.name)[m] = getattr(old, f.name)[n]
 
 
 def arriving(ln: Lnodes, c: Consumption) -> list[int]:

@@ -461,3 +461,26 @@ def test_the_daemon_keeps_the_navoceano_organisations_within_a_point(tmp_path, e
     if enforcer == "cgroup2":
         unicos = daemon_groups(tmp_path / "u", "unicos", enforcer, "30m")
         assert unicos["AirForce"] > 0.505
+
+
+def test_a_reloaded_tree_keeps_the_groups_feedback_state():
+    """The daemon rebuilds the tree when entries change (a user added): the groups'
+    own usage (with a departed member's part), corrections and transient shares, and
+    the redistribution's clock, are carried over by name with the leaves'."""
+    from fairshare.state import carry_over, lnodes_for
+
+    tree = two_orgs()
+    old = lnodes_for(tree, {}, ())
+    old.table, _ = closed_loop(tree, FEEDBACK, {"u1": 0.2}, 40)
+    release(old.table, tree.node("u4"), 1000.0)  # B keeps u4's part of its usage
+    bigger = two_orgs(a_users=("u1", "u2", "u5"))
+    new = lnodes_for(bigger, {}, ())
+    assert carry_over(old, new, 1000.0) == []
+    for name in ("A", "B", "u1", "u3"):
+        o, n = tree.node(name), bigger.node(name)
+        for field in ("usage", "transient", "filtered", "correction", "since"):
+            assert getattr(new.table, field)[n] == getattr(old.table, field)[o], (name, field)
+    assert new.table.since[0] == old.table.since[0]
+    b = bigger.node("B")
+    assert new.table.usage[b] > new.table.usage[bigger.node("u3")]
+    assert not new.table.active[bigger.node("u5")]
