@@ -484,3 +484,30 @@ def test_a_reloaded_tree_keeps_the_groups_feedback_state():
     b = bigger.node("B")
     assert new.table.usage[b] > new.table.usage[bigger.node("u3")]
     assert not new.table.active[bigger.node("u5")]
+
+
+def test_a_user_who_cannot_use_its_share_does_not_wind_the_correction_up():
+    """4 CPUs, equal shares: u0 runs one process (a whole CPU, a quarter of the machine,
+    though half is its due), u1 four.  u0 is saturated, so neither its deficit nor u1's
+    surplus is integrated: the corrections stay 0.  Without the hold u0's would reach
+    the largest factor, and when u0 starts three more processes u1 would get almost
+    nothing until it ran down."""
+    tree = flat(1, 1)
+    t = new_table(tree)
+    u0, u1 = tree.node("u0"), tree.node("u1")
+    c = Consumption.zeros(tree.size)
+    c.refs[[u0, u1]] = c.nrun[[u0, u1]] = (1, 4)
+    t = run_cycle(tree, t, c, FEEDBACK, 0.0)
+    for _ in range(100):
+        c.cpu[u0] = 4.0  # its one process: the whole of one CPU for 4 s
+        c.cpu[u1] = 12.0
+        t = run_cycle(tree, t, c, FEEDBACK, 4.0)
+    assert t.correction[u0] == 0.0 and t.correction[u1] == 0.0
+    # u1 has had three quarters: its usage is higher, so u0 gets the larger part.
+    assert 0.5 < t.e_share[u0] < 2 / 3
+    # The hold is only for a saturated node: u0 with two processes each at half a CPU
+    # (a nice floor, say) is raised.
+    c.nrun[u0] = 2
+    for _ in range(20):
+        t = run_cycle(tree, t, c, FEEDBACK, 4.0)
+    assert t.correction[u0] > 0.1

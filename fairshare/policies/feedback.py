@@ -29,9 +29,11 @@ every group (and the root) a redistribution node:
   node an integral controller.  A constant error keeps moving the base share until the
   node receives what it is due, whatever the kernel makes of the weights (nice floors
   the enforcer cannot go below, nice's 1.25x steps, which the loop dithers between so
-  that the average is right).  K_mu is per level (`Consts.feedback_kmu`, deeper levels
-  the last): the seed wants it to grow with depth, so that parents give their children
-  time to correct before they act themselves.
+  that the average is right); `held_error` keeps a node whose processes already have a
+  CPU each (and its siblings) from winding the correction up.  K_mu is per level
+  (`Consts.feedback_kmu`, deeper levels the last): the seed wants it to grow with
+  depth, so that parents give their children time to correct before they act
+  themselves.
 
 The policy keeps its state in the lnode table (`transient`, `filtered`, `correction`,
 `since`), so the daemon and the simulator carry it from cycle to cycle like usage.  A
@@ -79,6 +81,9 @@ REACH = 2.0
 #: so that a node that cannot use its share does not wind the integral up for ever.
 MAX_CORRECTION = 100.0
 _LOG_MAX = float(np.log(MAX_CORRECTION))
+#: A leaf whose runnable processes had at least this part of a CPU each over the cycle
+#: is saturated: more weight would give it nothing more.
+SATURATED = 0.98
 
 
 def sibling_max(idx: TreeIndex, values: np.ndarray) -> np.ndarray:
@@ -145,6 +150,19 @@ def centred(
     return np.clip(correction - mean, -_LOG_MAX, _LOG_MAX) * active
 
 
+def held_error(idx: TreeIndex, error: np.ndarray, saturated: np.ndarray) -> np.ndarray:
+    """The errors the share nodes integrate (anti-windup): a saturated node (its
+    processes already have a CPU each) that receives less than it is due is held
+    (no positive error), and so are its siblings' surpluses (no negative error in a
+    sibling set holding one), since they only take what it cannot use.  Without
+    this a user with one process on a machine of many CPUs would wind its
+    correction up to MAX_CORRECTION and, starting more processes, shut its siblings
+    out until the correction ran down."""
+    short = saturated & (error > 0)
+    beside = idx.sibling_sum(short.astype(float)) > 0
+    return np.where(short | (beside & (error < 0)), 0.0, error)
+
+
 def low_pass(filtered: np.ndarray, received: np.ndarray, kc: float, steps: float) -> np.ndarray:
     """The share node's filter after `steps` cycles (of delta) receiving `received`:
     f + (1 - (1 - K_c) ** steps) x (received - f) (fractions of the machine)."""
@@ -203,10 +221,13 @@ class FeedbackPolicy:
         usage = decay_usage(table.usage, charges, k) * leaves
         background = leaves & ((usage >= consts.maxusage) | (m <= 0))
         demand_leaf = leaves & wants & ~background
+        # A leaf whose every runnable process had a whole CPU cannot receive more,
+        # whatever its weight (nor a group whose demanding leaves all did).
+        free_leaf = demand_leaf & (c.cpu < SATURATED * c.nrun * elapsed)
         sums = idx.subtree_sum(
-            np.array((charges, usage, leaves, demand_leaf, charges * demand_leaf))
+            np.array((charges, usage, leaves, demand_leaf, charges * demand_leaf, free_leaf))
         )
-        sub_charges, sub_usage, nleaves, ndemand, received = sums
+        sub_charges, sub_usage, nleaves, ndemand, received, nfree = sums
         # A group's own decayed usage, at least its active leaves' (a newcomer brings its
         # own history); the leaves keep theirs.
         own = np.maximum(table.usage * k + sub_charges, sub_usage)
@@ -237,8 +258,9 @@ class FeedbackPolicy:
             seen[0] = False  # the root has no share node
             fresh = low_pass(filtered, received / total, consts.feedback_kc, steps)
             filtered = np.where(seen, fresh, filtered)
+            error = held_error(idx, share_error(desired, filtered), seen & (nfree == 0))
             gain = kmu_by_node(tree, consts.feedback_kmu) * steps
-            correction = correction + np.where(seen, gain * share_error(desired, filtered), 0.0)
+            correction = correction + np.where(seen, gain * error, 0.0)
             correction = centred(idx, correction, demand, active)
         base = idx.down_product(demanding_shares(idx, transient * np.exp(correction), demand, idle))
 
