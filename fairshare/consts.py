@@ -99,6 +99,7 @@ class Consts:
     feedback_kc: float = 0.1  # K_c: the share nodes' low-pass filter per delta, (0, 1]
     feedback_kmu: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)  # K_mu by level 1, 2, ...
     feedback_period: float = 300.0  # s: how often the siblings' shares are re-derived
+    dampening: float = 1.0  # --dampening, slurm: F = 2 ** (-UE / S / dampening)
 
     @property
     def K(self) -> float:
@@ -136,7 +137,7 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Consts))
 #: The values a constant that names a choice may take, the default first.  `policy`
 #: names the cycle's Policy (fairshare.cycle.policy_for).
 CHOICES: dict[str, tuple[str, ...]] = {
-    "policy": ("unicos", "feedback"),
+    "policy": ("unicos", "feedback", "slurm"),
 }
 DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint", "feedback_period")
 
@@ -293,6 +294,7 @@ RANGES: dict[str, Range] = {
     "feedback_kc": Range(0.0, 1.0, lo_open=True),
     "feedback_kmu": Range(0.0, 2.0),
     "feedback_period": Range(0.0, DAY, "s"),
+    "dampening": Range(1.0, 9999.0),
 }
 #: The most levels `feedback_kmu` may name (the deepest share tree shradmin -G allows).
 MAX_KMU_LEVELS = 64

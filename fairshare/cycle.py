@@ -466,45 +466,84 @@ class UnicosPolicy:
             usage = raise_usage(idx, usage, sh.raise_)
         e_share = sh.e_share * (active & ~background)
 
-        # Charges and consumption need no masking below: they are 0 off the leaves, and a
-        # leaf with any is in `leaves`; the table's charge and cpu_seconds are kept for
-        # leaves only, but its usage and rate hold sums on the groups too.
-        rate = table.rate * (leaves * k)
-        if elapsed > 0:
-            rate += (1 - k) / elapsed * charges
-        cpu_total = float(c.cpu.sum())
-        cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(idx.n)
-        sums = idx.subtree_sum(np.array((usage, rate, demand_leaf, c.refs, c.nrun, cpu)))
-        sub_usage, rate, demand, refs, nrun, cpu = sums
-        return LnodeTable(
-            usage=sub_usage,
-            stored=table.stored * (leaves * k),  # decays like usage (fairshare.lnode)
-            charge=table.charge + charges,
-            charge_written=table.charge_written,
-            cpu_seconds=table.cpu_seconds + c.cpu,
-            cpu_written=table.cpu_written,
-            rate=rate,
-            active=active,
-            demand=demand > 0,
-            refs=refs.astype(np.int64),
-            nrun=nrun.astype(np.int64),
-            m_share=m,
-            e_share=e_share,
-            due=sh.due * active,
-            pri=near_future(usage, m, sched_leaf),
-            cpu=cpu,
-            adj=np.ones(idx.n) if adj is None else np.where(active, adj, 1.0),
-            priority=priority(sub_usage, nrun, m) * active,
-            background=background,
-            parent=table.parent,
-        )
+        return lnode_table(
+            idx, table, c, charges, usage, k, elapsed, active, m, e_share, adj, background,
+            due=sh.due * active, pri=near_future(usage, m, sched_leaf),
+        )  # fmt: skip
+
+
+def lnode_table(
+    idx: TreeIndex,
+    table: LnodeTable,
+    c: Consumption,
+    charges: np.ndarray,
+    usage: np.ndarray,
+    k: float,
+    elapsed: float,
+    active: np.ndarray,
+    m: np.ndarray,
+    e_share: np.ndarray,
+    adj: np.ndarray | None,
+    background: np.ndarray,
+    due: np.ndarray | None = None,
+    pri: np.ndarray | None = None,
+) -> LnodeTable:
+    """The new lnode table a policy's cycle returns, from what the policy decided.
+
+    `charges` and `usage` are per leaf (charge units; usage after decay and any raise,
+    0 off the active leaves), `k` the cycle's decay factor, `m` and `e_share` per node
+    (fractions of the machine), `adj` the ADJGROUPS factors (None: no adjustment),
+    `background` the background leaves; `due` (per node) and `pri` (per leaf) the due
+    shares and near-future proportions (LnodeTable.due and .pri; None: the policy has
+    none, 0).  Rates, counts, group sums, the long-term charge and CPU seconds and the
+    priority are worked out here, the same for every policy.
+    """
+    leaves = idx.leaf & active
+    wants = (c.nrun > 0) | (c.cpu > 0)
+    # Charges and consumption need no masking below: they are 0 off the leaves, and a
+    # leaf with any is in `leaves`; the table's charge and cpu_seconds are kept for
+    # leaves only, but its usage and rate hold sums on the groups too.
+    rate = table.rate * (leaves * k)
+    if elapsed > 0:
+        rate += (1 - k) / elapsed * charges
+    cpu_total = float(c.cpu.sum())
+    cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(idx.n)
+    sums = idx.subtree_sum(np.array((usage, rate, leaves & wants, c.refs, c.nrun, cpu)))
+    sub_usage, rate, demand, refs, nrun, cpu = sums
+    return LnodeTable(
+        usage=sub_usage,
+        stored=table.stored * (leaves * k),  # decays like usage (fairshare.lnode)
+        charge=table.charge + charges,
+        charge_written=table.charge_written,
+        cpu_seconds=table.cpu_seconds + c.cpu,
+        cpu_written=table.cpu_written,
+        rate=rate,
+        active=active,
+        demand=demand > 0,
+        refs=refs.astype(np.int64),
+        nrun=nrun.astype(np.int64),
+        m_share=m,
+        e_share=e_share,
+        due=due,
+        pri=pri,
+        cpu=cpu,
+        adj=np.ones(idx.n) if adj is None else np.where(active, adj, 1.0),
+        priority=priority(sub_usage, nrun, m) * active,
+        background=background,
+        parent=table.parent,
+    )
 
 
 # The other policies' modules take their shared steps from above (fairshare.policies).
 from fairshare.policies.feedback import FeedbackPolicy  # noqa: E402
+from fairshare.policies.slurm import SlurmPolicy  # noqa: E402
 
 #: The policies by name (fairshare.consts.CHOICES["policy"] lists the names a UDB may hold).
-POLICIES: dict[str, Policy] = {"unicos": UnicosPolicy(), "feedback": FeedbackPolicy()}
+POLICIES: dict[str, Policy] = {
+    "unicos": UnicosPolicy(),
+    "feedback": FeedbackPolicy(),
+    "slurm": SlurmPolicy(),
+}
 #: The policy of the default constants.
 DEFAULT_POLICY: Policy = POLICIES["unicos"]
 
