@@ -103,7 +103,9 @@ def test_flags_by_name_durations_with_units_and_percent(udb_url):
         (["-K", "nan"], "halflife"),
         (["-U", "inf"], "maxusage"),
         (["1e308"], "percent: expected a number from 0 to 10000 %"),
-        (["--policy", "lottery"], "policy: expected one of unicos"),
+        (["--policy", "lottery"], "policy: expected one of unicos, feedback, slurm"),
+        (["--dampening", "0.5"], "dampening: expected a number from 1 to 9999"),
+        (["--dampening", "many"], "dampening: expected a number"),
     ],
 )
 def test_nonsense_is_refused_and_nothing_changes(acme, args, message):
@@ -247,6 +249,22 @@ def test_a_running_daemon_follows_the_schedule_in_force(udb_url):
     run(udb_url, "--schedule", "batch", "--remove")
     daemon.step()
     assert (daemon.consts.delta, daemon.schedule) == (4.0, "")
+
+
+def test_slurm_policy_and_its_dampening_factor_are_set_shown_and_recorded(udb_url):
+    r = run(udb_url)
+    assert (
+        "Slurm fair-share factor (--policy slurm): dampening factor = 1 (unused: another "
+        "policy)" in r.output
+    )
+    r = run(udb_url, "--policy", "slurm", "--dampening", "5")
+    assert r.exit_code == 0, r.output
+    assert "Scheduling policy = slurm\n" in r.output
+    assert "Slurm fair-share factor (--policy slurm): dampening factor = 5\n" in r.output
+    doc = json.loads(run(udb_url, "--json").output)
+    assert (doc["consts"]["policy"], doc["consts"]["dampening"]) == ("slurm", 5.0)
+    rows = json.loads(run(udb_url, "--history", "--json").output)
+    assert {"name": "dampening", "old": 1.0, "new": 5.0}.items() <= rows[-1].items()
 
 
 def test_a_running_daemon_takes_up_a_new_policy_within_one_cycle(udb_url, monkeypatch):

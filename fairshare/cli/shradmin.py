@@ -83,6 +83,7 @@ SETTINGS = (
         "feedback_period",
         "Feedback: redistribution period, 300s; 0 (every cycle) to 1 d.",
     ),
+    (None, "--dampening", "dampening", "Slurm: the fair-share dampening factor d; 1 to 9999."),
 )
 
 

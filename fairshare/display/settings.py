@@ -48,6 +48,9 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
         f"K_mu by level = {','.join(_g(k) for k in consts.feedback_kmu)}, "
         f"redistribution every {_g(consts.feedback_period)} s"
         + ("" if consts.policy == "feedback" else " (unused: another policy)"),
+        "Slurm fair-share factor (--policy slurm): "
+        f"dampening factor = {_g(consts.dampening)}"
+        + ("" if consts.policy == "slurm" else " (unused: another policy)"),
         f"Charging percentage = {_g(consts.percent)}%",
         f"Usage decay rate = {consts.K:.8f} per {_g(consts.delta)} s cycle "
         f"(half-life of {consts.halflife:.1f} seconds), shradmin -K {consts.halflife / 3600:g}"

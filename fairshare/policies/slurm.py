@@ -18,26 +18,34 @@ The figures, per node of the share tree (arrays over nodes; fractions 0..1):
 
 The scheduling consequence (`slurm_e_shares`).  Slurm orders queued jobs by F; here F
 must steer running CPU, through the kernel weights the enforcers derive from e_share.
-Every demanding leaf gets e_share in proportion to S x F, over all demanding leaves of
-the machine (one flat competition, as Slurm's job queue is one queue: the hierarchy
-enters through the effective usage only).  Why this mapping (shradmin(8) says it for
-administrators, with what shrsim measures on the example scenarios):
+Down the tree, each node's e_share is split among its children that want CPU in
+proportion to S x F of each child (its own normalized shares and factor); a group's
+members thus share what the group gets, as the share tree's hierarchy requires.  Why
+this mapping (shradmin(8) says it for administrators, with what shrsim measures on the
+example scenarios):
 
-- S x F is the share still owed: an unused lnode weighs its whole S, one that used
-  exactly its share S/2, so lnodes at their shares keep the ratio of their shares.  F
+- S x F is the share still owed: an unused node weighs its whole S, one that used
+  exactly its share S/2, so siblings at their shares keep the ratio of their shares.  F
   alone would give a 0.05-share user as much CPU as a 0.3-share one.
-- In a flat tree it converges to the entitled shares: delivered CPU becomes usage, and
-  w_i = S_i 2 ** (-U_i / S_i / d) can only keep proportion with U_i when U_i / S_i is the
-  same for all, i.e. usage in proportion to S; that is also where Slurm's ordering
-  settles (equal factors).
-- The boost is bounded as Kay-Lauder's edge effects are (K5 = 2): against an lnode at its
-  share (F = 0.5), a newcomer (F = 1) weighs at most twice its share.
-- The dampening factor keeps its meaning: larger d, less effect of usage (d -> infinity
-  gives static shares); in a tree it moves the settling point between Slurm's own
-  (equal factors, d -> 0) and the static normalized shares.
+- It converges to the entitled shares where Slurm's factor can tell: delivered CPU
+  becomes usage, and among siblings w_i = S_i 2 ** (-UE_i / S_i / d) keeps proportion
+  with their usage only when their usage is in proportion to their shares (at the
+  first level exactly; below it, the parent's part of UE is common to the siblings and
+  cancels, and siblings of equal shares settle exactly; a sibling with a larger part
+  of its group's shares settles a little above it, the effective usage's doing).
+- The boost is bounded as Kay-Lauder's edge effects are (K5 = 2): against siblings at
+  their share (F = 0.5), a newcomer (F = 1) weighs at most twice its share.
+- The dampening factor keeps its meaning: a larger d weakens the effect of usage (d ->
+  infinity gives the static shares).
+- Not one flat competition of all leaves by S x F, although Slurm's job queue is one
+  queue: classic Slurm's normalized shares never pass an idle member's share to its
+  siblings, so the flat order gave scenario 05's B2 9.1% instead of organisation B's half
+  and scenario 04's organisation A 45% instead of half (the weakness Slurm's Fair Tree
+  replaced it for); here the hierarchy keeps them at their entitlement.
 
-The weights are computed as log2(S) - UE / (S d) and shifted by the largest before
-exponentiating, so no factor underflowing to 0 (S tiny, usage large) divides by zero.
+The weights are computed as log2(S) - UE / (S d), shifted by the largest among the
+siblings before exponentiating, so no factor underflowing to 0 (S tiny, usage large)
+divides by zero.
 """
 
 from __future__ import annotations
@@ -59,8 +67,8 @@ from fairshare.cycle import (
 from fairshare.lnode import LnodeTable
 from fairshare.tree import ShareTree
 
-#: log2 of the largest weight ratio kept (2 ** 900 ~ 1e271): sums over 1e6 lnodes stay
-#: finite for an active lnode that does not run and would dwarf every runner.
+#: log2 of the largest weight ratio kept (2 ** 900 ~ 1e271): a sum over a million
+#: siblings stays finite for an active node that does not run and would dwarf them.
 _MAX_LOG2_RATIO = 900.0
 
 
@@ -141,29 +149,38 @@ def slurm_e_shares(
     demand: np.ndarray,
     runnable: np.ndarray,
 ) -> np.ndarray:
-    """e_share per node from the factors: demanding leaves in proportion to S x F.
+    """e_share per node: each node's e_share split among its demanding children in
+    proportion to their S x F (fractions of the machine; the root's 1).
 
     `demand` marks the leaves that want CPU, `runnable` the active leaves that may run
-    (not background; a superset of `demand`).  A demanding leaf gets S F over the sum of
-    S F over all demanding leaves; a group the sum of its leaves'; a runnable node with
-    nothing demanding below gets what its runnable leaves would get if they started
-    (w / (W + w)), so an enforcer can set its weight before it runs.  Fractions of the
-    machine; 0 elsewhere.
+    (not background; a superset of `demand`).  A node with nothing demanding below but a
+    runnable leaf gets what it would get if it alone started (w / (W + w) of its parent's,
+    as under UNICOS), so an enforcer can set its weight before it runs; other nodes 0.
     """
     S, ue = figures.normalized_shares, figures.effective_usage
-    ok = runnable & (S > 0)
+    below_d, below_r = idx.subtree_sum(np.array((demand, runnable))) > 0
+    run = below_r & (S > 0)
+    dem = below_d & run
     logw = np.full(idx.n, -np.inf)
-    s = S[ok]
-    logw[ok] = np.log2(s) - ue[ok] / (s * dampening)
-    dem = demand & ok
-    pool = logw[dem] if np.count_nonzero(dem) else logw[ok]
-    top = float(pool.max()) if len(pool) else 0.0
-    w = np.exp2(np.minimum(logw - top, _MAX_LOG2_RATIO))  # exp2(-inf) = 0
-    below_d, below_a = idx.subtree_sum(np.array((w * dem, w)))
-    W = below_d[0]
-    e = np.divide(below_d, W, out=np.zeros(idx.n), where=below_d > 0)
-    alone = (below_d <= 0) & (below_a > 0)
-    return np.divide(below_a, W + below_a, out=e, where=alone)
+    s = S[run]
+    logw[run] = np.log2(s) - ue[run] / (s * dampening)
+    # The largest log2 weight among each node's demanding children (-inf if none).
+    top = np.full(idx.n, -np.inf)
+    logw_d = np.where(dem, logw, -np.inf)
+    for k in range(1, len(idx.bounds)):
+        s0, e0 = idx.bounds[k]
+        if len(idx.firsts[k]):
+            top[idx.owner_nodes[k]] = np.maximum.reduceat(logw_d[s0:e0], idx.firsts[k])
+    shift = top[idx.parent0]
+    shift = np.where(np.isfinite(shift), shift, logw)  # siblings that do not demand
+    w = np.zeros(idx.n)
+    w[run] = np.exp2(np.minimum(logw[run] - shift[run], _MAX_LOG2_RATIO))
+    wd = w * dem
+    W = idx.sibling_sum(wd)
+    local = np.divide(wd, W, out=np.zeros(idx.n), where=dem)
+    alone = run & ~dem
+    local = np.divide(w, W + w, out=local, where=alone)
+    return idx.down_product(local)
 
 
 class SlurmPolicy:

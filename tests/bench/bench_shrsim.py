@@ -25,8 +25,8 @@ from fairshare.sim.scenario import load_scenario
 GOAL = 60.0  # s for one simulated week
 
 
-def week_scenario(days: int = 7) -> str:
-    """The scenario's TOML text."""
+def week_scenario(days: int = 7, policy: str = "unicos") -> str:
+    """The scenario's TOML text, under `policy` (fairshare.cycle.POLICIES)."""
     lines = [
         "cpus = 16",
         f'duration = "{days}d"',
@@ -39,6 +39,7 @@ def week_scenario(days: int = 7) -> str:
     for u in range(50):
         lines.append(f"create:user{u}:uid:{1000 + u}:resgrp:org{u % 5}:shares:{1 + u % 4}:")
     lines += ['"""', "[consts]", 'halflife = "1h"', 'flags = "ADJGROUPS,LIMSHARE"']
+    lines.append(f'policy = "{policy}"')
     for u in range(50):
         for day in range(days):
             start = day * 24 + 8 + (u % 5)
