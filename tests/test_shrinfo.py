@@ -141,7 +141,8 @@ def test_json_shape(published):  # noqa: F811
     assert doc["age"] == pytest.approx(100)
     keys = (
         "name uid kind shares m_share e_share usage active groups limited_by limit_ratio "
-        "fair_usage idle_seconds halflife background"
+        "fair_usage idle_seconds halflife background normalized_shares normalized_usage "
+        "effective_usage fairshare_factor"
     )
     assert list(doc["user"]) == keys.split()
     assert doc["user"]["groups"][0]["name"] == "B"

@@ -14,13 +14,15 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairshare.cli import shrsim
+from fairshare.cli import shradmin, shrinfo, shrsim, shrtree
 from fairshare.consts import Consts
 from fairshare.cycle import POLICIES, Consumption, policy_for, run_cycle, tree_index
 from fairshare.lnode import activate, new_table
 from fairshare.policies.slurm import SlurmPolicy, share_ratios, slurm_e_shares, sshare
 from fairshare.tree import build_tree
+from udb.cli import udbgen
 from udb.models import IDLE_UID
+from udb.session import dispose_all
 
 G = 0o40000
 
@@ -353,3 +355,74 @@ def test_shrsim_scenario_06_acme_within_a_point_larger_sibling_above(tmp_path):
     for name in ("Maint", "Proj1", "Proj2", "Proj3"):
         assert abs(d[name]["deviation_pp"]) < 0.1, name
     assert d["u9"]["deviation_pp"] > 0.3 and d["u11"]["deviation_pp"] < 0
+
+
+# -- the seed's site loaded with udbgen (shusage per user), shown by shrtree and shrinfo --
+
+CLASSIC = SCENARIOS.parent / "slurm" / "classic.udb"
+SEED_TIME = "1700000000"  # the example's shextime: its usage aged by nothing
+
+
+@pytest.fixture
+def classic(tmp_path):
+    url = str(tmp_path / "classic.sqlite")
+    r = CliRunner().invoke(udbgen.main, ["--udb", url, str(CLASSIC)])
+    assert r.exit_code == 0, r.output
+    yield url
+    dispose_all()
+
+
+def test_udbgen_loads_the_seed_site_and_shrtree_shows_its_figures(classic):
+    r = CliRunner().invoke(shrtree.main, ["--udb", classic, "-l", "--json", "--now", SEED_TIME])
+    assert r.exit_code == 0, r.output
+    nodes = {n["name"]: n for n in json.loads(r.output)["nodes"]}
+    seed = {  # name: (normalized shares, effective usage, fair-share factor), the seed's
+        "A": (0.4, 0.45, None), "D": (0.6, 0.25, None), "B": (0.3, 0.3875, None),
+        "C": (0.1, 0.3, None), "E": (0.25, 0.25, None), "F": (0.35, 0.145833, None),
+        "user1": (0.3, 0.3875, 0.408479), "user2": (0.05, 0.275, 0.022097),
+        "user3": (0.05, 0.15, 0.125), "user4": (0.25, 0.25, 0.5),
+        "user5": (0.35, 0.145833, 0.749154),
+    }  # fmt: skip
+    for name, (s, ue, factor) in seed.items():
+        n = nodes[name]
+        assert round(n["normalized_shares"], 6) == s, name
+        assert round(n["effective_usage"], 6) == ue, name
+        if factor is not None:
+            assert round(n["fairshare_factor"], 6) == factor, name
+    assert nodes["user5"]["fairshare_factor"] == pytest.approx(2 ** (-5 / 12), rel=1e-12)
+    for name, u in (("user1", 0.2), ("user2", 0.25), ("user3", 0.0), ("A", 0.45)):
+        assert nodes[name]["normalized_usage"] == pytest.approx(u)
+        assert nodes[name]["normalized_usage"] == nodes[name]["system_usage"]
+    # The table (-l) shows them with six decimals, as sshare prints them.
+    r = CliRunner().invoke(shrtree.main, ["--udb", classic, "-l", "--now", SEED_TIME])
+    (line,) = [x for x in r.output.splitlines() if " user2 " in x]
+    assert line.split()[-4:] == ["0.050000", "0.250000", "0.275000", "0.022097"]
+    # Without -l: the guide's columns only.
+    r = CliRunner().invoke(shrtree.main, ["--udb", classic, "--now", SEED_TIME])
+    assert "Fair" not in r.output
+
+
+def test_the_figures_follow_the_dampening_factor_whatever_the_policy(classic):
+    r = CliRunner().invoke(shradmin.main, ["--udb", classic, "--dampening", "2"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(shrtree.main, ["--udb", classic, "-l", "--json", "--now", SEED_TIME])
+    nodes = {n["name"]: n for n in json.loads(r.output)["nodes"]}
+    assert nodes["user1"]["fairshare_factor"] == pytest.approx(2 ** (-0.3875 / 0.3 / 2))
+    r = CliRunner().invoke(shrinfo.main, ["--udb", classic, "user1", "--now", SEED_TIME])
+    assert r.exit_code == 0, r.output
+    assert f"fair-share factor {2 ** (-0.3875 / 0.3 / 2):.6f}" in r.output
+
+
+def test_shrinfo_shows_an_entrys_figures_from_its_stored_usage(classic):
+    r = CliRunner().invoke(shrinfo.main, ["--udb", classic, "user5", "--now", SEED_TIME, "--json"])
+    assert r.exit_code == 0, r.output
+    user = json.loads(r.output)["user"]
+    assert user["normalized_shares"] == pytest.approx(0.35)
+    assert user["normalized_usage"] == 0.0
+    assert user["effective_usage"] == pytest.approx(0.25 * 35 / 60)
+    assert user["fairshare_factor"] == pytest.approx(2 ** (-5 / 12), rel=1e-12)
+    r = CliRunner().invoke(shrinfo.main, ["--udb", classic, "user2", "--now", SEED_TIME])
+    assert (
+        "  Slurm (from stored usage): normalized shares 0.050000, normalized usage 0.250000, "
+        "effective usage 0.275000, fair-share factor 0.022097"
+    ) in r.output.splitlines()

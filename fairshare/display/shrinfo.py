@@ -77,7 +77,18 @@ def figure7_json(leaves: Sequence[ViewLnode]) -> list[dict]:
 
 
 def profile_lines(p: Profile) -> list[str]:
-    """The profile as lines: Figure 7's line, then the explanation."""
+    """The profile as lines: Figure 7's line, the explanation, then Slurm's figures."""
+    lines = _explanation_lines(p)
+    if p.fairshare_factor is not None:
+        lines.append(
+            f"  Slurm (from stored usage): normalized shares {p.normalized_shares:.6f}, "
+            f"normalized usage {p.normalized_usage:.6f}, effective usage "
+            f"{p.effective_usage:.6f}, fair-share factor {p.fairshare_factor:.6f}"
+        )
+    return lines
+
+
+def _explanation_lines(p: Profile) -> list[str]:
     lines = ["  ".join(_figure7_cells(p.name, p.shares, p.m_share, p.e_share, p.usage))]
     if not p.active:
         lines.append(

@@ -34,8 +34,10 @@ def header_lines(report: TreeReport, long: bool) -> list[str]:
     return ["DISPLAY OF SHARE TREE", "", *(f"{k:<{width}}{v}" for k, v in fields), ""]
 
 
-def tree_lines(nodes: list[NodeReport]) -> list[str]:
-    """The tree table: Lv, Name (indented by level), ID, shares, usage, Status, Flags."""
+def tree_lines(nodes: list[NodeReport], long: bool = False) -> list[str]:
+    """The tree table: Lv, Name (indented by level), ID, shares, usage, Status, Flags;
+    `long` (-l) adds Slurm's sshare figures (Norm Shares, Norm Usage, Eff Usage, Fair
+    Share), with six decimals as sshare prints them."""
     header = [
         ("", "", "", "System", "Group", "System", "", ""),
         ("Lv", "Name", "ID", "Share", "Share", "Usage", "Status", "Flags"),
@@ -53,7 +55,20 @@ def tree_lines(nodes: list[NodeReport]) -> list[str]:
         )
         for n in nodes
     ]
-    return columns(header, rows, right=(True, False, True, True, True, True, False, True))
+    right = (True, False, True, True, True, True, False, True)
+    if long:
+        header = [h + s for h, s in zip(header, _SSHARE_HEADER, strict=True)]
+        rows = [
+            row + (f"{n.normalized_shares:.6f}", f"{n.normalized_usage:.6f}",
+                   f"{n.effective_usage:.6f}", f"{n.fairshare_factor:.6f}")
+            for row, n in zip(rows, nodes, strict=True)
+        ]  # fmt: skip
+        right += (True, True, True, True)
+    return columns(header, rows, right=right)
+
+
+#: The sshare columns of `shrtree -l` (Slurm's names).
+_SSHARE_HEADER = (("Norm", "Norm", "Eff", "Fair"), ("Shares", "Usage", "Usage", "Share"))
 
 
 def problem_lines(report: TreeReport) -> list[tuple[str, str]]:
@@ -81,7 +96,7 @@ _STYLE = {WARNING: "yellow", ERROR: "bold red", "": ""}
 
 def render_tree(report: TreeReport, console: Console, long: bool = False) -> None:
     """Print the share tree display (groups only unless `long`)."""
-    lines = header_lines(report, long) + tree_lines(visible_nodes(report, long))
+    lines = header_lines(report, long) + tree_lines(visible_nodes(report, long), long)
     console.out("\n".join(lines), highlight=False)
 
 

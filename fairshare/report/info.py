@@ -11,6 +11,7 @@ hosts' usage count here.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from sqlalchemy import Engine
 
 from fairshare.admin import load_effective_consts, schedules
 from fairshare.consts import GLOBALUSAGE, Consts
-from fairshare.lnode import aged_usage
+from fairshare.lnode import aged_usage, decayed_usage
 from fairshare.report.lnodes import ViewLnode, view_lnodes
 from fairshare.report.profile import Profile, active_profile, entry_profile
 from fairshare.report.published import (
@@ -30,9 +31,11 @@ from fairshare.report.published import (
     load_published,
     share_tree,
 )
+from fairshare.report.sharetree import stored_sshare
 from fairshare.repository import load_consts
 from fairshare.store import SiteLnode, published_hosts, read_site
-from fairshare.tree import ShareTree
+from fairshare.tree import ShareTree, build_tree_columns
+from udb.check import load_entry_columns
 from udb.errors import NotFound
 from udb.models import SHF_ACCOUNT, SHF_GROUP
 from udb.session import read_session
@@ -89,8 +92,10 @@ def load_profile(
             entry = account
     tree = share_tree(engine, mode)
     lnodes = own_lnodes(snap)
+    slurm = stored_figures(engine, entry.name, mode, consts, now)
     if any(v.name == entry.name and v.parent >= 0 for v in lnodes):
-        return active_profile(lnodes, entry.name, consts.halflife), notes, tree, lnodes
+        profile = active_profile(lnodes, entry.name, consts.halflife)
+        return dataclasses.replace(profile, **slurm), notes, tree, lnodes
     node = tree.find(entry.name)
     if node is None:
         raise NotFound(f"{entry.name}: the entry is not in the share tree (see shrtree -e)")
@@ -105,7 +110,27 @@ def load_profile(
         groups=[(tree.names[a], float(static[a])) for a in reversed(tree.ancestors(node)[:-1])],
         halflife=consts.halflife,
     )
-    return profile, notes, tree, lnodes
+    return dataclasses.replace(profile, **slurm), notes, tree, lnodes
+
+
+def stored_figures(engine: Engine, name: str, mode: str, consts: Consts, now: float) -> dict:
+    """Slurm's sshare figures of entry `name` from the usage stored in the UDB, aged to
+    `now` (fairshare.report.sharetree.stored_sshare; the dampening factor in force), as
+    Profile's fields; {} when the entry is not in the share tree."""
+    with read_session(engine) as s:
+        cols = load_entry_columns(s)
+    tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
+    node = tree.find(name)
+    if node is None:
+        return {}
+    aged = decayed_usage(cols.shusage, cols.shextime, now, consts.halflife)
+    f, _ = stored_sshare(tree, cols, aged, tree.detached_source, consts.dampening)
+    return {
+        "normalized_shares": float(f.normalized_shares[node]),
+        "normalized_usage": float(f.normalized_usage[node]),
+        "effective_usage": float(f.effective_usage[node]),
+        "fairshare_factor": float(f.fairshare_factor[node]),
+    }
 
 
 def active_counts(lnodes: Sequence[ViewLnode], tree: ShareTree) -> tuple[int, int, int]:

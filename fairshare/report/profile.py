@@ -53,6 +53,9 @@ class Profile:
     fair_usage: u* (None when it is the only lnode wanting CPU, or not active); idle_seconds: the
     time idle to decay to u* (0 when its usage is at or below it; None when unknown).
     background: past MAXUSAGE or without shares, it runs only on CPU nobody else wants.
+    normalized_shares, normalized_usage, effective_usage, fairshare_factor: Slurm's
+    classic figures from the usage stored in the UDB, whatever the policy
+    (fairshare.report.sharetree.stored_sshare; None when not worked out).
     """
 
     name: str
@@ -70,6 +73,10 @@ class Profile:
     idle_seconds: float | None
     halflife: float
     background: bool = False
+    normalized_shares: float | None = None
+    normalized_usage: float | None = None
+    effective_usage: float | None = None
+    fairshare_factor: float | None = None
 
 
 def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode) -> float | None:

@@ -16,6 +16,9 @@ The figures, all fractions 0..1:
 - system_usage: the node's decayed usage (for a group, the sum over the leaves
   below it) over all leaves' decayed usage, where a leaf's decayed usage is its
   shusage aged from shextime to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
+- normalized_shares, normalized_usage, effective_usage, fairshare_factor: Slurm's
+  classic sshare figures (fairshare.policies.slurm.sshare) from the same usage, with
+  the dampening factor in force, whatever the policy (normalized_usage is system_usage).
 
 Entries that belong in the tree but cannot reach ROOT (Mg, Ng, Cy, Or) are
 listed after the tree with level None.  To add a per-node figure: a field of
@@ -32,7 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.accounts import default_acid
+from fairshare.cycle import tree_index
 from fairshare.lnode import decayed_usage
+from fairshare.policies.slurm import Sshare, sshare
 from fairshare.repository import load_consts
 from fairshare.tree import Kind, ShareTree, build_tree_columns
 from udb.check import (
@@ -73,6 +78,10 @@ class NodeReport:
     system_share: float
     group_share: float
     system_usage: float
+    normalized_shares: float
+    normalized_usage: float
+    effective_usage: float
+    fairshare_factor: float
     shflags: int
     codes: tuple[str, ...]
 
@@ -113,6 +122,7 @@ def analyse_tree(
     mode: str = "user",
     maxlevels: int = DEFAULT_MAXLEVELS,
     halflife: float = 3600.0,
+    dampening: float = 1.0,
     node: str | None = None,
     udb: str = "",
 ) -> TreeReport:
@@ -120,23 +130,21 @@ def analyse_tree(
 
     `cols` must carry shusage and shextime (`load_entry_columns`, or
     `EntryColumns.of(entries)`); `now` is in seconds since the epoch, `halflife`
-    in seconds.  `node` limits the report (rows, counts and problems) to the
-    subtree under that entry; NotFound if no node of the tree has that name.
+    in seconds; `dampening` Slurm's (Consts.dampening).  `node` limits the report
+    (rows, counts and problems) to the subtree under that entry; NotFound if no node
+    of the tree has that name.
     """
     tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
     problems = check_columns(cols, accounts, mode, maxlevels)
     top, node = _top_node(tree, node, mode)
     detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
     aged = decayed_usage(cols.shusage, cols.shextime, now, halflife)
-    usage = np.concatenate(([0.0], aged[tree.source[1:]]))  # the root has no entry
-    below = tree.subtree_sum(np.where(tree.leaf_mask, usage, 0.0))
-    detached_leaf = (np.asarray(cols.shflags, dtype=np.int64)[detached] & SHF_GROUP) == 0
-    total = float(below[0]) + float(aged[detached][detached_leaf].sum())
+    slurm, total = stored_sshare(tree, cols, aged, detached, dampening)
     codes: dict[str, list[str]] = defaultdict(list)
     for p in problems:
         if p.uid is not None:
             codes[p.name].append(p.code)
-    nodes = _tree_rows(tree, cols, top, below / total if total > 0 else np.zeros(tree.size), codes)
+    nodes = _tree_rows(tree, cols, top, slurm, codes)
     usage_of = (lambda e: float(aged[e]) / total) if total > 0 else (lambda e: 0.0)
     nodes += _detached_rows(cols, detached.tolist(), usage_of, codes)
     position = {n.name: k for k, n in enumerate(nodes)}
@@ -152,6 +160,22 @@ def analyse_tree(
         account_count=kind_count["account"],
         user_count=_user_count(cols, nodes, kind_count, position, mode, node),
     )
+
+
+def stored_sshare(
+    tree: ShareTree, cols: EntryColumns, aged: np.ndarray, detached: np.ndarray, dampening: float
+) -> tuple[Sshare, float]:
+    """(Slurm's sshare figures per node of `tree`, the total usage they are fractions of)
+    from the stored usage: `aged` is every entry's shusage aged to now (charge units, by
+    entry of `cols`, `tree` built from `cols`), `detached` the detached entries whose
+    leaves' usage counts in the total.  A group's usage is the sum of its leaves'.  The
+    one computation behind shrtree's and shrinfo's figures (the policy's runs on the
+    live usage: fairshare.policies.slurm)."""
+    usage = np.concatenate(([0.0], aged[tree.source[1:]]))  # the root has no entry
+    below = tree.subtree_sum(np.where(tree.leaf_mask, usage, 0.0))
+    detached_leaf = (np.asarray(cols.shflags, dtype=np.int64)[detached] & SHF_GROUP) == 0
+    total = float(below[0]) + float(aged[detached][detached_leaf].sum())
+    return sshare(tree_index(tree), tree.shares, below, dampening, total), total
 
 
 def _top_node(tree: ShareTree, node: str | None, mode: str) -> tuple[int, str | None]:
@@ -170,9 +194,10 @@ def _top_node(tree: ShareTree, node: str | None, mode: str) -> tuple[int, str | 
 
 
 def _tree_rows(
-    tree: ShareTree, cols: EntryColumns, top: int, usage: np.ndarray, codes: Mapping
+    tree: ShareTree, cols: EntryColumns, top: int, slurm: Sshare, codes: Mapping
 ) -> list[NodeReport]:
-    """One NodeReport per node under `top`, depth first (`usage`: system usage by node)."""
+    """One NodeReport per node under `top`, depth first (`slurm`: the sshare figures by
+    node, whose normalized usage is the system usage)."""
     entry = tree.source
     order = tree.preorder(top)
     kind_label = {int(k): k.label for k in Kind}
@@ -194,7 +219,11 @@ def _tree_rows(
             pick(tree.shares.astype(np.int64).tolist()),
             pick(tree.m_shares().tolist()),
             pick(tree.group_shares().tolist()),
-            pick(usage.tolist()),
+            pick(slurm.normalized_usage.tolist()),
+            pick(slurm.normalized_shares.tolist()),
+            pick(slurm.normalized_usage.tolist()),
+            pick(slurm.effective_usage.tolist()),
+            pick(slurm.fairshare_factor.tolist()),
             pick([SHF_GROUP, *flags[entry[1:]].tolist()]),
             pick([no_codes, *(tuple(codes[n]) if n in codes else no_codes for n in names[1:])]),
         )
@@ -215,6 +244,10 @@ def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes:
             0.0,
             0.0,
             usage_of(e),
+            0.0,  # no shares outside the tree: factor 0, its usage its own
+            usage_of(e),
+            usage_of(e),
+            0.0,
             cols.shflags[e],
             tuple(codes.get(cols.name[e], ())),
         )
@@ -276,14 +309,15 @@ def load_tree_report(
         cols = load_entry_columns(session)
         accounts = load_accounts(session)
         maxlevels = configured_maxlevels(session)
-        halflife = load_consts(session).halflife
+        consts = load_consts(session)
     return analyse_tree(
         cols,
         accounts,
         now=now,
         mode=mode,
         maxlevels=maxlevels,
-        halflife=halflife,
+        halflife=consts.halflife,
+        dampening=consts.dampening,
         node=node,
         udb=display_name(url),
     )
