@@ -18,7 +18,8 @@ from fairshare.cli import shradmin, shrinfo, shrsim, shrtree
 from fairshare.consts import Consts
 from fairshare.cycle import POLICIES, Consumption, policy_for, run_cycle, tree_index
 from fairshare.lnode import activate, new_table
-from fairshare.policies.slurm import SlurmPolicy, share_ratios, slurm_e_shares, sshare
+from fairshare.policies.slurm import SlurmPolicy, slurm_e_shares
+from fairshare.sshare import share_ratios, sshare
 from fairshare.tree import build_tree
 from udb.cli import udbgen
 from udb.models import IDLE_UID

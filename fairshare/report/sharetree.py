@@ -17,7 +17,7 @@ The figures, all fractions 0..1:
   below it) over all leaves' decayed usage, where a leaf's decayed usage is its
   shusage aged from shextime to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
 - normalized_shares, normalized_usage, effective_usage, fairshare_factor: Slurm's
-  classic sshare figures (fairshare.policies.slurm.sshare) from the same usage, with
+  classic sshare figures (fairshare.sshare) from the same usage, with
   the dampening factor in force, whatever the policy (normalized_usage is system_usage).
 
 Entries that belong in the tree but cannot reach ROOT (Mg, Ng, Cy, Or) are
@@ -35,11 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.accounts import default_acid
-from fairshare.cycle import tree_index
 from fairshare.lnode import decayed_usage
-from fairshare.policies.slurm import Sshare, sshare
 from fairshare.repository import load_consts
-from fairshare.tree import Kind, ShareTree, build_tree_columns
+from fairshare.sshare import Sshare, sshare
+from fairshare.tree import Kind, ShareTree, build_tree_columns, tree_index
 from udb.check import (
     DEFAULT_MAXLEVELS,
     ERROR,
