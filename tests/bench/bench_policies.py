@@ -27,7 +27,8 @@ from bench_shrsim import GOAL, week_scenario
 
 from fairshare.consts import ADJGROUPS, LIMSHARE, Consts
 from fairshare.cycle import POLICIES, run_cycle
-from fairshare.sim import load_scenario, run_scenario
+from fairshare.sim.run import run_scenario
+from fairshare.sim.scenario import load_scenario
 
 RATIO_GOAL = 2.0  # a policy's cycle time / the unicos cycle's
 
