@@ -100,6 +100,7 @@ class Consts:
     feedback_kmu: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)  # K_mu by level 1, 2, ...
     feedback_period: float = 300.0  # s: how often the siblings' shares are re-derived
     dampening: float = 1.0  # --dampening, slurm: F = 2 ** (-UE / S / dampening)
+    idleshare: str = "proportional"  # --idle-share: where an idle member's share goes
 
     @property
     def K(self) -> float:
@@ -135,9 +136,11 @@ class Consts:
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Consts))
 
 #: The values a constant that names a choice may take, the default first.  `policy`
-#: names the cycle's Policy (fairshare.cycle.policy_for).
+#: names the cycle's Policy (fairshare.cycle.policy_for); `idleshare` how an idle
+#: member's share goes to its siblings (fairshare.split).
 CHOICES: dict[str, tuple[str, ...]] = {
     "policy": ("unicos", "feedback", "slurm"),
+    "idleshare": ("proportional", "even"),
 }
 DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint", "feedback_period")
 

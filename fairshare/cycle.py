@@ -20,13 +20,17 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
 4. `decay_usage`: usage = usage x K + adjusted charges, K = 0.5 ** (elapsed / halflife);
    an active leaf keeps at least USAGE_FLOOR, so m^2 / usage is finite and a group's
    usage (the sum of its leaves') is never 0.
-5. `effective_shares`: the Kay-Lauder near-future proportion m^2 / usage, applied
-   *hierarchically*: each group's e_share is split among its children that want CPU in
-   proportion to m_child^2 / usage_child (usage of the child's subtree).  A logged-in but
-   idle child leaves its part to its siblings, not to other organisations, so the paper's
-   Table I gives organisation B half the machine (a flat split over all leaves settles
-   near 9%).  At equilibrium every demanding lnode gets its *due share*: its m_share
-   renormalised over the demanding siblings at every level.
+5. `near_future_shares` (`effective_shares`, fairshare.split): the Kay-Lauder near-future
+   proportion m^2 / usage.  With ADJGROUPS it is applied *hierarchically*: each group's
+   e_share is split among its children that want CPU in proportion to m_child^2 /
+   usage_child (usage of the child's subtree), so a logged-in but idle child leaves its
+   part to its siblings, not to other organisations, and the paper's Table I gives
+   organisation B half the machine.  Without ADJGROUPS it is Kay-Lauder's *flat model*:
+   one split over all leaves, every user competing by its m_share whatever its group
+   (Table I: B2 settles at 0.05 / 0.55 = 9.1%).  At equilibrium every demanding lnode
+   gets its *due share*: its m_share renormalised over the demanding siblings at every
+   level (flat: over all demanding leaves).  Where an idle sibling's share goes, in
+   proportion to the others' shares or evenly, is `Consts.idleshare` (fairshare.split).
    Edge effects (K5 = 2): no lnode gets more than K5 x its due share; the excess goes to
    its siblings (exact water-filling), and, as in the paper's Figure 4, the usage of an
    lnode that was capped is raised so that m^2 / usage gives exactly the capped value
@@ -61,6 +65,7 @@ import numpy as np
 
 from fairshare.consts import ADJGROUPS, K5, LIMSHARE, TICKS_PER_SECOND, Consts, decay
 from fairshare.lnode import LnodeTable
+from fairshare.split import even_targets, flat_index, to_tree
 from fairshare.tree import ShareTree, TreeIndex, machine_shares, tree_index
 
 #: Usage below this (charge units) counts as this in m^2 / usage, so nothing divides by 0.
@@ -274,6 +279,39 @@ def effective_shares(
     return Shares(e_share=e_share, due=due, raise_=raise_)
 
 
+def near_future_shares(
+    idx: TreeIndex,
+    m: np.ndarray,
+    usage: np.ndarray,
+    active: np.ndarray,
+    demand: np.ndarray,
+    limit: float,
+    floor: float = 0.0,
+    *,
+    flat: bool = False,
+    even: bool = False,
+) -> Shares:
+    """`effective_shares` split as the constants say (fairshare.split; same arguments).
+
+    Group by group, or with `flat` (ADJGROUPS off: Kay-Lauder's flat model) over all
+    leaves at once, every leaf competing by its m_share; then a group's e_share and due
+    share are its leaves' sums, and only leaves have their usage raised.  With `even`
+    (idleshare even) an idle sibling's share goes to the demanding ones evenly.
+    """
+    if not flat:
+        target = even_targets(idx, m, active, demand) if even else m
+        return effective_shares(idx, target, usage, active, demand, limit, floor)
+    fidx, nodes = flat_index(idx)
+    fm, fa, fd = m[nodes], active[nodes], demand[nodes]
+    if even:
+        fm = even_targets(fidx, fm, fa, fd)
+    sh = effective_shares(fidx, fm, usage[nodes], fa, fd, limit, floor)
+    e_share, due = to_tree(idx, nodes, np.array((sh.e_share, sh.due)), demand)
+    raise_ = np.ones(idx.n)
+    raise_[nodes[1:]] = sh.raise_[1:]
+    return Shares(e_share=e_share, due=due, raise_=raise_)
+
+
 def _due_shares(idx: TreeIndex, m, active, demand, limit, floor) -> tuple:
     """(idle nodes, any idle, due share, upper bound, lower bound) for `effective_shares`,
     memoised.
@@ -407,18 +445,19 @@ def near_future(usage: np.ndarray, m: np.ndarray, demanding: np.ndarray) -> np.n
     return w
 
 
-def _lnodes_and_shares(idx: TreeIndex, shares, leaves, sharemin) -> tuple:
+def _lnodes_and_shares(idx: TreeIndex, shares, leaves, sharemin, even=False) -> tuple:
     """(active nodes, m_share after sharemin) for the active `leaves`, memoised.
 
     Zero-share leaves (Idle) have lnodes but claim no share: groups holding only them do
     not take machine share from their siblings.
     """
-    key = ("m", leaves.tobytes(), sharemin)
+    key = ("m", leaves.tobytes(), sharemin, even)
     hit = idx.memo.get("m")
     if hit is None or hit[0] != key:
         active, holders = idx.subtree_sum(np.array((leaves, leaves & idx.has_shares))) > 0
         active[0] = True
-        m = apply_sharemin(idx, machine_shares(idx, shares, holders), leaves, sharemin)
+        m = machine_shares(idx, shares, holders, even)
+        m = apply_sharemin(idx, m, leaves, sharemin)
         hit = idx.memo["m"] = (key, active, m)
     return hit[1].copy(), hit[2].copy()
 
@@ -444,7 +483,8 @@ class UnicosPolicy:
         c = consumption
         wants = (c.nrun > 0) | (c.cpu > 0)
         leaves = idx.leaf & (table.active | (c.refs > 0) | wants)
-        active, m = _lnodes_and_shares(idx, tree.shares, leaves, consts.sharemin)
+        even = consts.idleshare == "even"
+        active, m = _lnodes_and_shares(idx, tree.shares, leaves, consts.sharemin, even)
 
         charges = leaf_charges(c, consts) * leaves
         if consts.flags & ADJGROUPS:
@@ -461,7 +501,10 @@ class UnicosPolicy:
         sub_usage, sched = idx.subtree_sum(np.array((usage, sched_leaf)))
 
         floor, limit = limshare_band(consts)
-        sh = effective_shares(idx, m, sub_usage, active, sched > 0, limit, floor)
+        flat = not consts.flags & ADJGROUPS
+        sh = near_future_shares(
+            idx, m, sub_usage, active, sched > 0, limit, floor, flat=flat, even=even
+        )
         if np.count_nonzero(sh.raise_ > 1.0):
             usage = raise_usage(idx, usage, sh.raise_)
         e_share = sh.e_share * (active & ~background)

@@ -28,8 +28,8 @@ site-wide target: an integral term.
 
 The method.  At each refresh a host computes
 
-- the *site-wide effective share* E of every lnode: the very same hierarchical
-  Kay-Lauder arithmetic as one host's cycle (fairshare.cycle: machine shares over the
+- the *site-wide effective share* E of every lnode: the very same Kay-Lauder
+  arithmetic as one host's cycle (fairshare.cycle: machine shares over the
   lnodes active anywhere on the site, then m^2 / usage with edge effects and limits),
   on the site-wide usage, as if the site were one machine.  On one machine, delivering
   E every cycle makes the site-wide usage feedback converge to the machine shares;
@@ -57,12 +57,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fairshare.consts import K5, LIMSHARE, Consts
+from fairshare.consts import ADJGROUPS, K5, LIMSHARE, Consts
 from fairshare.cycle import (
     USAGE_FLOOR,
     apply_sharemin,
-    effective_shares,
     machine_shares,
+    near_future_shares,
     tree_index,
 )
 from fairshare.lnode import LnodeTable
@@ -136,8 +136,9 @@ def site_e_share(tree: ShareTree, table: LnodeTable, view: SiteView, consts: Con
     """(site-wide m_share, site-wide effective share) per node, as fractions of the site.
 
     The cycle's own arithmetic (machine shares over the lnodes active here or on another
-    host, sharemin, then the hierarchical m^2 / usage with edge effects and LIMSHARE) on
-    the site-wide usage: this host's usage for its lnodes, the view's for the others.
+    host, sharemin, then m^2 / usage, split group by group with ADJGROUPS or flat
+    without, with edge effects and LIMSHARE) on the site-wide usage: this host's usage
+    for its lnodes, the view's for the others.
     """
     idx = tree_index(tree)
     consumers = _consumers(tree)
@@ -145,13 +146,17 @@ def site_e_share(tree: ShareTree, table: LnodeTable, view: SiteView, consts: Con
     leaves = (here | view.active) & consumers
     active = idx.subtree_sum(leaves) > 0
     active[0] = True
-    m = apply_sharemin(idx, machine_shares(idx, tree.shares, active), leaves, consts.sharemin)
+    even = consts.idleshare == "even"
+    m = machine_shares(idx, tree.shares, active, even)
+    m = apply_sharemin(idx, m, leaves, consts.sharemin)
     usage = np.where(here, table.usage, np.where(view.active, view.usage, 0.0))
     usage = np.where(leaves, np.maximum(usage, USAGE_FLOOR), 0.0)
     wants = leaves & ((here & table.demand) | view.demand) & (usage < consts.maxusage)
     sub_usage, demand = idx.subtree_sum(np.array((usage, wants)))
     limit = min(K5, consts.maxushare) if consts.flags & LIMSHARE else K5
-    e = effective_shares(idx, m, sub_usage, active, demand > 0, limit).e_share
+    flat = not consts.flags & ADJGROUPS
+    sh = near_future_shares(idx, m, sub_usage, active, demand > 0, limit, flat=flat, even=even)
+    e = sh.e_share
     return m, np.where(wants | ~tree.leaf_mask, e, 0.0) * active
 
 

@@ -34,6 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fairshare.split import spread
 from udb.rules import (
     IDLE_UID,
     MODES,
@@ -293,12 +294,17 @@ def tree_index(tree: ShareTree) -> TreeIndex:
     return idx
 
 
-def machine_shares(idx: TreeIndex, shares: np.ndarray, active: np.ndarray) -> np.ndarray:
+def machine_shares(
+    idx: TreeIndex, shares: np.ndarray, active: np.ndarray, even: bool = False
+) -> np.ndarray:
     """m_share of every node over the active nodes (fractions of the machine, 0 inactive).
 
     The normalisation of ShareTree.m_shares (UNICOS Figure 4): each node's shares over
-    its active siblings', multiplied down from the root.
+    its active siblings', multiplied down from the root.  With `even` (idleshare even,
+    fairshare.split) the inactive siblings' shares go to the active ones evenly instead.
     """
+    if even:
+        return idx.down_product(spread(idx, shares, active, True))
     weight = shares * active
     sums = idx.sibling_sum(weight)
     local = np.divide(weight, sums, out=np.zeros(idx.n), where=sums > 0)

@@ -21,6 +21,7 @@ from fairshare.cycle import (
     leaf_charges,
     limshare_band,
     machine_shares,
+    near_future_shares,
     priority,
     raise_usage,
     run_cycle,
@@ -199,14 +200,15 @@ def test_near_future_proportion_by_hand():
     assert sh.raise_.tolist() == [1.0, 1.0, 1.0]
 
 
-def test_table_one_gives_b_half():
+def test_table_one_gives_b_half_with_adjgroups():
     # Both organisations have used half of the CPU (A1 and B2 each 0.5 of the usage).
-    # Hierarchically A and B each get m^2/u = 0.25/0.5, i.e. half; B1 is idle, so B2
-    # gets all of B's half.  (A flat split over the leaves would give B2
-    # (0.05^2/0.5) / (0.05^2/0.5 + 0.5^2/0.5) = 1%.)
+    # With ADJGROUPS the proportion is split group by group: A and B each get m^2/u =
+    # 0.25/0.5, i.e. half; B1 is idle, so B2 gets all of B's half.  (No charges this
+    # cycle, so the group adjustment itself changes nothing.)
     tree = table_one()
     t = with_lnodes(tree, {"A1": 5e5, "B1": 0.0, "B2": 5e5})
-    out = run_cycle(tree, t, busy(tree, {"A1": 0.0, "B2": 0.0}, idle=("B1",)), Consts(), 0.0)
+    c = busy(tree, {"A1": 0.0, "B2": 0.0}, idle=("B1",))
+    out = run_cycle(tree, t, c, Consts(flags=ADJGROUPS), 0.0)
     e = {n: out.e_share[tree.node(n)] for n in ("A", "B", "A1", "B1", "B2")}
     assert e["A"] == pytest.approx(0.5) and e["B"] == pytest.approx(0.5)
     assert e["A1"] == pytest.approx(0.5) and e["B2"] == pytest.approx(0.5)
@@ -217,18 +219,44 @@ def test_table_one_gives_b_half():
 
 
 def test_the_table_keeps_the_due_share_and_the_flat_near_future_proportion():
-    # Table I with A1 and B2 busy, B1 logged in but idle: due A 1/2, A1 1/2 (alone in
-    # A), B 1/2, B2 1/2 (the only demanding leaf of B); B1, idle, is told what would be
-    # due if it started: 0.9/(0.9 + 0.1) of B's half.  The flat Kay-Lauder proportion
-    # over the demanding leaves: A1 0.5^2/1e5, B2 0.05^2/1e5, i.e. 100/101 and 1/101;
-    # 0 for B1 and the groups.
+    # Table I with A1 and B2 busy, B1 logged in but idle, ADJGROUPS (group by group):
+    # due A 1/2, A1 1/2 (alone in A), B 1/2, B2 1/2 (the only demanding leaf of B);
+    # B1, idle, is told what would be due if it started: 0.9/(0.9 + 0.1) of B's half.
+    # The flat Kay-Lauder proportion over the demanding leaves: A1 0.5^2/1e5, B2
+    # 0.05^2/1e5, i.e. 100/101 and 1/101; 0 for B1 and the groups.
     tree = table_one()
     t = with_lnodes(tree, {"A1": 1e5, "B1": 0.0, "B2": 1e5})
-    out = run_cycle(tree, t, busy(tree, {"A1": 0.0, "B2": 0.0}, idle=("B1",)), Consts(), 0.0)
+    c = busy(tree, {"A1": 0.0, "B2": 0.0}, idle=("B1",))
+    out = run_cycle(tree, t, c, Consts(flags=ADJGROUPS), 0.0)  # no charges: no adjustment
     due = {n: out.due[tree.node(n)] for n in ("A", "B", "A1", "B1", "B2")}
     assert due == pytest.approx({"A": 0.5, "B": 0.5, "A1": 0.5, "B1": 0.45, "B2": 0.5})
     pri = {n: out.pri[tree.node(n)] for n in ("A", "B", "A1", "B1", "B2")}
     assert pri == pytest.approx({"A": 0, "B": 0, "A1": 100 / 101, "B1": 0, "B2": 1 / 101})
+
+
+def test_table_one_flat_without_adjgroups():
+    # The same usage without ADJGROUPS: Kay-Lauder's flat model, every leaf against
+    # every other by m^2/u: B2 gets (0.05^2/0.5) / (0.05^2/0.5 + 0.5^2/0.5) = 1/101,
+    # A1 the rest; organisation B is B2.  Both are within K5 x their due share (m_share
+    # over the demanding leaves': 0.05/0.55 and 0.5/0.55), so nothing is capped.
+    tree = table_one()
+    t = with_lnodes(tree, {"A1": 5e5, "B1": 0.0, "B2": 5e5})
+    out = run_cycle(tree, t, busy(tree, {"A1": 0.0, "B2": 0.0}, idle=("B1",)), Consts(), 0.0)
+    e = {n: out.e_share[tree.node(n)] for n in ("A", "B", "A1", "B1", "B2")}
+    assert e["B2"] == pytest.approx(1 / 101) and e["B"] == pytest.approx(1 / 101)
+    assert e["A1"] == pytest.approx(100 / 101) and e["A"] == pytest.approx(100 / 101)
+    # B1, idle with usage 0, would be held at K5 x its due share if it started:
+    # 0.45 / (0.55 + 0.45) x 2.
+    assert e["B1"] == pytest.approx(0.9)
+    # the due shares flat: m_share over the demanding leaves' (B1: over them and itself)
+    due = {n: out.due[tree.node(n)] for n in ("A", "B", "A1", "B1", "B2")}
+    assert due == pytest.approx(
+        {"A": 0.5 / 0.55, "B": 0.05 / 0.55, "A1": 0.5 / 0.55, "B1": 0.45, "B2": 0.05 / 0.55}
+    )
+    # At equilibrium (usage in proportion to what each gets) B2 gets 0.05/0.55.
+    t = with_lnodes(tree, {"A1": 0.5 / 0.55 * 1e6, "B1": 0.0, "B2": 0.05 / 0.55 * 1e6})
+    out = run_cycle(tree, t, busy(tree, {"A1": 0.0, "B2": 0.0}, idle=("B1",)), Consts(), 0.0)
+    assert out.e_share[tree.node("B2")] == pytest.approx(1 / 11)
 
 
 def test_edge_effect_newcomer_capped_at_k5_due_and_usage_raised():
@@ -452,7 +480,8 @@ def scenes(draw):
             c.nrun[n] = draw(st.integers(1, 4))
             c.cpu[n] = draw(st.floats(0.0, 16.0))
     flags = draw(st.sampled_from([0, ADJGROUPS, LIMSHARE, ADJGROUPS | LIMSHARE]))
-    consts = Consts(flags=flags, sharemin=draw(st.sampled_from([0.0, 0.05])))
+    consts = Consts(flags=flags, sharemin=draw(st.sampled_from([0.0, 0.05])),
+                    idleshare=draw(st.sampled_from(["proportional", "even"])))  # fmt: skip
     return tree, table, c, consts
 
 
@@ -480,12 +509,16 @@ def test_cycle_invariants(scene, elapsed):
     floor, limit = limshare_band(consts)
     assert limit == (min(K5, consts.maxushare) if consts.flags & LIMSHARE else K5)
     assert floor == (1 / consts.maxushare if consts.flags & LIMSHARE else 0.0)
-    sh = effective_shares(idx, out.m_share, out.usage, out.active, sched, limit, floor)
+    flat, even = not consts.flags & ADJGROUPS, consts.idleshare == "even"
+    sh = near_future_shares(
+        idx, out.m_share, out.usage, out.active, sched, limit, floor, flat=flat, even=even
+    )
     assert (out.e_share[competing] <= limit * sh.due[competing] * (1 + 1e-9)).all()
     # and, with LIMSHARE, never less than due / maxushare (the guide's 4.6.1.4)
     assert (out.e_share[competing] >= floor * sh.due[competing] * (1 - 1e-9)).all()
-    if tree.depth == 1:
-        # Figure 4 on one level: m^2 / (raised usage) gives exactly the bounded shares.
+    if tree.depth == 1 or flat:
+        # Figure 4 on one level (the flat model's one level too): m^2 / (raised usage)
+        # gives exactly the bounded shares.
         # (Deeper, a raised newcomer also raises its group's usage, as in the paper.)
         np.testing.assert_allclose(
             sh.e_share[competing], out.e_share[competing], rtol=1e-9, atol=1e-9

@@ -1,5 +1,6 @@
 """The nine scenarios of issue 5 (examples/scenarios/), each beside its --enforcer none
-baseline, which shows that plain Linux does not give the result and fair share does."""
+baseline, which shows that plain Linux does not give the result and fair share does;
+scenario 5 also without ADJGROUPS (the flat model) and scenario 11 (idle share)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ def result(stem: str, enforcer: str | None = None, policy: str | None = None) ->
     (path,) = SCENARIOS.glob(f"{stem}_*.toml")
     sc = load_scenario(path)
     return run_scenario(sc, enforcer, consts=sc.consts.replace(policy=policy or sc.consts.policy))
+
+
+@cache
+def result_with(stem: str, **consts) -> SimResult:
+    """Scenario `stem` run with its constants changed by `consts`."""
+    (path,) = SCENARIOS.glob(f"{stem}_*.toml")
+    scenario = load_scenario(path)
+    scenario.consts = scenario.consts.replace(**consts)
+    return run_scenario(scenario)
 
 
 def delivered(r: SimResult) -> dict[str, float]:
@@ -81,6 +91,36 @@ def test_5_table_one_organisation_b_gets_half():
     assert d["B"] == pytest.approx(0.5, abs=PP) and d["B2"] == pytest.approx(0.5, abs=PP)
     assert d["B1"] == 0.0
     assert delivered(result("05", "none"))["B"] == pytest.approx(0.25, abs=PP)
+
+
+def test_5_table_one_without_adjgroups_is_the_flat_model():
+    # Kay-Lauder's flat model: B2 competes with its m_share against A1's, whatever its
+    # group: 0.05 / 0.55 = 9.1% for B2 and for organisation B.
+    r = result_with("05", flags=0)
+    assert {m.name: m.entitled for m in r.lnodes} == pytest.approx(
+        {"A1": 0.5, "B1": 0.45, "B2": 0.05}
+    )
+    d = delivered(r)
+    assert d["B2"] == pytest.approx(0.05 / 0.55, abs=PP) and d["B"] == d["B2"]
+    assert d["A1"] == pytest.approx(0.5 / 0.55, abs=PP) and d["B1"] == 0.0
+
+
+def test_11_idle_share_even_is_figure_13():
+    # U-B12 (30% of P-B1) idle: evenly, U-B11 gets 70% of P-B1 and U-B13 30%; P-B1 keeps
+    # its 0.7 x 0.6 = 42% of the machine, and nobody outside it gains.
+    pb1 = 0.7 * 0.6
+    d = delivered(result("11"))
+    assert d["P-B1"] == pytest.approx(pb1, abs=PP)
+    assert d["U-B11"] == pytest.approx(0.70 * pb1, abs=PP)
+    assert d["U-B13"] == pytest.approx(0.30 * pb1, abs=PP)
+    others = {"U-A1": 0.15, "U-A2": 0.09, "U-A3": 0.06, "U-B2": 0.28}
+    for name, share in others.items():
+        assert d[name] == pytest.approx(share, abs=PP), name
+    # in proportion to their shares instead: 55/70 and 15/70 of P-B1
+    d = delivered(result_with("11", idleshare="proportional"))
+    assert d["P-B1"] == pytest.approx(pb1, abs=PP)
+    assert d["U-B11"] == pytest.approx(55 / 70 * pb1, abs=PP)
+    assert d["U-B13"] == pytest.approx(15 / 70 * pb1, abs=PP)
 
 
 # ACME entitlements with u1..u16 active, from the guide's Tables 30 and 31.

@@ -106,6 +106,7 @@ def test_flags_by_name_durations_with_units_and_percent(udb_url):
         (["--policy", "lottery"], "policy: expected one of unicos, feedback, slurm"),
         (["--dampening", "0.5"], "dampening: expected a number from 1 to 9999"),
         (["--dampening", "many"], "dampening: expected a number"),
+        (["--idle-share", "random"], "idleshare: expected one of proportional, even"),
     ],
 )
 def test_nonsense_is_refused_and_nothing_changes(acme, args, message):
@@ -347,3 +348,16 @@ def test_bad_feedback_constants_are_refused_and_nothing_changes(udb_url, args, m
     r = run(udb_url, *args)
     assert r.exit_code == 2 and message in r.output
     assert stored(udb_url) == before
+
+
+def test_idle_share_is_stored_recorded_and_shown_with_the_split(udb_url):
+    r = run(udb_url)
+    assert "Idle share = proportional, split flat over all lnodes" in r.output
+    r = run(udb_url, "--idle-share", "EVEN", "-F", "ADJGROUPS")
+    assert r.exit_code == 0, r.output
+    assert "Idle share = even, split group by group (ADJGROUPS)" in r.output
+    rows = json.loads(run(udb_url, "--history", "--json").output)
+    assert {"name": "idleshare", "old": "proportional", "new": "even"}.items() <= next(
+        row for row in rows if row["name"] == "idleshare"
+    ).items()
+    assert json.loads(run(udb_url, "--json").output)["consts"]["idleshare"] == "even"

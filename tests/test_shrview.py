@@ -6,7 +6,8 @@ The scenario: 2 CPUs, groups A (3 shares) and B (1 share); in A, `me` (the calle
 uid, 2 CPU-bound processes) and a2 (1); in B, b1 (1 CPU-bound process) and quiet
 (logged in, never runnable); away (B, 2 shares) has no processes.  Active leaves:
 me, a2, b1, quiet, so the machine shares are A 3/4, B 1/4, me = a2 = 3/8,
-b1 = quiet = 1/8.  quiet wants no CPU, so b1's due share is all of B's, 1/4; with
+b1 = quiet = 1/8.  quiet wants no CPU and ADJGROUPS splits the machine group by group,
+so b1's due share is all of B's, 1/4 (flat, without ADJGROUPS, it would be 1/7); with
 LIMSHARE and maxushare 1.5 the limits are 1.5 x the due shares.  The machine is
 always busy (4 runnable processes on 2 CPUs): 100 cycles of 4 s use 2 x 400 = 800
 CPU seconds = 80,000 ticks, charged 100 each.
@@ -73,7 +74,7 @@ create:away:uid:53003:resgrp:B:shares:2:shusage:1000:shextime:{NOW - 240}:
 
 [consts]
 halflife = "2m"
-flags = ["LIMSHARE"]
+flags = ["ADJGROUPS", "LIMSHARE"]
 maxushare = 1.5
 
 [[workload]]

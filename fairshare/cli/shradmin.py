@@ -84,6 +84,13 @@ SETTINGS = (
         "Feedback: redistribution period, 300s; 0 (every cycle) to 1 d.",
     ),
     (None, "--dampening", "dampening", "Slurm: the fair-share dampening factor d; 1 to 9999."),
+    (
+        None,
+        "--idle-share",
+        "idleshare",
+        "Where an idle member's share goes: proportional (to its siblings' shares, the "
+        "default) or even.",
+    ),
 )
 
 

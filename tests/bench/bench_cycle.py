@@ -11,6 +11,10 @@ and users at level 6, every user active, 80% of them busy with random CPU, the r
 logged in but idle, 1% newcomers with zero usage (so the edge-effect water-filling
 runs), with ADJGROUPS and LIMSHARE set and sharemin 1e-6 (every step of the policy
 runs).  The first cycle (which builds the tree's level index) is not timed.
+
+Then the same cycles without ADJGROUPS (Kay-Lauder's flat model: one split over all
+leaves, fairshare.split) and with the even idle-share rule, each with its ratio to
+the first.
 """
 
 from __future__ import annotations
@@ -70,9 +74,17 @@ def scene(tree, seed: int = 2):
     return table, c
 
 
-def bench(tree, repeat: int) -> float:
+#: The variants timed: name -> constants (the first is the goals' case).
+VARIANTS = {
+    "groups": Consts(flags=ADJGROUPS | LIMSHARE, sharemin=1e-6),
+    "flat": Consts(flags=LIMSHARE, sharemin=1e-6),
+    "flat, even idle share": Consts(flags=LIMSHARE, sharemin=1e-6, idleshare="even"),
+    "groups, even idle share": Consts(flags=ADJGROUPS | LIMSHARE, sharemin=1e-6, idleshare="even"),
+}
+
+
+def bench(tree, repeat: int, consts: Consts) -> float:
     table, c = scene(tree)
-    consts = Consts(flags=ADJGROUPS | LIMSHARE, sharemin=1e-6)
     table = run_cycle(tree, table, c, consts, 4.0)  # warm: builds the level index
     times = []
     for _ in range(repeat):
@@ -91,14 +103,16 @@ def main() -> None:
     for leaves, (fanout, per_group) in ((10_000, (4, 10)), (100_000, (6, 13))):
         tree = six_level_tree(fanout, per_group)
         nleaves = int(tree.leaf_mask.sum())
-        median = bench(tree, args.repeat)
-        results[leaves] = median
+        times = {name: bench(tree, args.repeat, consts) for name, consts in VARIANTS.items()}
+        median = results[leaves] = times["groups"]
         goal = GOALS[leaves]
         print(
             f"{nleaves:>7} active leaves + {tree.size - nleaves - 1:>5} groups, "
             f"depth {tree.depth}: median {median * 1e3:8.2f} ms per cycle "
             f"(goal {goal * 1e3:.0f} ms, {median / goal:.2f} of it, {goal / median:.1f}x headroom)"
         )
+        for name, t in list(times.items())[1:]:
+            print(f"{'':>8}{name:>24}: median {t * 1e3:8.2f} ms, {t / median:.2f} x groups")
     print(f"100k / 10k time ratio: {results[100_000] / results[10_000]:.1f}")
 
 
