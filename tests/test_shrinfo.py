@@ -77,7 +77,7 @@ def test_user_without_an_lnode_gets_its_static_share_and_aged_usage(published, u
 
 def test_verbose_adds_the_settings_and_active_counts(published, utc):  # noqa: F811
     text = run(published, "-v", "me").stdout
-    assert text.startswith("Scheduling flags = LIMSHARE (004)\n")
+    assert text.startswith("Scheduling flags = ADJGROUPS, LIMSHARE (006)\n")
     assert "Usage decay rate = " in text and "(half-life of 120.0 seconds)" in text
     assert "\nActive users = 4/5, active groups = 2.\n\nme  Shares: 1" in text
     # The guide's lines on nice -20 and run-rate decay (4.6.1.3), from -D 2,60 and -K 2m.

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from fairshare.consts import parse_duration
+from fairshare.sim.compare import Comparison, parse_policies, run_compare
 from fairshare.sim.machine import ENFORCERS
-from fairshare.sim.plot import plot
+from fairshare.sim.plot import plot, plot_compare
 from fairshare.sim.record import Measured, SimResult
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import load_scenario
@@ -44,8 +46,15 @@ PLOT_FORMATS = (".png", ".svg")
     "(plain Linux: equal per process).  Default: the scenario's, else cgroup; none "
     "whenever NOSCHED or NOSHARE is set, as in shrdaemon.",
 )
+@click.option(
+    "--compare",
+    metavar="POLICY,...",
+    help="Run the scenario under each named policy (e.g. unicos,slurm,feedback) and print "
+    "one table: entitled share, each policy's delivered share and deviation; --plot draws "
+    "one panel per policy, --json nests each policy's document under its name.",
+)
 @handle_errors
-def main(scenario, udb, as_json, plot_file, window, enforcer):
+def main(scenario, udb, as_json, plot_file, window, enforcer, compare):
     """Simulate SCENARIO (a TOML file) and report entitled against delivered CPU share.
 
     The simulator runs the daemon's own scheduling cycle every delta seconds of
@@ -66,6 +75,23 @@ def main(scenario, udb, as_json, plot_file, window, enforcer):
         span = parse_duration(window, "--window")
         if not 0 < span <= sc.duration:
             raise OptionError(f"--window: expected a duration up to the scenario's, got {window!r}")
+    if compare is not None:
+        policies = parse_policies(compare)
+
+        def run(sc, name):
+            label = f"shrsim: simulating ({name})"
+            return run_scenario(
+                sc, window=span, steps=lambda cycles, n: track(cycles, label, total=n)
+            )
+
+        cmp = run_compare(sc, policies, run)
+        if plot_file:
+            plot_compare(cmp.results, plot_file)
+        if as_json:
+            click.echo(json.dumps(cmp.as_json(), indent=2))
+        else:
+            render_compare(cmp, Console())
+        return
     result = run_scenario(
         sc, window=span, steps=lambda cycles, n: track(cycles, "shrsim: simulating", total=n)
     )
@@ -108,6 +134,44 @@ def render(result: SimResult, console: Console) -> None:
     if result.groups:
         console.print(_table("Groups", result.groups))
     console.print(f"Largest deviation: {result.max_deviation_pp:.2f} pp")
+
+
+def _compare_table(title: str, cmp: Comparison, rows) -> Table:
+    # No Kind column and no vertical rules: three policies still fit 80 columns.
+    t = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    t.add_column("Name")
+    t.add_column("Entitled %", justify="right", no_wrap=True)
+    for name in cmp.policies:
+        t.add_column(f"{name} %", justify="right", no_wrap=True)
+        t.add_column("dev pp", justify="right", no_wrap=True)
+    for name, _kind, entitled, per in rows:
+        cells = [f"{v:{f}}" for d, dev in per for v, f in ((d * 100, ".2f"), (dev, "+.2f"))]
+        t.add_row(name, f"{entitled * 100:.2f}", *cells)
+    return t
+
+
+def render_compare(cmp: Comparison, console: Console) -> None:
+    """Print one table of lnodes and one of groups, a column pair per policy."""
+    first = next(iter(cmp.results.values()))
+    start, stop = first.window
+    console.print(
+        f"{cmp.scenario}: enforcer {first.enforcer}, window {start:g}s..{stop:g}s, "
+        f"{first.cycles} cycles, policies {', '.join(cmp.policies)}",
+        soft_wrap=True,
+        markup=False,
+    )
+    rows = cmp.rows()
+    console.print(_compare_table("Lnodes", cmp, rows[: len(first.lnodes)]))
+    if first.groups:
+        console.print(_compare_table("Groups", cmp, rows[len(first.lnodes) :]))
+    worst = ", ".join(f"{n} {r.max_deviation_pp:.2f} pp" for n, r in cmp.results.items())
+    console.print(f"Largest deviation: {worst}", soft_wrap=True, markup=False)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
   machine, one host or a site of several.
 - record.py: what a run measured (entitled against delivered share) and its series.
 - plot.py: shrsim --plot.
+- compare.py: shrsim --compare, one scenario under several policies.
 - daemon.py: `shrdaemon --simulate`, the real daemon loop on the simulated machine.
 
 Nothing here is imported by the layers below it.
