@@ -219,6 +219,12 @@ def test_fair_usage_is_weighed_among_siblings_as_the_cycle_splits():
     s = 0.5**2 / 500 + 0.25**2 / 1
     k = 0.25**2 * (3 / 4) / ((1 / 4) * s)
     assert fair_usage(lnodes, lnodes[7]) == pytest.approx(max(k - 100.0, 0.0))
+    # Without ADJGROUPS the cycle is flat: me against every other demanding leaf (you,
+    # other, solo): m = 1/4, S = 0.25^2 (1/100 + 1/1 + 1/200), u* = 0.25^2 (3/4) / (m S).
+    s = 0.25**2 * (1 / 100 + 1 / 1 + 1 / 200)
+    flat = 0.25**2 * (3 / 4) / ((1 / 4) * s)
+    assert fair_usage(lnodes, lnodes[4], flat=True) == pytest.approx(flat)
+    assert active_profile(lnodes, "me", 600.0, flat=True).fair_usage == pytest.approx(flat)
 
 
 def test_the_group_furthest_below_its_share_is_named():

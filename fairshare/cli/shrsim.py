@@ -88,7 +88,7 @@ def main(scenario, udb, as_json, plot_file, window, enforcer, compare):
         if plot_file:
             plot_compare(cmp.results, plot_file)
         if as_json:
-            click.echo(json.dumps(cmp.as_json(), indent=2))
+            echo_json(cmp.as_json(), indent=True)
         else:
             render_compare(cmp, Console())
         return

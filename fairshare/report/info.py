@@ -20,7 +20,7 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from fairshare.admin import load_effective_consts, schedules
-from fairshare.consts import GLOBALUSAGE, Consts
+from fairshare.consts import ADJGROUPS, GLOBALUSAGE, Consts
 from fairshare.lnode import aged_usage, decayed_usage
 from fairshare.report.lnodes import ViewLnode, view_lnodes
 from fairshare.report.profile import Profile, active_profile, entry_profile
@@ -94,7 +94,8 @@ def load_profile(
     lnodes = own_lnodes(snap)
     slurm = stored_figures(engine, entry.name, mode, consts, now)
     if any(v.name == entry.name and v.parent >= 0 for v in lnodes):
-        profile = active_profile(lnodes, entry.name, consts.halflife)
+        flat = not consts.flags & ADJGROUPS
+        profile = active_profile(lnodes, entry.name, consts.halflife, flat)
         return dataclasses.replace(profile, **slurm), notes, tree, lnodes
     node = tree.find(entry.name)
     if node is None:

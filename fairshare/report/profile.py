@@ -9,7 +9,8 @@ to decay to its fair level.  `entry_profile` is the same for an entry without an
 (not logged in): its static machine share (every leaf active) and its stored usage aged
 to now.  `every_leaf` orders the active leaves for Figure 7 (shrinfo -a).
 
-The fair level, split as the cycle splits (fairshare.cycle, step 5): with its demanding
+The fair level, split as the cycle splits (fairshare.cycle, step 5; without ADJGROUPS,
+the flat model, its siblings are every other demanding leaf): with its demanding
 siblings j as they are, lnode i's part of its parent's share, (m_i^2/u_i) /
 (m_i^2/u_i + S) with S = sum of m_j^2/u_j, equals its due part m = m_i / (m_i + sum of
 m_j) when u* = m_i^2 (1 - m) / (m S).  A leaf without demanding siblings is weighed
@@ -79,15 +80,18 @@ class Profile:
     fairshare_factor: float | None = None
 
 
-def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode) -> float | None:
+def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode, flat: bool = False) -> float | None:
     """u*, the usage (charge units) at which `me`'s near-future share equals its due
     share, split as the cycle splits: among its demanding siblings, or where it has
     none, at its lowest ancestor that has some (the rest of that ancestor's usage held
-    as it is); None if no lnode of another branch wants CPU."""
+    as it is); with `flat` (ADJGROUPS off: the flat model) among every other demanding
+    leaf.  None if no other lnode (of another branch) wants CPU."""
     by_node = {v.node: v for v in lnodes}
     x: ViewLnode | None = me
     others: list[ViewLnode] = []
-    while x is not None and x.parent >= 0 and not others:
+    if flat:
+        others = [v for v in lnodes if not v.is_group and v.node != me.node and v.demanding]
+    while x is not None and x.parent >= 0 and not others and not flat:
         others = [v for v in lnodes if v.parent == x.parent and v.node != x.node and v.demanding]
         if not others:
             x = by_node.get(x.parent)
@@ -109,8 +113,11 @@ def idle_time(usage: float, fair: float | None, halflife: float) -> float | None
     return halflife * math.log2(usage / fair)
 
 
-def active_profile(lnodes: Sequence[ViewLnode], name: str, halflife: float) -> Profile:
-    """The profile of the published lnode `name` (NotFound if it has none)."""
+def active_profile(
+    lnodes: Sequence[ViewLnode], name: str, halflife: float, flat: bool = False
+) -> Profile:
+    """The profile of the published lnode `name` (NotFound if it has none); `flat`: the
+    cycle splits the machine flat (ADJGROUPS off), which the fair level follows."""
     by_node = {v.node: v for v in lnodes}
     me = next((v for v in lnodes if v.name == name and v.parent >= 0), None)
     if me is None:
@@ -127,7 +134,7 @@ def active_profile(lnodes: Sequence[ViewLnode], name: str, halflife: float) -> P
             r = g.e_share / g.m_share
             if r < 1 - LIMIT_TOLERANCE and (ratio is None or r < ratio):
                 limited, ratio = g.name, r
-    fair = fair_usage(lnodes, me) if not me.is_group else None
+    fair = fair_usage(lnodes, me, flat) if not me.is_group else None
     return Profile(
         name=me.name,
         uid=me.uid,
