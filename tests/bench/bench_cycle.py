@@ -13,8 +13,8 @@ runs), with ADJGROUPS and LIMSHARE set and sharemin 1e-6 (every step of the poli
 runs).  The first cycle (which builds the tree's level index) is not timed.
 
 Then the same cycles without ADJGROUPS (Kay-Lauder's flat model: one split over all
-leaves, fairshare.split) and with the even idle-share rule, each with its ratio to
-the first.
+leaves, fairshare.split) and with the even idle-share rule, each with the median of
+its ratios to the first, the variants timed in turn within each repeat.
 """
 
 from __future__ import annotations
@@ -83,16 +83,24 @@ VARIANTS = {
 }
 
 
-def bench(tree, repeat: int, consts: Consts) -> float:
-    table, c = scene(tree)
-    table = run_cycle(tree, table, c, consts, 4.0)  # warm: builds the level index
-    times = []
+def bench(fanout: int, per_group: int, repeat: int) -> tuple[object, dict[str, list[float]]]:
+    """(the tree, {variant: cycle times in s}).  The variants run in turn within each
+    repeat, each on its own copy of the tree (its memo holds one variant's results), so
+    a busy machine slows them alike and the paired ratios stay meaningful."""
+    runs = {}
+    for name, consts in VARIANTS.items():
+        tree = six_level_tree(fanout, per_group)
+        table, c = scene(tree)
+        table = run_cycle(tree, table, c, consts, 4.0)  # warm: builds the level index
+        runs[name] = (tree, table, c, consts)
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = run_cycle(tree, table, c, consts, 4.0)
-        times.append(time.perf_counter() - t0)
-    assert abs(out.e_share[tree.leaf_mask & out.demand].sum() - 1.0) < 1e-9
-    return statistics.median(times)
+        for name, (tree, table, c, consts) in runs.items():
+            t0 = time.perf_counter()
+            out = run_cycle(tree, table, c, consts, 4.0)
+            times[name].append(time.perf_counter() - t0)
+            assert abs(out.e_share[tree.leaf_mask & out.demand].sum() - 1.0) < 1e-9
+    return runs["groups"][0], times
 
 
 def main() -> None:
@@ -101,10 +109,10 @@ def main() -> None:
     args = ap.parse_args()
     results = {}
     for leaves, (fanout, per_group) in ((10_000, (4, 10)), (100_000, (6, 13))):
-        tree = six_level_tree(fanout, per_group)
+        tree, times = bench(fanout, per_group, args.repeat)
         nleaves = int(tree.leaf_mask.sum())
-        times = {name: bench(tree, args.repeat, consts) for name, consts in VARIANTS.items()}
-        median = results[leaves] = times["groups"]
+        base = times["groups"]
+        median = results[leaves] = statistics.median(base)
         goal = GOALS[leaves]
         print(
             f"{nleaves:>7} active leaves + {tree.size - nleaves - 1:>5} groups, "
@@ -112,7 +120,11 @@ def main() -> None:
             f"(goal {goal * 1e3:.0f} ms, {median / goal:.2f} of it, {goal / median:.1f}x headroom)"
         )
         for name, t in list(times.items())[1:]:
-            print(f"{'':>8}{name:>24}: median {t * 1e3:8.2f} ms, {t / median:.2f} x groups")
+            ratio = statistics.median(a / b for a, b in zip(t, base, strict=True))
+            print(
+                f"{'':>8}{name:>24}: median {statistics.median(t) * 1e3:8.2f} ms, "
+                f"median paired ratio {ratio:.2f} x groups"
+            )
     print(f"100k / 10k time ratio: {results[100_000] / results[10_000]:.1f}")
 
 
