@@ -8,6 +8,8 @@ from types import SimpleNamespace as Row
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairshare.consts import ADJGROUPS, K5, Consts
 from fairshare.cycle import Consumption, near_future_shares, run_cycle
@@ -204,3 +206,45 @@ def test_flat_model_caps_a_newcomer_at_k5_times_its_flat_due_share():
     a1 = tree.node("A1")
     assert w[b2] / (w[b2] + w[a1]) == pytest.approx(K5 * 0.05 / 0.55)
     assert out.usage[a1] == 1e6
+
+
+# -- invariants ----------------------------------------------------------------------------
+
+
+@st.composite
+def sibling_sets(draw):
+    """A random two-level tree (groups under the root, users under both) with random
+    members among its nodes."""
+    ngroups = draw(st.integers(0, 3))
+    rows = [Row(name=f"g{g}", uid=500 + g, resgrp=0, shares=draw(st.integers(1, 50)), shflags=G)
+            for g in range(ngroups)]  # fmt: skip
+    parents = [0] + [500 + g for g in range(ngroups)]
+    for u in range(draw(st.integers(1, 10))):
+        rows.append(Row(name=f"u{u}", uid=1000 + u, resgrp=draw(st.sampled_from(parents)),
+                        shares=draw(st.integers(0, 100)), shflags=0))  # fmt: skip
+    tree = build_tree(rows)
+    member = np.array(draw(st.lists(st.booleans(), min_size=tree.size, max_size=tree.size)))
+    return tree, member
+
+
+@settings(max_examples=200, deadline=None)
+@given(sibling_sets())
+def test_spread_parts_sum_to_one_and_even_adds_the_same_to_each(scene):
+    tree, member = scene
+    idx = tree_index(tree)
+    w = tree.shares.astype(float)
+    mem = member & (w > 0)
+    for even in (False, True):
+        part = spread(idx, w, member, even)
+        assert (part >= 0).all() and (part[~mem] == 0).all()
+        sums = np.bincount(tree.parent[1:], weights=part[1:], minlength=tree.size)
+        has = np.bincount(tree.parent[1:], weights=mem[1:], minlength=tree.size) > 0
+        np.testing.assert_allclose(sums[has], 1.0)
+        if even:
+            # each member gets its own share of the whole set plus one common extra
+            total = idx.sibling_sum(w)
+            extra = part - np.divide(w, total, out=np.zeros(tree.size), where=total > 0)
+            for p in np.flatnonzero(has):
+                kids = np.flatnonzero((tree.parent == p) & mem)
+                kids = kids[kids > 0]
+                np.testing.assert_allclose(extra[kids], extra[kids[0]], atol=1e-12)
