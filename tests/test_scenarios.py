@@ -1,6 +1,6 @@
 """The nine scenarios of issue 5 (examples/scenarios/), each beside its --enforcer none
 baseline, which shows that plain Linux does not give the result and fair share does;
-scenario 5 also without ADJGROUPS (the flat model) and scenario 11 (idle share)."""
+scenario 5 also without ADJGROUPS (the flat model) and scenario 13 (idle share)."""
 
 from __future__ import annotations
 
@@ -105,11 +105,11 @@ def test_5_table_one_without_adjgroups_is_the_flat_model():
     assert d["A1"] == pytest.approx(0.5 / 0.55, abs=PP) and d["B1"] == 0.0
 
 
-def test_11_idle_share_even_is_figure_13():
+def test_13_idle_share_even_is_figure_13():
     # U-B12 (30% of P-B1) idle: evenly, U-B11 gets 70% of P-B1 and U-B13 30%; P-B1 keeps
     # its 0.7 x 0.6 = 42% of the machine, and nobody outside it gains.
     pb1 = 0.7 * 0.6
-    d = delivered(result("11"))
+    d = delivered(result("13"))
     assert d["P-B1"] == pytest.approx(pb1, abs=PP)
     assert d["U-B11"] == pytest.approx(0.70 * pb1, abs=PP)
     assert d["U-B13"] == pytest.approx(0.30 * pb1, abs=PP)
@@ -117,7 +117,7 @@ def test_11_idle_share_even_is_figure_13():
     for name, share in others.items():
         assert d[name] == pytest.approx(share, abs=PP), name
     # in proportion to their shares instead: 55/70 and 15/70 of P-B1
-    d = delivered(result_with("11", idleshare="proportional"))
+    d = delivered(result_with("13", idleshare="proportional"))
     assert d["P-B1"] == pytest.approx(pb1, abs=PP)
     assert d["U-B11"] == pytest.approx(55 / 70 * pb1, abs=PP)
     assert d["U-B13"] == pytest.approx(15 / 70 * pb1, abs=PP)
@@ -276,4 +276,4 @@ def test_12_navoceano_with_the_udb_nice_instead_of_the_users_own():
 def test_every_scenario_file_is_tested():
     stems = sorted(p.name[:2] for p in SCENARIOS.glob("*.toml"))
     # 10 (a site of two hosts) is tested in test_site.py.
-    assert stems == [f"{i:02d}" for i in range(1, 13)]
+    assert stems == [f"{i:02d}" for i in range(1, 14)]
