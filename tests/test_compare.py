@@ -110,3 +110,18 @@ def test_bad_policy_names_are_refused(value, message):
     r = run("--compare", value)
     assert r.exit_code == 2
     assert message in r.stderr and "Traceback" not in r.output
+
+
+def test_every_registered_policy_compares():
+    # Whatever policies main registers (unicos, feedback, slurm ...): one document each,
+    # over the same lnodes and groups, every share delivered to someone.
+    names = list(cycle.POLICIES)
+    r = run("--compare", ",".join(names), "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert list(doc) == names
+    for name in names:
+        assert set(doc[name]["lnodes"]) == {"A1", "B1", "B2"}, name
+        assert set(doc[name]["groups"]) == {"A", "B"}, name
+        total = sum(v["delivered"] for v in doc[name]["lnodes"].values())
+        assert total == pytest.approx(1.0), name
