@@ -136,8 +136,11 @@ def _columns(rows: Sequence[PublishedLnode]) -> dict[str, tuple]:
     wanted = REPORT_COLUMNS
     if hasattr(rows[0], "_fields"):
         keys = rows[0]._fields
-        pick = operator.itemgetter(*(keys.index(f) for f in wanted))
-        cols = zip(*map(pick, rows), strict=True)
+        if tuple(keys) == wanted:  # read_published(REPORT_COLUMNS): transposed as they are
+            cols = zip(*rows, strict=True)
+        else:
+            pick = operator.itemgetter(*(keys.index(f) for f in wanted))
+            cols = zip(*map(pick, rows), strict=True)
     else:
         dicts = [r.__dict__ for r in rows]
         try:
