@@ -10,6 +10,14 @@ separate processes, medians of --repeat runs with output to /dev/null:
 - ``shrview -dm --json``           goal < 0.5 s
 - ``shrview -dm | head -1``: time to the first line of a large display (a pager).
 
+Measured 2026-11-23 on the shared 2-CPU machine (load 1.8-2.4, medians of 5-7,
+--baseline = main before the speed branch, CPU s): shrview -dm 1.93/1.80 -> 1.73/1.61
+(1.1x), -dm --json 1.83/1.79 -> 1.79/1.71 (1.0-1.05x), first line on a pipe 0.81-0.86
+-> 0.74-0.84 s.  In process (-dm): imports 0.43 s, the SQLite read 0.36 s (0.30 of it
+sqlite3's own fetchall of 100,101 rows x 21 columns), view_lnodes 0.28 s, lines 0.27
+s: the 0.5 s goal needs a read that builds no row tuples (a columnar publication)
+and no 100,000 ViewLnode objects.
+
 Also the bare interpreter start (``python -c pass``) and ``import fairshare.cli.X``
 (-X importtime's top entries with --imports), the floor under every figure.
 """
