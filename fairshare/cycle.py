@@ -66,7 +66,7 @@ import numpy as np
 from fairshare.consts import ADJGROUPS, K5, LIMSHARE, TICKS_PER_SECOND, Consts, decay
 from fairshare.lnode import LnodeTable
 from fairshare.split import even_targets, flat_index, to_tree
-from fairshare.tree import ShareTree, TreeIndex, machine_shares, tree_index
+from fairshare.tree import SMALL_TREE, ShareTree, TreeIndex, machine_shares, tree_index
 
 #: Usage below this (charge units) counts as this in m^2 / usage, so nothing divides by 0.
 USAGE_FLOOR = 1e-9
@@ -336,7 +336,7 @@ def _due_shares(idx: TreeIndex, m, active, demand, limit, floor) -> tuple:
     return hit[1], hit[2], hit[3].copy(), hit[4], hit[5]
 
 
-#: Bisection steps of `_water_fill_level` on log t before it solves exactly.
+#: Bisection steps of `_water_fill_level` on log t when its running sums misplace t.
 _FILL_STEPS = 24
 
 
@@ -345,15 +345,17 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
 
     Within each sibling set every demanding node i gets clip(t x w_i, low_i, cap_i), with
     the set's t (e_share per unit of w) chosen so that the set sums to its parent's
-    e_share; the others get 0.  The sum is monotone in t: t is bracketed by bisection on
-    log t, then solved exactly from the nodes that are free, floored and capped at it
-    (repeated while that changes which they are).  `ratio` is each node's t; `capped`
-    marks the nodes held at their cap.
+    e_share; the others get 0.  The sum is piecewise linear and non-decreasing in t, with
+    a breakpoint where a node leaves its floor (t = low_i / w_i) and where it reaches its
+    cap (cap_i / w_i).  `_crossing` sorts every set's breakpoints at once and finds the
+    segment where the sum crosses the parent's e_share, checked by summing at its ends (where
+    weights of very different sizes round the running sums, or where the caps cannot fill
+    a set, bisection on log t finds it instead); t is then solved exactly from the nodes
+    that are free, floored and capped in it (repeated while that changes which they are).
+    `ratio` is each node's t; `capped` marks the nodes held at their cap.
     """
-    s, e = idx.bounds[k]
     ps, pe = idx.bounds[k - 1]
     pp, nsets = idx.ppos[k], pe - ps
-    firsts, owners = idx.firsts[k], idx.owners[k]
     parent = e_share[ps:pe]
     pos = demand & (w > 0)
     wd = np.where(pos, w, 0.0)
@@ -362,23 +364,34 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
     def per_set(values):
         return np.bincount(pp, weights=values, minlength=nsets)
 
-    # Bracket log t per sibling set by the nodes' breakpoints and the plain proportion.
     W = per_set(wd)
     ok = W > 0
     t0 = np.divide(parent, W, out=np.ones(nsets), where=ok)[pp]
-    hi_t = np.divide(hi, wd, out=t0.copy(), where=pos)
-    lo_t = np.divide(lo, wd, out=t0.copy(), where=pos & (lo > 0))
-    a, b = np.zeros(nsets), np.zeros(nsets)
-    a[owners] = np.log(np.minimum.reduceat(np.minimum(lo_t, hi_t), firsts)) - 1.0
-    b[owners] = np.log(np.maximum.reduceat(np.maximum(hi_t, t0), firsts)) + 1.0
-    for _ in range(_FILL_STEPS):
-        mid = (a + b) / 2
-        below = per_set(np.clip(np.exp(mid)[pp] * wd, lo, hi)) < parent
-        a = np.where(below, mid, a)
-        b = np.where(below, b, mid)
-    t = np.exp(b)[pp]
+
+    def short(tset):  # the sum at t, per set, falls short of the parent's e_share
+        return per_set(np.clip(tset[pp] * wd, lo, hi)) < parent
+
+    # On a small level the sorted breakpoints give the bracket at once; a large level,
+    # or a bracket the running sums misplaced (weights of very different sizes round
+    # them), is bracketed by bisection on log t between every node's breakpoints, whose
+    # cost per node is lower there than sorting's.
+    small = pp.size <= SMALL_TREE
+    if small:
+        below, above = _crossing(np.flatnonzero(pos), pp, nsets, parent, wd, lo, hi)
+    if not small or (ok & ((~short(below) & (below > 0)) | short(above))).any():
+        hi_t = np.divide(hi, wd, out=t0.copy(), where=pos)
+        lo_t = np.divide(lo, wd, out=t0.copy(), where=pos & (lo > 0))
+        a, b = np.zeros(nsets), np.zeros(nsets)
+        a[idx.owners[k]] = np.log(np.minimum.reduceat(np.minimum(lo_t, hi_t), idx.firsts[k])) - 1
+        b[idx.owners[k]] = np.log(np.maximum.reduceat(np.maximum(hi_t, t0), idx.firsts[k])) + 1
+        for _ in range(_FILL_STEPS):
+            mid = (a + b) / 2
+            is_short = short(np.exp(mid))
+            a, b = np.where(is_short, mid, a), np.where(is_short, b, mid)
+        below, above = np.exp(a), np.exp(b)
+    t = ((below + above) / 2)[pp]  # inside the segment: its nodes' state is exact
     state = None
-    for _ in range(20):  # one or two rounds in practice
+    for _ in range(20):  # one round in practice
         capped = pos & (t * wd >= hi)
         floored = pos & ~capped & (t * wd <= lo)
         new = (capped.tobytes(), floored.tobytes())
@@ -397,6 +410,43 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
             break
     ek = np.where(capped, hi, np.where(floored, lo, np.clip(t * wd, lo, hi)))
     return ek, t, capped
+
+
+def _crossing(nodes, pp, nsets: int, parent, wd, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+    """Per sibling set, the breakpoints (below, above) between which the set's sum of
+    clip(t x w, lo, hi) over `nodes` crosses `parent` (below 0 when the floors fill the
+    set; both the last when the caps cannot).  The sum at each breakpoint comes from
+    running sums of what the breakpoints change: a node leaving its floor takes lo off
+    the constant part and adds w to the slope, a node reaching its cap does the reverse."""
+    below, above = np.zeros(nsets), np.ones(nsets)
+    if nodes.size == 0:
+        return below, above
+    w, low, cap, sets = wd[nodes], lo[nodes], hi[nodes], pp[nodes]
+    bset = np.concatenate((sets, sets))
+    bt = np.concatenate((low / w, cap / w))
+    order = np.lexsort((bt, bset))
+    bset, bt = bset[order], bt[order]
+    const = np.bincount(sets, weights=low, minlength=nsets)[bset]
+    const += _set_cumsum(np.concatenate((-low, cap))[order], bset, nsets)
+    slope = _set_cumsum(np.concatenate((w, -w))[order], bset, nsets)
+    short = const + bt * slope < parent[bset]  # the sum at the breakpoint falls short
+    before = np.bincount(bset, weights=short, minlength=nsets).astype(np.int64)
+    count = np.bincount(bset, minlength=nsets)
+    start = np.cumsum(count) - count
+    has = count > 0
+    at = np.minimum(start + before, start + count - 1)[has]  # the first not short
+    b = before[has]
+    below[has] = np.where(b > 0, bt[np.maximum(at - 1, start[has])], 0.0)
+    above[has] = bt[at]
+    return below, above
+
+
+def _set_cumsum(values: np.ndarray, sets: np.ndarray, nsets: int) -> np.ndarray:
+    """Running sums of `values` within each run of equal `sets` (sorted by set)."""
+    count = np.bincount(sets, minlength=nsets)
+    total = np.cumsum(values)
+    before = np.concatenate(([0.0], total))[np.cumsum(count) - count]  # sums of earlier sets
+    return total - before[sets]
 
 
 def raise_usage(idx: TreeIndex, usage: np.ndarray, raise_: np.ndarray) -> np.ndarray:

@@ -523,3 +523,43 @@ def test_cycle_invariants(scene, elapsed):
         np.testing.assert_allclose(
             sh.e_share[competing], out.e_share[competing], rtol=1e-9, atol=1e-9
         )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(1e-7, 1e7),  # w: m^2 / usage
+            st.floats(0.0, 0.5),  # floor, as a fraction of the cap
+            st.floats(1e-4, 1.0),  # cap
+            st.booleans(),  # wants CPU
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.floats(0.01, 1.0),
+)
+def test_water_fill_is_the_common_ratio_clipped_to_each_band(nodes, parent):
+    """One sibling set: the demanding nodes get clip(t x w, floor, cap) for one t that
+    makes the set sum to its parent's e_share (when the bands allow it), the others 0;
+    the capped ones are marked."""
+    from fairshare.cycle import _water_fill_level
+    from fairshare.tree import tree_index
+
+    tree = flat(*[1] * len(nodes))
+    idx = tree_index(tree)
+    w, lo_frac, cap, want = (np.array(v) for v in zip(*nodes, strict=True))
+    low = lo_frac * cap
+    e_share = np.zeros(idx.n)
+    e_share[0] = parent
+    ek, t, capped = _water_fill_level(idx, 1, e_share, w, low, cap, want)
+    assert np.all(ek[~want] == 0)
+    d = want
+    if not d.any():
+        return
+    assert np.all(ek[d] >= low[d] * (1 - 1e-9)) and np.all(ek[d] <= cap[d] * (1 + 1e-9))
+    if low[d].sum() <= parent <= cap[d].sum():
+        assert ek.sum() == pytest.approx(parent, rel=1e-9, abs=1e-12)
+    free = d & (ek > low * (1 + 1e-9)) & (ek < cap * (1 - 1e-9))
+    assert ek[free] == pytest.approx(t[free] * w[free], rel=1e-9)
+    assert np.all(capped[ek < cap * (1 - 1e-9)] == 0)
