@@ -512,6 +512,20 @@ def _lnodes_and_shares(idx: TreeIndex, shares, leaves, sharemin, even=False) -> 
     return hit[1].copy(), hit[2].copy()
 
 
+def cycle_lnodes(
+    tree: ShareTree, table: LnodeTable, c: Consumption, consts: Consts, even: bool = False
+) -> tuple[TreeIndex, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The lnodes of this cycle, where every policy starts: (the tree's index, the leaves
+    that want CPU (runnable processes or CPU used), the leaf lnodes (active before, with
+    processes, or wanting CPU), the active nodes (those leaves and their groups), the
+    machine shares after sharemin; `even`: idle siblings' shares split evenly)."""
+    idx = tree_index(tree)
+    wants = (c.nrun > 0) | (c.cpu > 0)
+    leaves = idx.leaf & (table.active | (c.refs > 0) | wants)
+    active, m = _lnodes_and_shares(idx, tree.shares, leaves, consts.sharemin, even)
+    return idx, wants, leaves, active, m
+
+
 # -- the policy ------------------------------------------------------------------------
 
 
@@ -529,12 +543,9 @@ class UnicosPolicy:
         elapsed: float,
     ) -> LnodeTable:
         """The lnode table after one cycle of `elapsed` seconds (see the module docstring)."""
-        idx = tree_index(tree)
         c = consumption
-        wants = (c.nrun > 0) | (c.cpu > 0)
-        leaves = idx.leaf & (table.active | (c.refs > 0) | wants)
         even = consts.idleshare == "even"
-        active, m = _lnodes_and_shares(idx, tree.shares, leaves, consts.sharemin, even)
+        idx, wants, leaves, active, m = cycle_lnodes(tree, table, c, consts, even)
 
         charges = leaf_charges(c, consts) * leaves
         if consts.flags & ADJGROUPS:

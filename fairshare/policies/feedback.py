@@ -63,7 +63,7 @@ from fairshare.cycle import (
     USAGE_FLOOR,
     Consumption,
     TreeIndex,
-    _lnodes_and_shares,
+    cycle_lnodes,
     decay_usage,
     leaf_charges,
     priority,
@@ -204,12 +204,9 @@ class FeedbackPolicy:
         elapsed: float,
     ) -> LnodeTable:
         """The lnode table after one cycle of `elapsed` seconds (see the module docstring)."""
-        idx = tree_index(tree)
         c = consumption
+        idx, wants, leaves, active, m = cycle_lnodes(tree, table, c, consts)
         n = idx.n
-        wants = (c.nrun > 0) | (c.cpu > 0)
-        leaves = idx.leaf & (table.active | (c.refs > 0) | wants)
-        active, m = _lnodes_and_shares(idx, tree.shares, leaves, consts.sharemin)
 
         # Billed at the guide's prices (a weaker nice's cheaper ticks); scheduled on what
         # was received, every tick at its full cost.

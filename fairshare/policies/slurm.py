@@ -40,14 +40,14 @@ import numpy as np
 from fairshare.consts import Consts, decay
 from fairshare.cycle import (
     Consumption,
-    _lnodes_and_shares,
+    cycle_lnodes,
     decay_usage,
     leaf_charges,
     lnode_table,
 )
 from fairshare.lnode import LnodeTable
 from fairshare.sshare import Sshare, share_ratios, sshare
-from fairshare.tree import ShareTree, TreeIndex, tree_index
+from fairshare.tree import ShareTree, TreeIndex
 
 #: log2 of the largest weight ratio kept (2 ** 900 ~ 1e271): a sum over a million
 #: siblings stays finite for an active node that does not run and would dwarf them.
@@ -113,11 +113,8 @@ class SlurmPolicy:
         elapsed: float,
     ) -> LnodeTable:
         """The lnode table after one cycle of `elapsed` seconds (fairshare.cycle.Policy)."""
-        idx = tree_index(tree)
         c = consumption
-        wants = (c.nrun > 0) | (c.cpu > 0)
-        leaves = idx.leaf & (table.active | (c.refs > 0) | wants)
-        active, m = _lnodes_and_shares(idx, tree.shares, leaves, consts.sharemin)
+        idx, wants, leaves, active, m = cycle_lnodes(tree, table, c, consts)
         ratios = idx.memo.get("slurm_ratios")
         if ratios is None:  # the tree's shares never change
             ratios = idx.memo["slurm_ratios"] = share_ratios(idx, tree.shares)
