@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trees import random_trees
 
 from fairshare.consts import ADJGROUPS, K5, LIMSHARE, Consts
 from fairshare.cycle import (
@@ -455,18 +456,7 @@ def test_caps_that_fill_the_machine_leave_the_others_nothing_not_everyone():
 @st.composite
 def scenes(draw):
     """A random 1-3 level tree with random activity, demand and usage."""
-    ngroups = draw(st.integers(0, 4))
-    rows, guids = [], [0]
-    for g in range(ngroups):
-        parent = draw(st.sampled_from(guids))
-        rows.append(Row(name=f"g{g}", uid=500 + g, resgrp=parent,
-                        shares=draw(st.integers(1, 50)), shflags=G))  # fmt: skip
-        guids.append(500 + g)
-    nusers = draw(st.integers(1, 12))
-    for u in range(nusers):
-        rows.append(Row(name=f"u{u}", uid=1000 + u, resgrp=draw(st.sampled_from(guids)),
-                        shares=draw(st.integers(0, 100)), shflags=0))  # fmt: skip
-    tree = build_tree(rows)
+    tree, nusers = draw(random_trees(max_users=12))
     table = new_table(tree)
     c = Consumption.zeros(tree.size)
     usage = st.one_of(st.just(0.0), st.floats(0.0, 1e13))

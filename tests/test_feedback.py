@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trees import random_trees
 
 from fairshare.consts import Consts, consts_from_mapping
 from fairshare.cycle import POLICIES, Consumption, run_cycle, tree_index
@@ -351,18 +352,7 @@ def test_the_feedback_state_follows_an_lnode_out_and_back():
 @st.composite
 def runs(draw):
     """A random 1-3 level tree, random lnodes and a few cycles of random consumption."""
-    ngroups = draw(st.integers(0, 4))
-    rows, guids = [], [0]
-    for g in range(ngroups):
-        parent = draw(st.sampled_from(guids))
-        rows.append(Row(name=f"g{g}", uid=500 + g, resgrp=parent,
-                        shares=draw(st.integers(1, 50)), shflags=G))  # fmt: skip
-        guids.append(500 + g)
-    nusers = draw(st.integers(1, 10))
-    for u in range(nusers):
-        rows.append(Row(name=f"u{u}", uid=1000 + u, resgrp=draw(st.sampled_from(guids)),
-                        shares=draw(st.integers(0, 100)), shflags=0))  # fmt: skip
-    tree = build_tree(rows)
+    tree, nusers = draw(random_trees(max_users=10))
     table = new_table(tree)
     usage = st.one_of(st.just(0.0), st.floats(0.0, 1e13))
     cycles = []

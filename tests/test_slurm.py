@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trees import random_trees
 
 from fairshare.cli import shradmin, shrinfo, shrsim, shrtree
 from fairshare.consts import Consts
@@ -268,18 +269,7 @@ def test_background_and_zero_shares_get_nothing():
 @st.composite
 def scenes(draw):
     """A random 1-3 level tree with random activity, demand and usage."""
-    ngroups = draw(st.integers(0, 4))
-    rows, guids = [], [0]
-    for g in range(ngroups):
-        parent = draw(st.sampled_from(guids))
-        rows.append(Row(name=f"g{g}", uid=500 + g, resgrp=parent,
-                        shares=draw(st.integers(0, 50)), shflags=G))  # fmt: skip
-        guids.append(500 + g)
-    nusers = draw(st.integers(1, 8))
-    for u in range(nusers):
-        rows.append(Row(name=f"u{u}", uid=1000 + u, resgrp=draw(st.sampled_from(guids)),
-                        shares=draw(st.integers(0, 100)), shflags=0))  # fmt: skip
-    tree = build_tree(rows)
+    tree, nusers = draw(random_trees(max_users=8, group_shares=0))
     t = new_table(tree)
     c = Consumption.zeros(tree.size)
     for u in range(nusers):

@@ -1,0 +1,30 @@
+"""A hypothesis strategy the property tests of every policy share: a random share tree."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as Row
+
+from hypothesis import strategies as st
+
+from fairshare.tree import ShareTree, build_tree
+
+#: shflags of a resource group.
+G = 0o40000
+
+
+@st.composite
+def random_trees(draw, max_users: int = 12, group_shares: int = 1) -> tuple[ShareTree, int]:
+    """(tree, number of users): up to 4 groups nested at random under root or each other
+    (each with `group_shares` to 50 shares), and 1 to `max_users` users u0.. placed at
+    random under root or a group, with 0 to 100 shares."""
+    rows, guids = [], [0]
+    for g in range(draw(st.integers(0, 4))):
+        parent = draw(st.sampled_from(guids))
+        rows.append(Row(name=f"g{g}", uid=500 + g, resgrp=parent,
+                        shares=draw(st.integers(group_shares, 50)), shflags=G))  # fmt: skip
+        guids.append(500 + g)
+    nusers = draw(st.integers(1, max_users))
+    for u in range(nusers):
+        rows.append(Row(name=f"u{u}", uid=1000 + u, resgrp=draw(st.sampled_from(guids)),
+                        shares=draw(st.integers(0, 100)), shflags=0))  # fmt: skip
+    return build_tree(rows), nusers
