@@ -134,7 +134,7 @@ def timed_functions(module, keys: dict[str, str], spent):
 
 
 #: The daemon's module functions timed apart, and their labels.
-TIMED_FUNCTIONS = {"run_cycle": "cycle.run_cycle", "serve_requests": "udb.requests"}
+TIMED_FUNCTIONS = {"advance": "cycle (steps.advance)", "serve_requests": "udb.requests"}
 
 
 @contextmanager
