@@ -366,7 +366,6 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
 
     W = per_set(wd)
     ok = W > 0
-    t0 = np.divide(parent, W, out=np.ones(nsets), where=ok)[pp]
 
     def short(tset):  # the sum at t, per set, falls short of the parent's e_share
         return per_set(np.clip(tset[pp] * wd, lo, hi)) < parent
@@ -379,6 +378,7 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
     if small:
         below, above = _crossing(np.flatnonzero(pos), pp, nsets, parent, wd, lo, hi)
     if not small or (ok & ((~short(below) & (below > 0)) | short(above))).any():
+        t0 = np.divide(parent, W, out=np.ones(nsets), where=ok)[pp]
         hi_t = np.divide(hi, wd, out=t0.copy(), where=pos)
         lo_t = np.divide(lo, wd, out=t0.copy(), where=pos & (lo > 0))
         a, b = np.zeros(nsets), np.zeros(nsets)

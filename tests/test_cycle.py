@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trees import random_trees
+from trees import random_trees, table_one
 
 from fairshare.consts import ADJGROUPS, K5, LIMSHARE, Consts
 from fairshare.cycle import (
@@ -40,18 +40,6 @@ def flat(*shares, idle=False):
             for i, s in enumerate(shares)]  # fmt: skip
     if idle:
         rows.append(Row(name="Idle", uid=IDLE_UID, resgrp=0, shares=0, shflags=0))
-    return build_tree(rows)
-
-
-def table_one():
-    """Kay-Lauder Table I: A and B equal; A1 alone in A; B1 9 shares, B2 1 share in B."""
-    rows = [
-        Row(name="A", uid=500, resgrp=0, shares=1, shflags=G),
-        Row(name="B", uid=600, resgrp=0, shares=1, shflags=G),
-        Row(name="A1", uid=1001, resgrp=500, shares=1, shflags=0),
-        Row(name="B1", uid=1002, resgrp=600, shares=9, shflags=0),
-        Row(name="B2", uid=1003, resgrp=600, shares=1, shflags=0),
-    ]
     return build_tree(rows)
 
 

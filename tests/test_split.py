@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trees import table_one
 
 from fairshare.consts import ADJGROUPS, K5, Consts
 from fairshare.cycle import Consumption, near_future_shares, run_cycle
@@ -33,18 +34,6 @@ def figure_4():
              ("U-B11", "P-B1", 55), ("U-B12", "P-B1", 30), ("U-B13", "P-B1", 15)]  # fmt: skip
     rows += [Row(name=n, uid=1000 + i, resgrp=uid[p], shares=s, shflags=0)
              for i, (n, p, s) in enumerate(users)]  # fmt: skip
-    return build_tree(rows)
-
-
-def table_one():
-    """Kay-Lauder Table I: A and B equal; A1 alone in A; B1 9 shares, B2 1 share in B."""
-    rows = [
-        Row(name="A", uid=500, resgrp=0, shares=1, shflags=G),
-        Row(name="B", uid=600, resgrp=0, shares=1, shflags=G),
-        Row(name="A1", uid=1001, resgrp=500, shares=1, shflags=0),
-        Row(name="B1", uid=1002, resgrp=600, shares=9, shflags=0),
-        Row(name="B2", uid=1003, resgrp=600, shares=1, shflags=0),
-    ]
     return build_tree(rows)
 
 

@@ -1,4 +1,5 @@
-"""A hypothesis strategy the property tests of every policy share: a random share tree."""
+"""Share trees the cycle's and the policies' tests share: Kay-Lauder's Table I and a
+hypothesis strategy for random trees."""
 
 from __future__ import annotations
 
@@ -28,3 +29,15 @@ def random_trees(draw, max_users: int = 12, group_shares: int = 1) -> tuple[Shar
         rows.append(Row(name=f"u{u}", uid=1000 + u, resgrp=draw(st.sampled_from(guids)),
                         shares=draw(st.integers(0, 100)), shflags=0))  # fmt: skip
     return build_tree(rows), nusers
+
+
+def table_one() -> ShareTree:
+    """Kay-Lauder Table I: A and B equal; A1 alone in A; B1 9 shares, B2 1 share in B."""
+    rows = [
+        Row(name="A", uid=500, resgrp=0, shares=1, shflags=G),
+        Row(name="B", uid=600, resgrp=0, shares=1, shflags=G),
+        Row(name="A1", uid=1001, resgrp=500, shares=1, shflags=0),
+        Row(name="B1", uid=1002, resgrp=600, shares=9, shflags=0),
+        Row(name="B2", uid=1003, resgrp=600, shares=1, shflags=0),
+    ]
+    return build_tree(rows)
