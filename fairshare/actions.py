@@ -2,17 +2,21 @@
 
 Everything shrdaemon changes on a machine goes through one `OsActions` object chosen
 at start-up: signals (CPU quotas), nice values (the nice enforcer, the UDB's nice
-field), cgroup and /proc files (the cgroup enforcers, autogroup nice).  `RealOs`
-wraps os.kill, setpriority and file writes; the simulator's actions
-(fairshare.sim.machine.SimOs) act on the simulated machine and import nothing that
-reaches the real one, so `shrdaemon --simulate` cannot signal or renice a real
-process whatever the daemon's code does.  Reading /proc and cgroup files stays with
+field), time slices (the nice enforcer), cgroup and /proc files (the cgroup enforcers,
+autogroup nice).  `RealOs` wraps os.kill, setpriority, sched_setattr and file writes;
+the simulator's actions (fairshare.sim.machine.SimOs) act on the simulated machine and
+import nothing that reaches the real one, so `shrdaemon --simulate` cannot signal or
+renice a real process whatever the daemon's code does.  Reading /proc and cgroup files stays with
 the collectors and enforcers: reading changes nothing.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import platform
+import struct
 from pathlib import Path
 from typing import Protocol
 
@@ -34,6 +38,11 @@ class OsActions(Protocol):
 
     def set_nice(self, pid: int, nice: int) -> None:
         """Set the nice value of process `pid`."""
+        ...
+
+    def set_slice(self, pid: int, nice: int, slice_ns: int) -> None:
+        """Give process `pid` the time slice `slice_ns` (0: the kernel's default) at nice
+        `nice`, keeping its scheduling policy."""
         ...
 
     def write_file(self, path: Path, text: str) -> None:
@@ -66,6 +75,22 @@ class RealOs:
         """setpriority(PRIO_PROCESS, pid, nice)."""
         os.setpriority(os.PRIO_PROCESS, pid, nice)
 
+    def set_slice(self, pid: int, nice: int, slice_ns: int) -> None:
+        """sched_setattr(pid, {nice, sched_runtime=slice_ns}, SCHED_FLAG_KEEP_POLICY).
+
+        Since Linux 6.12 a SCHED_OTHER task's sched_runtime is its EEVDF slice (the kernel
+        clamps it to 0.1..100 ms); older kernels accept and ignore it.  OSError(ENOSYS)
+        where the architecture's system call number is unknown here."""
+        number = SCHED_SETATTR.get(platform.machine())
+        if number is None:
+            raise OSError(errno.ENOSYS, f"sched_setattr: unknown on {platform.machine()}")
+        attr = ctypes.create_string_buffer(
+            struct.pack("=IIQiIQQQII", 56, 0, SCHED_FLAG_KEEP_POLICY, nice, 0, slice_ns, 0, 0, 0, 0)
+        )
+        if _libc().syscall(number, pid, attr, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"sched_setattr({pid}): {os.strerror(err)}")
+
     def write_file(self, path: Path, text: str) -> None:
         """Path(path).write_text(text)."""
         Path(path).write_text(text)
@@ -77,6 +102,25 @@ class RealOs:
     def rmdir(self, path: Path) -> None:
         """Path(path).rmdir()."""
         Path(path).rmdir()
+
+
+#: sched_setattr(2)'s system call number by `platform.machine()` (Python has no wrapper).
+SCHED_SETATTR = {
+    "x86_64": 314,
+    "aarch64": 274,
+    "riscv64": 274,
+    "ppc64le": 355,
+    "ppc64": 355,
+    "s390x": 345,
+    "i686": 351,
+    "armv7l": 380,
+}
+#: sched_attr.sched_flags: keep the task's policy (SCHED_OTHER, BATCH or IDLE).
+SCHED_FLAG_KEEP_POLICY = 0x08
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 #: The one real machine; enforcers built without an explicit OsActions act on it.

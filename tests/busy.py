@@ -43,6 +43,7 @@ class RecordedOs:
     def __init__(self, nice: dict[int, int] | None = None):
         self.sent: list[tuple[int, int]] = []  # (pid, signal)
         self.nice: dict[int, int] = dict(nice or {})  # pid -> nice (0 if never set)
+        self.slice: dict[int, int] = {}  # pid -> time slice in ns (0: the kernel's default)
 
     def signal(self, pid: int, sig: int) -> None:
         self.sent.append((pid, int(sig)))
@@ -52,6 +53,10 @@ class RecordedOs:
 
     def set_nice(self, pid: int, nice: int) -> None:
         self.nice[pid] = nice
+
+    def set_slice(self, pid: int, nice: int, slice_ns: int) -> None:
+        self.nice[pid] = nice
+        self.slice[pid] = slice_ns
 
     def write_file(self, path, text: str) -> None:
         raise OSError(errno.EROFS, "no kernel files here", str(path))

@@ -4,12 +4,14 @@ SIGKILL stops the simulated process, and the UDB's nice is applied through the a
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ from fairshare.actions import REAL_OS
 from fairshare.consts import NOSCHED
 from fairshare.daemon import Daemon
 from fairshare.enforce.base import LnodeTarget
-from fairshare.enforce.nice import NiceEnforcer
+from fairshare.enforce.nice import LONG_SLICE_NS, NiceEnforcer
 from fairshare.enforce.renice import Renicer, user_floor
 from fairshare.repository import load_consts, save_consts
 from fairshare.sim.daemon import simulated_daemon
@@ -86,7 +88,7 @@ def test_simulated_quota_run_makes_no_real_kill_or_setpriority(tmp_path):
             "strace",
             "-f",
             "-e",
-            "trace=kill,tgkill,tkill,setpriority",
+            "trace=kill,tgkill,tkill,setpriority,sched_setattr",
             "-o",
             str(trace),
             sys.executable,
@@ -108,7 +110,7 @@ def test_simulated_quota_run_makes_no_real_kill_or_setpriority(tmp_path):
     calls = [
         line
         for line in trace.read_text().splitlines()
-        if re.match(r"\d+\s+(kill|tgkill|tkill|setpriority)\(", line)
+        if re.match(r"\d+\s+(kill|tgkill|tkill|setpriority|sched_setattr)\(", line)
     ]
     assert calls == []
 
@@ -191,9 +193,9 @@ def test_renicer_never_lowers_a_chosen_nice_and_restores_only_its_own():
     assert os_.nice == {7: 5, 8: 12, 9: 15}  # 7: the user's 5 since; 9: the user's 15
 
 
-def test_nice_enforcer_takes_the_larger_of_its_value_and_the_udb_nice():
+def test_nice_enforcer_takes_the_larger_of_its_value_and_the_udb_nice(tmp_path):
     os_ = RecordedOs({1: 0, 2: 0, 3: 8})
-    e = NiceEnforcer(autogroup=False, actions=os_)
+    e = NiceEnforcer(autogroup=False, actions=os_, proc=str(tmp_path))  # made-up pids
     e.apply(
         [
             LnodeTarget("alice", (1,), e_share=0.5, nrun=1, nice=5),
@@ -205,6 +207,47 @@ def test_nice_enforcer_takes_the_larger_of_its_value_and_the_udb_nice():
     assert os_.nice == {1: 5, 2: 3, 3: 8}
     e.teardown()
     assert os_.nice == {1: 0, 2: 0, 3: 8}
+
+
+def test_nice_enforcer_gives_the_processes_it_ranks_down_a_long_slice_and_takes_it_back(
+    tmp_path,
+):
+    os_ = RecordedOs({1: 0, 2: 0, 3: 0})
+    e = NiceEnforcer(autogroup=False, actions=os_, proc=str(tmp_path))  # made-up pids
+    targets = [
+        LnodeTarget("light", (1,), e_share=0.5, nrun=1),
+        LnodeTarget("heavy", (2, 3), e_share=0.5, nrun=2),
+    ]
+    e.apply(targets)
+    # The light process stays at nice 0 with the kernel's slice; the heavy ones, at nice
+    # 3, get the long slice so that a waking light process may preempt them at once.
+    assert os_.nice == {1: 0, 2: 3, 3: 3}
+    assert os_.slice == {2: LONG_SLICE_NS, 3: LONG_SLICE_NS}
+    calls = len(os_.slice)
+    e.apply(targets)
+    assert len(os_.slice) == calls  # nothing changed: no call
+    # heavy now ranks first: its slice goes back to the default, light's nice rises.
+    e.apply([replace(targets[0], e_share=0.1), replace(targets[1], e_share=0.9)])
+    assert os_.nice == {1: 7, 2: 0, 3: 0}  # 0.45 per process against 0.1: 1.25 ** 6.7
+    assert os_.slice == {1: LONG_SLICE_NS, 2: 0, 3: 0}
+    e.teardown()
+    assert os_.nice == {1: 0, 2: 0, 3: 0} and os_.slice == {1: 0, 2: 0, 3: 0}
+
+
+def test_a_kernel_that_refuses_slices_still_gets_its_nice_values(tmp_path, caplog):
+    class OldKernel(RecordedOs):
+        def set_slice(self, pid: int, nice: int, slice_ns: int) -> None:
+            raise OSError(errno.EINVAL, "Invalid argument")
+
+    os_ = OldKernel({1: 0, 2: 0})
+    e = NiceEnforcer(autogroup=False, actions=os_, proc=str(tmp_path))
+    targets = [LnodeTarget("a", (1,), 0.8, 1), LnodeTarget("b", (2,), 0.2, 1)]
+    e.apply(targets)
+    e.apply(targets)
+    assert os_.nice == {1: 0, 2: 6}
+    assert caplog.text.count("refused a time slice") == 1
+    e.teardown()
+    assert os_.nice == {1: 0, 2: 0}
 
 
 NICE_SCENARIO = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +24,13 @@ from fairshare.enforce.base import LnodeTarget, safe_name
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 from fairshare.enforce.cgroup2 import Cgroup2Enforcer
 from fairshare.enforce.detect import detect, make_enforcer
-from fairshare.enforce.nice import NiceEnforcer, autogroup_enabled, read_autogroup
+from fairshare.enforce.nice import (
+    LONG_SLICE_NS,
+    NiceEnforcer,
+    autogroup_enabled,
+    read_autogroup,
+    read_slice,
+)
 from fairshare.lock import AlreadyRunning, DaemonLock
 from udb.errors import OptionError
 
@@ -372,9 +379,12 @@ def test_nice_restores_children_that_inherited_our_nice():
             stdout=subprocess.PIPE, text=True, cwd="/",
         )  # fmt: skip
         try:
+            default = read_slice("self")
             e = NiceEnforcer(autogroup=False)
             e.apply([LnodeTarget("alice", (shell.pid,), 0.1, 1), LnodeTarget("bob", (), 0.9, 1)])
             assert os.getpriority(os.PRIO_PROCESS, shell.pid) > 0
+            release = tuple(int(n) for n in re.findall(r"\d+", os.uname().release)[:2])
+            slices = default is not None and release >= (6, 12)  # custom slices since 6.12
             shell.stdin.write("go\n")
             shell.stdin.flush()
             kid = int(shell.stdout.readline())
@@ -388,10 +398,14 @@ def test_nice_restores_children_that_inherited_our_nice():
             shell.stdin.flush()
             unseen = int(shell.stdout.readline())
             assert os.getpriority(os.PRIO_PROCESS, unseen) > 0
+            if slices:  # the long slice, inherited by the children too
+                assert {read_slice(p) for p in (shell.pid, kid, unseen)} == {LONG_SLICE_NS}
             e.teardown()
             assert os.getpriority(os.PRIO_PROCESS, shell.pid) == 0
             assert os.getpriority(os.PRIO_PROCESS, kid) == 0
             assert os.getpriority(os.PRIO_PROCESS, unseen) == 0
+            if slices:
+                assert {read_slice(p) for p in (shell.pid, kid, unseen)} == {default}
         finally:
             for p in psutil.Process(shell.pid).children():
                 p.kill()

@@ -22,8 +22,21 @@ With autogroup off, every process gets the per-process nice of its lnode
 (e_share / nrun through the kernel's 1.25-per-step weights).  A nice value a
 user chose is never lowered, and the UDB's nice of the lnode (LnodeTarget.nice)
 is a floor: the value applied is the larger of the enforcer's and the user's
-floor (fairshare.enforce.renice.user_floor).  `teardown` restores every value this
-enforcer changed and that nobody has changed since.  Every change goes through the
+floor (fairshare.enforce.renice.user_floor).
+
+A per-process nice above 0 also comes with a long time slice (LONG_SLICE_NS).  Since
+Linux 6.12 (EEVDF) a running process is protected from wake-up preemption for its
+slice, and without a timer of its own the end of that slice is only noticed at the
+next tick (4 ms at HZ=250): a light user's process waking among processes the
+enforcer pushed to nice 19 waited up to two ticks (p99 8 ms against 4 ms with no
+daemon, tests/bench/bench_real.py's latency case).  A waking process whose slice is
+shorter than the running one's may preempt it at once (PREEMPT_SHORT), so the
+processes ranked below the top give way as they should; their CPU share, set by
+weight alone, does not change.  Older kernels accept and ignore the slice.
+
+`teardown` restores every value this enforcer changed and that nobody has changed
+since, and the default slice of every process it gave a long one (and of children
+that inherited it).  Every change goes through the
 OsActions object the enforcer is given (fairshare.actions).
 """
 
@@ -44,6 +57,10 @@ from fairshare.enforce.renice import Changed, Renicer, user_floor
 log = logging.getLogger("shrdaemon")
 
 AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+#: The time slice of a process reniced above 0 (ns); the kernel's default is 0.7 ms
+#: times 1 + log2(CPUs), up to 8 CPUs (1.4 ms on 2 CPUs, 2.8 ms on 8 or more).
+LONG_SLICE_NS = 10_000_000
 
 
 def autogroup_enabled(switch: Path = AUTOGROUP_SWITCH) -> bool:
@@ -85,6 +102,18 @@ def parent_of(pid: int, proc: str = "/proc") -> int | None:
         return None
 
 
+def read_slice(pid: int | str, proc: str = "/proc") -> int | None:
+    """The time slice of `pid` in ns (se.slice in /proc/PID/sched), None if not shown."""
+    try:
+        with open(f"{proc}/{pid}/sched") as f:
+            for line in f:
+                if line.startswith("se.slice"):
+                    return int(line.split(":")[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class NiceEnforcer:
     """Autogroup nice per single-lnode session, per-process nice elsewhere."""
 
@@ -100,7 +129,7 @@ class NiceEnforcer:
         self.actions = actions  # every renice and autogroup write goes through it
         # The per-process nice values it changed; a process first seen at a value it gave
         # its parent inherited it: its original is the parent's.
-        self.renicer = Renicer(actions, original=self._original)
+        self.renicer = Renicer(actions, first_seen=self._inherited)
         self._groups: dict[str, tuple[int, Changed]] = {}  # autogroup -> (a pid, change)
         self._group_of: dict[int, tuple[str, int]] = {}  # pid -> (autogroup, its nice)
         self._mixed_reported = -1
@@ -192,11 +221,12 @@ class NiceEnforcer:
     # -- helpers ---------------------------------------------------------------------------
 
     def _renice(self, pid: int, target: int, udb_nice: int = 0) -> None:
-        self.renicer.renice(pid, target, udb_nice)
+        self.renicer.renice(pid, target, udb_nice, LONG_SLICE_NS if target > 0 else 0)
 
     def _adopt_unseen_children(self) -> None:
-        """Record, as ours, the descendants of reniced processes that no cycle saw and
-        whose nice is one we gave their parent (one pass over /proc, at teardown)."""
+        """Record, as ours, the descendants of changed processes that no cycle saw: they
+        inherited their parent's time slice, and its nice if it is one we gave (one pass
+        over /proc, at teardown)."""
         procs = self.renicer.changed
         if not procs:
             return
@@ -219,17 +249,29 @@ class NiceEnforcer:
                     nice = self.actions.get_nice(kid)
                 except OSError:
                     continue
-                if nice in ch.given:
-                    procs[kid] = Changed(original=ch.original, ours=nice, given={nice})
-                    todo.append(kid)
+                if nice in ch.given or ch.slice_ns:
+                    kid_ch = self._inherited(kid, nice, ch)
+                    if kid_ch.given or kid_ch.slice_ns:
+                        procs[kid] = kid_ch
+                        todo.append(kid)
 
-    def _original(self, pid: int, current: int) -> int:
-        """The nice `pid` had before this enforcer: `current`, unless it inherited a value
-        we gave its parent (a child forked after we reniced its shell), then the parent's."""
-        parent = self.renicer.changed.get(parent_of(pid, self.proc) or 0)
-        if parent is not None and current in parent.given:
-            return parent.original
-        return current
+    def _inherited(self, pid: int, current: int, parent: Changed | None = None) -> Changed:
+        """What `pid`, first seen at nice `current`, had before this enforcer: a child
+        forked after we changed its parent (`parent`, else looked up) holds our time
+        slice if its parent's is ours and the kernel shows it, and its parent's original
+        nice if it holds a value we gave."""
+        if parent is None:
+            parent = self.renicer.changed.get(parent_of(pid, self.proc) or 0)
+        if parent is None:
+            return Changed(original=current, ours=current)
+        given = current in parent.given
+        ours = parent.slice_ns and read_slice(pid, self.proc) == parent.slice_ns
+        return Changed(
+            original=parent.original if given else current,
+            ours=current,
+            given={current} if given else set(),
+            slice_ns=parent.slice_ns if ours else 0,
+        )
 
     def _renice_group(self, group: str, pid: int, target: int, udb_nice: int = 0) -> None:
         now = read_autogroup(pid, self.proc)

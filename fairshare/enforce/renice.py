@@ -15,17 +15,23 @@ follows children that inherited a value it set (its `original` hook):
 - the value set is the larger of the enforcer's target and that floor, so neither
   the daemon nor the UDB ever lowers a nice the user chose;
 - `restore` puts back the original of every process whose nice is still the one
-  set here (a user who reniced since keeps their own).
+  set here (a user who reniced since keeps their own), and the kernel's default time
+  slice of every process given another (the nice enforcer's long slices, see
+  fairshare.enforce.nice).
 
 Every change goes through the OsActions object (fairshare.actions).
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fairshare.actions import OsActions
+
+log = logging.getLogger("shrdaemon")
 
 #: The strongest nice value: a target of NICE_LOWEST means "only the user's floor".
 NICE_LOWEST = -20
@@ -48,37 +54,49 @@ class Changed:
     original: int
     ours: int
     given: set[int] = field(default_factory=set)
+    slice_ns: int = 0  # the time slice we set (0: the kernel's default, untouched)
 
 
-def _as_found(pid: int, current: int) -> int:
-    return current
+def _as_found(pid: int, current: int) -> Changed:
+    return Changed(original=current, ours=current)
 
 
 class Renicer:
     """Sets per-process nice values through `actions`, remembering the originals.
 
-    `original(pid, current)` says what nice a process first seen at `current` had
-    before the daemon (default: `current`; the nice enforcer's knows a value a child
-    inherited from a parent it reniced)."""
+    `first_seen(pid, current)` says what a process first seen at nice `current` had
+    before the daemon (default: `current` and the default slice; the nice enforcer's
+    knows what a child inherited from a parent it changed)."""
 
-    def __init__(self, actions: OsActions, original: Callable[[int, int], int] = _as_found) -> None:
+    def __init__(
+        self, actions: OsActions, first_seen: Callable[[int, int], Changed] = _as_found
+    ) -> None:
         self.actions = actions
-        self.original = original
+        self.first_seen = first_seen
         self.changed: dict[int, Changed] = {}  # pid -> its change
+        self.slices = True  # False once the kernel refused a time slice
 
-    def renice(self, pid: int, target: int = NICE_LOWEST, udb_nice: int = 0) -> int | None:
+    def renice(
+        self, pid: int, target: int = NICE_LOWEST, udb_nice: int = 0, slice_ns: int | None = None
+    ) -> int | None:
         """Give `pid` the larger of `target` and its user floor (`user_floor` of its
-        original nice and `udb_nice`); returns the nice it has now, None if gone."""
+        original nice and `udb_nice`), and the time slice `slice_ns` unless None;
+        returns the nice it has now, None if gone."""
         try:
             current = self.actions.get_nice(pid)
         except OSError:
             self.changed.pop(pid, None)
             return None
         ch = self.changed.get(pid)
-        if ch is None or current != ch.ours:  # new, or the user changed it since
-            ch = Changed(original=self.original(pid, current), ours=current)
+        if ch is None:
+            ch = self.first_seen(pid, current)
+        elif current != ch.ours:  # the user changed it since
+            ch = Changed(original=current, ours=current, slice_ns=ch.slice_ns)
         value = max(target, user_floor(ch.original, udb_nice))
-        if value != current:
+        if slice_ns is not None and slice_ns != ch.slice_ns and self.slices:
+            if not self._set_slice(pid, value, slice_ns, ch):
+                return current
+        elif value != current:
             try:
                 self.actions.set_nice(pid, value)
             except OSError:
@@ -89,17 +107,41 @@ class Renicer:
         self.changed[pid] = ch
         return value
 
+    def _set_slice(self, pid: int, nice: int, slice_ns: int, ch: Changed) -> bool:
+        """Set nice and time slice in one call; a kernel without the call stops the
+        slices (logged once) and sets the nice alone."""
+        try:
+            self.actions.set_slice(pid, nice, slice_ns)
+            ch.slice_ns = slice_ns
+            return True
+        except OSError as err:
+            if err.errno not in (errno.ENOSYS, errno.EINVAL, errno.EPERM):
+                return False
+            self.slices = False
+            log.warning("nice: the kernel refused a time slice (%s); setting nice values only", err)
+        try:
+            self.actions.set_nice(pid, nice)
+            return True
+        except OSError:
+            return False
+
     def forget(self, alive: set[int]) -> None:
         """Drop what we remember of processes not in `alive` (they are gone)."""
         for pid in [p for p in self.changed if p not in alive]:
             del self.changed[pid]
 
     def restore(self) -> None:
-        """Put back the original nice of every process still at the value we set."""
+        """Put back the original nice of every process still at the value we set, and the
+        default time slice of every process we gave another."""
         for pid, ch in self.changed.items():
             try:
-                if ch.ours != ch.original and self.actions.get_nice(pid) == ch.ours:
-                    self.actions.set_nice(pid, ch.original)
+                nice = self.actions.get_nice(pid)
+                if ch.ours != ch.original and nice == ch.ours:
+                    nice = ch.original
+                    if not ch.slice_ns:
+                        self.actions.set_nice(pid, nice)
+                if ch.slice_ns:
+                    self.actions.set_slice(pid, nice, 0)
             except OSError:
                 pass
         self.changed.clear()

@@ -359,6 +359,11 @@ class SimOs:
         """Set the nice of `pid`'s workload (its processes share one nice)."""
         self.world.nice[self.world.workload_of(pid)] = int(nice)
 
+    def set_slice(self, pid: int, nice: int, slice_ns: int) -> None:
+        """Set the nice of `pid`'s workload; the simulated machine shares CPU by weight
+        alone, so it has no time slices to change."""
+        self.set_nice(pid, nice)
+
     def write_file(self, path: Path, text: str) -> None:
         """The simulated machine has no kernel files: always fails."""
         raise OSError(errno.EROFS, "the simulated machine has no kernel files", str(path))

@@ -62,6 +62,7 @@ from machine_lock import (  # noqa: E402  (tests/machine_lock.py)
 )
 
 from fairshare.consts import Consts  # noqa: E402
+from fairshare.enforce.nice import read_slice  # noqa: E402
 from fairshare.repository import save_consts  # noqa: E402
 from udb.models import Entry  # noqa: E402
 from udb.session import open_udb, write_session  # noqa: E402
@@ -285,8 +286,10 @@ def stale_cgroups() -> list[str]:
 
 
 def reniced(uids: set[int]) -> list[str]:
-    """Processes of the test uids whose nice or autogroup nice is not 0."""
+    """Processes of the test uids whose nice or autogroup nice is not 0, or whose time
+    slice is not the kernel's default (the nice enforcer's long slices)."""
     out = []
+    default = read_slice("self")
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -295,10 +298,11 @@ def reniced(uids: set[int]) -> list[str]:
                 continue
             nice = os.getpriority(os.PRIO_PROCESS, int(name))
             group = Path(f"/proc/{name}/autogroup").read_text().split()
+            slice_ns = read_slice(name)
         except OSError:
             continue
-        if nice != 0 or (len(group) == 3 and group[2] != "0"):
-            out.append(f"{name} nice {nice} autogroup {' '.join(group)}")
+        if nice != 0 or (len(group) == 3 and group[2] != "0") or slice_ns != default:
+            out.append(f"{name} nice {nice} autogroup {' '.join(group)} slice {slice_ns}")
     return out
 
 
