@@ -6,7 +6,8 @@ records one `ConstChange` row per constant that changed, in the caller's
 transaction.  A schedule is a named set of overrides in force on some weekdays
 during some hours (the guide's prime / non-prime settings, Kay-Lauder's peak
 and off-peak charging); `effective_consts` picks the one in force at a given
-local time, and the daemon calls `load_effective_consts` every cycle.
+local time; the daemon applies it every cycle to the constants and schedules it
+read when their change serial last moved (every change here bumps it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fairshare.repository import load_consts, save_consts
 from udb.check import check_stored
 from udb.errors import OptionError
 from udb.models import ConstChange, Schedule
+from udb.session import mark_consts_changed
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DAY_WORDS = {
@@ -194,6 +196,7 @@ def set_schedule(
         session.add(row)
     else:
         row.days, row.hours, row.settings = new_days, new_hours, stored
+    mark_consts_changed(session)
     after = _schedule_value(row)
     made = [Change("schedule", before, after, name)] if before != after else []
     _record(session, made, who, now)
@@ -207,6 +210,7 @@ def remove_schedule(session: Session, name: str, *, who: str, now: float) -> lis
         raise OptionError(f"schedule {name!r}: no such schedule")
     made = [Change("schedule", _schedule_value(row), None, name)]
     session.execute(delete(Schedule).where(Schedule.name == name))
+    mark_consts_changed(session)
     _record(session, made, who, now)
     return made
 

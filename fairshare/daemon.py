@@ -7,16 +7,17 @@ nice values, cgroup files.  The simulated daemon gets the simulated machine's
 actions, so it cannot reach a real process.  `step` is one cycle; each of its steps
 is a function of its own module, the daemon only holds the state between them:
 
-1. re-read the constants (shradmin's schedule applied: fairshare.admin), so a change
-   acts within one delta, and, when the UDB's entries changed (a cheap fingerprint
-   query), periodically, or on SIGHUP, rebuild the share tree and carry the lnodes
-   over by name (fairshare.state);
+1. poll the UDB (one cheap statement: fairshare.reload.poll); read the constants again
+   when their change serial moved, and apply shradmin's schedule (fairshare.admin), so
+   a change acts within one delta; when the UDB's entries changed, periodically, or on
+   SIGHUP, rebuild the share tree and carry the lnodes over by name (fairshare.state);
 2. sample the processes (fairshare.collect) and charge each to its leaf lnode
    (fairshare.charges; Share by Account through fairshare.accounts);
 3. create the lnodes of new leaves with their stored usage aged since shextime
    (fairshare.state), and run the pure cycle (fairshare.cycle.run_cycle); with
    GLOBALUSAGE the site factors adjust the effective shares (fairshare.site);
-4. serve shrsync's requests (fairshare.sync), send the CPU-quota signals and hand the
+4. serve shrsync's requests when the poll saw some (fairshare.sync), send the CPU-quota
+   signals and hand the
    enforcer its targets (fairshare.decisions; fairshare.enforce.switch keeps the
    enforcer off under NOSCHED/NOSHARE and applies the UDB's nice beside it), and
    publish the lnode table (fairshare.store);
@@ -61,7 +62,7 @@ from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
 from fairshare.loop import Loop
 from fairshare.outage import UdbCalls
-from fairshare.reload import Reloader, load_lnodes
+from fairshare.reload import Reloader, load_lnodes, poll
 from fairshare.site import SiteState
 from fairshare.state import (
     Lnodes,
@@ -169,6 +170,7 @@ class Daemon:
         self.account_of = account_of
         self.process_events = process_events  # places new sessions at once (or None)
         self.config = Reloader()  # the constants and tree read from the UDB
+        self.requests = 0  # shrsync requests waiting, as of the last poll
         self.loop = Loop(self.clock, on_hup=self.config.request)
         self.wake = self.loop.wake
         self.cycle = 0
@@ -244,7 +246,8 @@ class Daemon:
         sample, used, elapsed = self._charge(consts)
         ln = self.lnodes
         self.cycle += 1
-        self.udb.call("serve shrsync requests", self._serve_requests, sample.time)
+        if self.requests:
+            self.udb.call("serve shrsync requests", self._serve_requests, sample.time)
         send_quota_signals(ln, self._pids, consts, self.actions)
         if self.scheduling:
             self.enforcement.apply(enforcer_targets(ln, self._pids, self.options.enforce_min_uid))
@@ -296,11 +299,15 @@ class Daemon:
         return serve_requests(self.engine, self.store.host, now, {UPDATE: update, QUOTA: quota})
 
     def _read_consts(self) -> Consts:
+        """Poll the UDB; the constants in force, and the tree read again when due."""
+        self.requests = 0
         with read_session(self.engine) as s:
-            consts = self.config.consts(s, self.clock.time())
-            reloaded = self.config.tree(s, self.lnodes, consts, self.cycle)
+            seen = poll(s, self.store.host)
+            consts = self.config.consts(s, self.clock.time(), seen.consts, self.cycle)
+            reloaded = self.config.tree(s, self.lnodes, consts, self.cycle, seen.fingerprint)
             if reloaded is not None:
                 self._reload(*reloaded)
+        self.requests = seen.requests
         return consts
 
     def _udb_back(self) -> None:

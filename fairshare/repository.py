@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from fairshare.consts import FIELDS, Consts, consts_from_stored, validate
 from fairshare.tree import ShareTree, TreeRow, build_tree, build_tree_columns
 from udb.models import Const, Entry
+from udb.session import mark_consts_changed
 
 #: The entry columns a tree is built from; `select(*TREE_COLUMNS)` gives rows for `build_tree`.
 TREE_COLUMNS = (Entry.name, Entry.uid, Entry.resgrp, Entry.shares, Entry.shflags)
@@ -29,7 +30,8 @@ def load_consts(session: Session) -> Consts:
 
 
 def save_consts(session: Session, consts: Consts) -> None:
-    """Store every constant of `consts` in the UDB (within the caller's transaction)."""
+    """Store every constant of `consts` in the UDB (within the caller's transaction) and
+    bump the constants' change serial, so a running daemon reads them again."""
     validate(consts)
     existing = {c.name: c for c in session.scalars(select(Const))}
     for name in FIELDS:
@@ -41,6 +43,7 @@ def save_consts(session: Session, consts: Consts) -> None:
             session.add(Const(name=name, value=value))
         elif row.value != value:
             row.value = value
+    mark_consts_changed(session)
 
 
 def tree_rows(session: Session) -> list[TreeRow]:

@@ -241,8 +241,9 @@ class SyncRequest(Base):
 
 class Serial(Base):
     """A change counter.  The row named "entries" is bumped by every transaction that
-    changes entries or the account registry (udbgen, shrdist), so a running daemon
-    sees any such change with one cheap read (udb.session.entries_serial)."""
+    changes entries or the account registry (udbgen, shrdist), the row named "consts"
+    by every one that changes the stored constants or shradmin's schedules, so a
+    running daemon sees any such change with one cheap read (fairshare.reload.poll)."""
 
     __tablename__ = "serials"
 

@@ -427,7 +427,18 @@ def write_session(engine: Engine) -> Iterator[Session]:
 def mark_entries_changed(session: Session) -> None:
     """Bump the entries' change serial, in the caller's write transaction.  Every
     command that changes entries or accounts calls it, so a running daemon notices."""
-    session.execute(update(Serial).where(Serial.name == "entries").values(value=Serial.value + 1))
+    _bump(session, "entries")
+
+
+def mark_consts_changed(session: Session) -> None:
+    """Bump the constants' change serial, in the caller's write transaction: every
+    change to the stored constants or shradmin's schedules calls it, so a running daemon
+    reads them again (it reads only the serial otherwise)."""
+    _bump(session, "consts")
+
+
+def _bump(session: Session, name: str) -> None:
+    session.execute(update(Serial).where(Serial.name == name).values(value=Serial.value + 1))
 
 
 def entries_serial(session: Session) -> int:
