@@ -117,12 +117,14 @@ class LnodeStore:
         """Replace this host's published lnode table with `table`'s active lnodes."""
         nodes = np.flatnonzero(table.active)
         rows = published_tuples(self.host, tree, table, nodes)
-        head = dataclasses.asdict(header) | {"running": True, "stopped": None}
+        head = {f.name: getattr(header, f.name) for f in dataclasses.fields(header)}
+        head |= {"running": True, "stopped": None}
         lnodes, cycles = PublishedLnode.__table__, LnodeCycle.__table__
-        # Core statements, not the ORM: this runs every cycle.
+        # Core statements built once, not the ORM: this runs every cycle (building the
+        # header's UPDATE anew each time cost 0.3 of publish's 1.6 ms).
         with write_session(self.engine) as s:
             conn = s.connection()
-            conn.execute(delete(lnodes).where(lnodes.c.host == self.host))
+            conn.execute(_DELETE_PUBLISHED, {"this_host": self.host})
             if rows and conn.dialect.name == "sqlite":
                 # The driver's executemany over plain tuples: SQLAlchemy's per-row
                 # parameter processing cost 3 times the insert itself (212 rows: 2.4 of
@@ -130,7 +132,7 @@ class LnodeStore:
                 conn.exec_driver_sql(_INSERT_PUBLISHED, rows)
             elif rows:  # one multi-VALUES statement (insertmanyvalues): one round trip
                 conn.execute(insert(lnodes), [dict(zip(PUBLISHED, r, strict=True)) for r in rows])
-            done = conn.execute(update(cycles).where(cycles.c.host == self.host).values(**head))
+            done = conn.execute(_UPDATE_CYCLE, {"this_host": self.host, **head})
             if done.rowcount == 0:
                 conn.execute(insert(cycles).values(host=self.host, **head))
 
@@ -560,6 +562,13 @@ def published_hosts(engine: Engine) -> list[str]:
 
 #: The lnodes table's columns, in the order of `published_tuples`.
 PUBLISHED = tuple(c.name for c in PublishedLnode.__table__.columns)
+_DELETE_PUBLISHED = delete(PublishedLnode.__table__).where(
+    PublishedLnode.__table__.c.host == bindparam("this_host")
+)
+#: The header's columns are SET from the parameters' names.
+_UPDATE_CYCLE = update(LnodeCycle.__table__).where(
+    LnodeCycle.__table__.c.host == bindparam("this_host")
+)
 _INSERT_PUBLISHED = (
     f"INSERT INTO {PublishedLnode.__tablename__} ({', '.join(PUBLISHED)}) "
     f"VALUES ({', '.join('?' * len(PUBLISHED))})"
