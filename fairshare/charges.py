@@ -86,29 +86,37 @@ def consumption(
     mine = [(node, p) for p in sample.processes if (node := find(p)) is not None]
     for node, p in mine:
         procs.setdefault(node, []).append(p)
-    charged = [enforcer_nice or p.nice < WEAKEST_NICE for _node, p in mine]
-    # The guide's graded tick rate of each process (nice 0's under the nice enforcer).
-    rate = tick_rates([0 if enforcer_nice else p.nice for _node, p in mine])
-    counted, graded = _group_cpu(sample, mine, charged, rate)
+    counted, graded = dict(sample.groups), dict(sample.groups)
     if mine:
-        idx = np.array([node for node, _p in mine], dtype=np.int64)
+        # One column per field, then numpy: the processes are walked once per field.
+        nodes, ps = zip(*mine, strict=True)
+        idx = np.array(nodes, dtype=np.int64)
+        nice = np.array([p.nice for p in ps], dtype=np.int64)
+        cpu = np.array([p.cpu for p in ps], dtype=float)
+        in_group = np.array([bool(p.group) for p in ps])
+        charged = np.ones(len(ps), dtype=bool) if enforcer_nice else nice < WEAKEST_NICE
+        # The guide's graded tick rate of each process (nice 0's under the nice enforcer).
+        rate = tick_rates(np.zeros_like(nice) if enforcer_nice else nice)
+        _group_cpu(counted, graded, ps, cpu, in_group, charged, rate)
 
         def total(values) -> np.ndarray:
-            return np.bincount(idx, weights=np.asarray(values, dtype=float), minlength=n)
+            return np.bincount(idx, weights=values, minlength=n)
 
-        pc = list(zip(mine, charged, strict=True))
-        own = np.array([p.cpu if ch and not p.group else 0.0 for (_n, p), ch in pc])
+        def column(name: str) -> np.ndarray:
+            return np.where(charged, [getattr(p, name) for p in ps], 0.0)
+
+        own = np.where(charged & ~in_group, cpu, 0.0)
         c.cpu = total(own)
         c.cpu_charged = total(own * rate)
         if io:
-            c.bio = total([p.bio if ch else 0.0 for (_n, p), ch in pc])
-            c.sio = total([p.sio if ch else 0.0 for (_n, p), ch in pc])
+            c.bio = total(column("bio"))
+            c.sio = total(column("sio"))
         if syscalls:
-            c.syscalls = total([p.syscalls if ch else 0.0 for (_n, p), ch in pc])
+            c.syscalls = total(column("syscalls"))
         if mem:
-            c.mem = total([p.mem if ch else 0.0 for (_n, p), ch in pc])
+            c.mem = total(column("mem"))
         c.refs = np.bincount(idx, minlength=n).astype(np.int64)
-        c.nrun = total([p.runnable for _n, p in mine]).astype(np.int64)
+        c.nrun = np.bincount(idx, weights=[p.runnable for p in ps], minlength=n).astype(np.int64)
     for name, used in counted.items():
         node = ln.leaf_of_group.get(name)
         if node is not None:
@@ -122,16 +130,16 @@ def consumption(
     return c, procs
 
 
-def _group_cpu(sample: Sample, mine, charged, rate) -> tuple[dict, dict]:
-    """CPU the kernel counted per lnode cgroup, as charged and at the graded rate: less
-    what the guide does not charge, all of a nice-19 process's CPU, part of another
-    niced one's (the collector re-reads such processes every sample, so their own CPU
-    is known)."""
-    counted = dict(sample.groups)
-    graded = dict(counted)
-    for (_node, p), ch, r in zip(mine, charged, rate, strict=True):
-        if p.group in counted and p.cpu > 0:
-            if not ch:
-                counted[p.group] = max(counted[p.group] - p.cpu, 0.0)
-            graded[p.group] = max(graded[p.group] - p.cpu * (1 - r), 0.0)
-    return counted, graded
+def _group_cpu(counted: dict, graded: dict, ps, cpu, in_group, charged, rate) -> None:
+    """Take off each lnode cgroup's CPU as the kernel counted it (`counted`, and
+    `graded` at the graded rate; both in place) what the guide does not charge: all of
+    a nice-19 process's CPU, part of another niced one's (the collector re-reads such
+    processes every sample, so their own CPU is known).  Only processes in a cgroup
+    with CPU of their own that is not charged in full are looked at."""
+    for i in np.flatnonzero(in_group & (cpu > 0) & ~(charged & (rate == 1.0))).tolist():
+        p = ps[i]
+        if p.group not in counted:
+            continue
+        if not charged[i]:
+            counted[p.group] = max(counted[p.group] - p.cpu, 0.0)
+        graded[p.group] = max(graded[p.group] - p.cpu * (1 - rate[i]), 0.0)

@@ -95,11 +95,11 @@ def enforcer_targets(
         out.append(
             LnodeTarget(
                 name=names[node],
-                pids=tuple(p.pid for p in mine),
+                pids=tuple([p.pid for p in mine]),
                 e_share=e_share,
                 nrun=nrun,
                 background=background,
-                runnable=frozenset(p.pid for p in mine if p.runnable),
+                runnable=frozenset([p.pid for p in mine if p.runnable]),
                 nice=st.nice if (st := entry.get(node)) is not None else 0,
             )
         )
