@@ -222,12 +222,11 @@ class Daemon:
 
     def start(self) -> None:
         """Recover from a crash, load consts and tree, set the enforcer up, take a baseline."""
-        with read_session(self.engine) as s:
-            halflife = self.config.consts(s, self.clock.time()).halflife
+        halflife = self.config.consts(self.engine, self.clock.time()).halflife
         for r in self.store.recover(halflife):
             log_recovered(r)
+        self.consts = self.config.consts(self.engine, self.clock.time())
         with read_session(self.engine) as s:
-            self.consts = self.config.consts(s, self.clock.time())
             self.lnodes = load_lnodes(s, self.consts.mode)
         log_tree(self.lnodes)
         self.site = SiteState.new(self.lnodes.tree.size)
@@ -301,13 +300,12 @@ class Daemon:
     def _read_consts(self) -> Consts:
         """Poll the UDB; the constants in force, and the tree read again when due."""
         self.requests = 0
-        with read_session(self.engine) as s:
-            seen = poll(s, self.store.host)
-            consts = self.config.consts(s, self.clock.time(), seen.consts, self.cycle)
-            reloaded = self.config.tree(s, self.lnodes, consts, self.cycle, seen.fingerprint)
-            if reloaded is not None:
-                self._reload(*reloaded)
+        seen = poll(self.engine, self.store.host)
         self.requests = seen.requests
+        consts = self.config.consts(self.engine, self.clock.time(), seen.consts, self.cycle)
+        reloaded = self.config.tree(self.engine, self.lnodes, consts, self.cycle, seen.fingerprint)
+        if reloaded is not None:
+            self._reload(*reloaded)
         return consts
 
     def _udb_back(self) -> None:

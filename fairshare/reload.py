@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import Engine, bindparam, func, select
 
 from fairshare.admin import effective_consts, schedules
 from fairshare.consts import Consts
@@ -27,6 +27,7 @@ from fairshare.repository import load_consts, tree_rows
 from fairshare.state import Lnodes, lnodes_for
 from fairshare.tree import build_tree
 from udb.models import Entry, Serial, SyncRequest
+from udb.session import read_session
 
 log = logging.getLogger("shrdaemon")
 
@@ -61,13 +62,13 @@ class Poll:
     requests: int
 
 
-def poll(session, host: str) -> Poll:
+def poll(engine: Engine, host: str) -> Poll:
     """The daemon's one read of every cycle (see the module docstring); `host` is the
-    one whose shrsync requests are counted.  One statement built once, run on the
-    session's connection (no ORM step)."""
-    count, top, changes, consts, requests = (
-        session.connection().execute(_POLL, {"host": host}).one()
-    )
+    one whose shrsync requests are counted.  One statement built once, run on a Core
+    connection (no ORM session: 0.7 -> 0.5 ms of CPU with the caches cold after the
+    daemon's sleep)."""
+    with engine.connect() as conn:
+        count, top, changes, consts, requests = conn.execute(_POLL, {"host": host}).one()
     return Poll((count, top, changes or 0), consts or 0, requests)
 
 
@@ -119,19 +120,22 @@ class Reloader:
         """Read the tree at the next cycle whatever the fingerprint says (SIGHUP)."""
         self.requested = True
 
-    def consts(self, session, now: float, serial: int | None = None, cycle: int = 0) -> Consts:
+    def consts(
+        self, engine: Engine, now: float, serial: int | None = None, cycle: int = 0
+    ) -> Consts:
         """The constants in force at `now` (epoch s): the stored ones with shradmin's
         schedule in force at that local time applied (logged when the schedule changes).
-        The stored constants and schedules are read again unless `serial` (the poll's
-        constants serial; None: unknown) is the one they were read at, and at least
-        every RELOAD_EVERY cycles (`cycle`: the cycles run)."""
+        The stored constants and schedules are read from `engine` again unless `serial`
+        (the poll's constants serial; None: unknown) is the one they were read at, and
+        at least every RELOAD_EVERY cycles (`cycle`: the cycles run)."""
         if (
             self._stored is None
             or serial is None
             or serial != self._stored[0]
             or cycle % RELOAD_EVERY == 0
         ):
-            self._stored = (serial, load_consts(session), schedules(session))
+            with read_session(engine) as s:
+                self._stored = (serial, load_consts(s), schedules(s))
         _serial, stored, rows = self._stored
         consts, schedule = effective_consts(stored, rows, datetime.fromtimestamp(now))
         if schedule != self.schedule:
@@ -140,7 +144,7 @@ class Reloader:
         return consts
 
     def tree(
-        self, session, ln: Lnodes, consts: Consts, cycle: int, fingerprint: tuple
+        self, engine: Engine, ln: Lnodes, consts: Consts, cycle: int, fingerprint: tuple
     ) -> tuple[Lnodes, str] | None:
         """The UDB's tree as new lnodes, and why it was read, when it must be (see
         `reload_reason`; `fingerprint`: the entries' now); None when the tree of `ln`
@@ -149,4 +153,5 @@ class Reloader:
         if reason is None:
             return None
         self.requested = False
-        return load_lnodes(session, consts.mode), reason
+        with read_session(engine) as s:
+            return load_lnodes(s, consts.mode), reason

@@ -14,7 +14,7 @@ from fairshare.reload import RELOAD_EVERY, poll
 from fairshare.sim.daemon import simulated_daemon
 from udb import directives
 from udb.models import Const, Entry, SyncRequest
-from udb.session import open_udb, read_session, write_session
+from udb.session import open_udb, write_session
 
 SCENARIO = (
     Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "02_shares_2_to_1.toml"
@@ -55,8 +55,7 @@ def test_an_edit_behind_the_commands_back_is_seen_by_the_periodic_reload(daemon,
 
 
 def polled(udb_url, host="h1"):
-    with read_session(open_udb(udb_url)) as s:
-        return poll(s, host)
+    return poll(open_udb(udb_url), host)
 
 
 def test_the_poll_sees_every_command_that_changes_the_constants(udb_url):

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, inspect, select, text, update
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
@@ -422,6 +422,16 @@ def write_session(engine: Engine) -> Iterator[Session]:
     with Session(engine.execution_options(udb_write=True)) as session:
         with session.begin():
             yield session
+
+
+@contextmanager
+def write_connection(engine: Engine) -> Iterator[Connection]:
+    """`write_session` for Core statements alone, on a connection without an ORM
+    session (the daemon's publish, every cycle: the session's machinery cost it
+    0.1-0.2 ms of CPU with the caches cold after the daemon's sleep)."""
+    quick_check(engine)
+    with engine.execution_options(udb_write=True).begin() as conn:
+        yield conn
 
 
 def mark_entries_changed(session: Session) -> None:

@@ -458,7 +458,8 @@ class ProcfsCollector:
         base = f"{self._proc}/{pid}"
         try:
             st = parse_stat(read_bytes(f"{base}/stat"))
-            owner = os.stat(base).st_uid
+            # A kernel thread is root's for good: no stat() of its /proc/PID.
+            owner = 0 if pid == 2 or st.ppid == 2 else os.stat(base).st_uid
         except (OSError, ValueError, IndexError):
             return None
         if st.state in (b"Z", b"X", b"x"):

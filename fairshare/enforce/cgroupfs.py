@@ -43,6 +43,7 @@ PARENT = "fairshare"
 KEEP_OPEN = 512
 #: How many times `teardown` empties a cgroup that is still busy before giving up on it.
 REMOVE_TRIES = 5
+_NONE: frozenset[int] = frozenset()
 
 
 def parent_weight(nice0: int, cpus: int | None = None) -> int:
@@ -231,16 +232,17 @@ class CgroupEnforcer:
             moved, self._moved = self._moved, {}
             if not (self._up and self.counted):
                 return {}
-            mount = self.hierarchies[-1][0] / PARENT
+            mount = str(self.hierarchies[-1][0] / PARENT)
+            counter, read, parse = self.counter_file, self._counters.read, self.parse_counter
             out = {}
             for name in self._weight:
-                d = f"{mount}/{name}"
                 try:
-                    cpu = self.parse_counter(self._counters.read(name, f"{d}/{self.counter_file}"))
+                    cpu = parse(read(name, f"{mount}/{name}/{counter}"))
                     if members:
-                        pids = frozenset(int(p) for p in read_bytes(f"{d}/cgroup.procs").split())
-                    else:
-                        pids = frozenset(moved.get(name, ()))
+                        procs = read_bytes(f"{mount}/{name}/cgroup.procs").split()
+                        pids = frozenset([int(p) for p in procs])
+                    else:  # most cycles: nobody was moved in
+                        pids = frozenset(moved[name]) if name in moved else _NONE
                 except (OSError, ValueError):
                     continue
                 out[name] = GroupReading(cpu, pids)
