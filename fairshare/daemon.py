@@ -40,6 +40,7 @@ seconds without sleeping.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -212,12 +213,21 @@ class Daemon:
 
     def run(self, cycles: int | None = None) -> int:
         """Run `cycles` cycles (None: until stopped), then shut down; returns cycles run."""
-        return self.loop.run(
-            cycles, self._start_told, self.step, self.shutdown, lambda: self.consts.delta
-        )
+        try:
+            return self.loop.run(
+                cycles, self._start_told, self.step, self.shutdown, lambda: self.consts.delta
+            )
+        finally:
+            gc.unfreeze()
 
     def _start_told(self) -> None:
         self.start()
+        # What is alive once started (the modules, the engine, the tree) lives as long as
+        # the loop: leave it out of the garbage collector's full collections while the
+        # loop runs (`run` unfreezes), which otherwise walk all of it every few minutes
+        # (68 ms of CPU with 1,000 processes; 33 ms every 150 cycles in bench_daemon
+        # --fake, 0.22 -> 0.003 ms a cycle).
+        gc.freeze()
         self._tell("started")
 
     def start(self) -> None:
