@@ -311,6 +311,28 @@ def test_a_new_delta_sets_the_next_sleep(engine):
     assert published(d)[0].time == EPOCH + 10.0
 
 
+def test_the_loop_freezes_the_started_heap_out_of_the_collector_until_it_returns(engine):
+    import gc
+
+    frozen = []
+
+    class Watch:
+        def started(self, daemon):
+            frozen.append(gc.get_freeze_count())
+
+        def cycled(self, daemon, seconds):
+            frozen.append(gc.get_freeze_count())
+
+        def stopping(self, daemon):
+            pass
+
+    d, *_ = make(engine, lambda i: [proc(7, 1001, 1.0)], observers=[Watch()])
+    assert gc.get_freeze_count() == 0
+    assert d.run(cycles=2) == 2
+    assert len(frozen) == 3 and min(frozen) > 1000  # the heap at start: modules, engine...
+    assert gc.get_freeze_count() == 0  # collectable again once the loop has returned
+
+
 def test_new_entry_is_picked_up_within_one_cycle(engine):
     d, clock, *_ = make(engine, lambda i: [proc(9, 1005, 1.0)])
     d.start()
