@@ -5,6 +5,7 @@ SIGKILL stops the simulated process, and the UDB's nice is applied through the a
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import shutil
@@ -242,8 +243,13 @@ def test_a_kernel_that_refuses_slices_still_gets_its_nice_values(tmp_path, caplo
     os_ = OldKernel({1: 0, 2: 0})
     e = NiceEnforcer(autogroup=False, actions=os_, proc=str(tmp_path))
     targets = [LnodeTarget("a", (1,), 0.8, 1), LnodeTarget("b", (2,), 0.2, 1)]
-    e.apply(targets)
-    e.apply(targets)
+    logger = logging.getLogger("shrdaemon")  # shrdaemon's own handler may not propagate
+    logger.addHandler(caplog.handler)
+    try:
+        e.apply(targets)
+        e.apply(targets)
+    finally:
+        logger.removeHandler(caplog.handler)
     assert os_.nice == {1: 0, 2: 6}
     assert caplog.text.count("refused a time slice") == 1
     e.teardown()
