@@ -23,6 +23,7 @@ import time
 from io import StringIO
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import example, given, settings
@@ -39,7 +40,7 @@ from fairshare.display.shrview import (
     display_columns,
     screenful,
 )
-from fairshare.report.lnodes import ViewRequest, view_lnodes
+from fairshare.report.lnodes import ViewRequest, rows_of, view_columns, view_lnodes
 from fairshare.report.nice import nice_table
 from fairshare.report.published import Source, pick_host
 from fairshare.sim.daemon import simulated_daemon
@@ -692,16 +693,17 @@ def test_fixed_width_lines_are_the_cell_by_cell_columns(display, values):
         _row(i + 1, f"u{i}", 0, 1, "user", m, e, usage=u, nrun=n, rate=r)
         for i, (m, e, u, r, n) in enumerate(values)
     ]
-    shown = view_lnodes(rows, lambda uid: False)[1:]
+    table = view_columns(rows, lambda uid: False)
+    shown = rows_of(table)[1:]
     cols = display_columns(display, Consts())
     names = [("*" if i % 3 == 0 else "") + v.name for i, v in enumerate(shown)]
     cells = zip(names, *(column_texts(c, shown) for c in cols[1:]), strict=True)
     expected = columns([[c.heading for c in cols]], list(cells), [c.right for c in cols])
-    assert _fixed_lines(cols, names, shown) == expected
+    assert _fixed_lines(cols, names, table, np.arange(1, len(rows))) == expected
 
 
 def test_fixed_width_lines_leave_what_is_not_finite_to_the_cells():
     rows = [_row(0, "root", -1, 0, "root", 1.0, 1.0), _row(1, "u", 0, 1, "user", 0.5, 0.5)]
-    shown = view_lnodes(rows, lambda uid: False)[1:]
-    shown[0].rate = float("inf")
-    assert _fixed_lines(display_columns("monitor", Consts()), ["u"], shown) is None
+    table = view_columns(rows, lambda uid: False)
+    table["rate"] = np.array([0.0, float("inf")])
+    assert _fixed_lines(display_columns("monitor", Consts()), ["u"], table, np.arange(1, 2)) is None

@@ -14,7 +14,7 @@ table it publishes every cycle for shrview, and its checkpoint (fairshare.store)
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Float, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # The flags, bounds and reserved uids are udb.rules' (pure); re-exported here beside the
@@ -110,6 +110,9 @@ class LnodeCycle(Base):
     #: and GLOBALUSAGE (fairshare.site).
     cpus: Mapped[float | None] = mapped_column(Float, nullable=True)
     delivered: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: The published lnodes again, one array per column (udb.columnar): what a display
+    #: reads.  None in a header of nothing published yet.
+    columnar: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
 
 
 class PublishedLnode(Base):

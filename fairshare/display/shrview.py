@@ -25,9 +25,17 @@ import numpy as np
 from fairshare.consts import K5, LIMSHARE, Consts
 from fairshare.cycle import limshare_band
 from fairshare.display import columns, octal
-from fairshare.report.lnodes import Statistics, ViewLnode, ViewRequest, prepare, statistics
+from fairshare.report.lnodes import (
+    Statistics,
+    ViewLnode,
+    ViewRequest,
+    prepare,
+    rows_of,
+    statistics,
+)
 from fairshare.report.nice import NiceRow, nice_table
 from fairshare.report.published import Snapshot
+from udb.columnar import Columns
 from udb.errors import NotFound, OptionError
 
 #: Display names by the guide's -d letter.
@@ -82,7 +90,8 @@ def check_select(snap: Snapshot, req: ViewRequest) -> None:
         "nice tables",
         "statistics",
     ):
-        if snap.lnodes and not any(r.name == req.select for r in snap.lnodes):
+        names = snap.lnodes["name"]
+        if names and req.select not in names:
             raise NotFound(f"-s {req.select}: no active lnode of that name")
 
 
@@ -143,30 +152,31 @@ _PRINTF = re.compile(r"\.\d+f|d|o")
 
 
 def _fixed_lines(
-    cols: Sequence[Column], names: list[str], shown: Sequence[ViewLnode]
+    cols: Sequence[Column], names: list[str], table: Columns, shown: np.ndarray
 ) -> list[str] | None:
     """The lines `columns` makes of the Name cells `names` and the other columns of
-    `shown`, formatted in one str.format per line; None when a column is not one
-    attribute's finite numbers (the cell functions then do it).
+    rows `shown` of `table` (report.lnodes.view_columns), formatted in one printf-style
+    % per line; None when a column is not one attribute's finite numbers (the cell
+    functions then do it).
 
     A fixed-precision text of a number is no shorter than that of a number nearer 0,
     so a column's widest text is its largest's or its smallest's (or -0.0's): the widths come
     without formatting every cell, and each line is one format of the row's values.
     """
-    if not shown or cols[0].right:
+    if not len(shown) or cols[0].right:
         return None
     vals, specs = [], []
     for c in cols[1:]:
-        v = _values(c, shown)
-        if v is None or not c.fmt.startswith("{") or c.fmt.count("{") != 1:
+        if c.attr is None or not c.fmt.startswith("{") or c.fmt.count("{") != 1:
             return None
-        a = np.array(v)  # int64 for ints, float64 with a float among them
-        if a.dtype.kind == "i" and not (c.pct or c.prep is not None):
+        a = np.asarray(table[c.attr])[shown]
+        if a.dtype.kind in "bi" and not (c.pct or c.prep is not None):
+            a = a.astype(np.int64)
             ends = (int(a.max()), int(a.min()))
         elif a.dtype.kind in "if" and _FIXED.fullmatch(c.fmt):
+            a = a.astype(float)
             if c.pct or c.prep is not None:
-                a = 100 * a.astype(float) if c.pct else c.prep(a.astype(float))
-                v = a.tolist()
+                a = 100 * a if c.pct else c.prep(a)
             if not np.isfinite(a).all():
                 return None
             # -0.0 ties with 0.0 as the smallest but prints longer ("-0.00").
@@ -177,7 +187,7 @@ def _fixed_lines(
         if not _PRINTF.fullmatch(spec):
             return None
         width = max(len(c.heading), *(len(c.fmt.format(x)) for x in ends))
-        vals.append(v)
+        vals.append(a.tolist())
         specs.append(("" if c.right else "-", width, spec))
     name_w = max(len(cols[0].heading), max(map(len, names)))
     heads = [f"{{:<{name_w}}}", *(f"{{:{'>' if a == '' else '<'}{w}}}" for a, w, _ in specs)]
@@ -187,16 +197,15 @@ def _fixed_lines(
     return [head, *map(str.rstrip, map(fmt.__mod__, zip(names, *vals, strict=True)))]
 
 
-def column_values(c: Column, shown: Sequence[ViewLnode]) -> list:
-    """Column `c`'s JSON values for `shown` (as `c.value` gives them)."""
-    vals = _values(c, shown)
-    if vals is None:
-        return list(map(c.value, shown))
+def column_values(c: Column, table: Columns, shown: np.ndarray) -> list:
+    """Column `c`'s JSON values for rows `shown` of `table` (as `c.value` gives them);
+    `c` formats one attribute (`c.attr`)."""
+    vals = np.asarray(table[c.attr])[shown]
     if c.pct:
-        return [round(x, 6) for x in (100 * np.array(vals, dtype=float)).tolist()]
+        return [round(x, 6) for x in (100 * vals.astype(float)).tolist()]
     if c.fmt == "{:o}":  # Flags: the octal text is the value
-        return list(map(c.fmt.format, vals))
-    return vals
+        return list(map(c.fmt.format, vals.tolist()))
+    return vals.tolist()
 
 
 def _pct(get: Callable[[ViewLnode], float | None]) -> tuple[Callable, Callable]:
@@ -305,8 +314,13 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
     raise ValueError(display)
 
 
-def _indented(v: ViewLnode, top: int) -> str:
-    return "  " * max(v.level - top, 0) + ("*" if v.own else "") + v.name
+def _indented(table: Columns, shown: np.ndarray, top: int) -> list[str]:
+    """The Name cells of rows `shown`: indented by level from `top`, * for the caller's."""
+    depth = np.maximum(np.asarray(table["level"])[shown] - top, 0)
+    mark = np.asarray(table["own"])[shown]
+    prefix = {(d, o): "  " * d + ("*" if o else "") for d in set(depth.tolist()) for o in (0, 1)}
+    keys = zip(depth.tolist(), mark.astype(int).tolist(), strict=True)
+    return list(map(str.__add__, map(prefix.__getitem__, keys), _picked(table["name"], shown)))
 
 
 # -- -ds and -dn -------------------------------------------------------------------------
@@ -437,12 +451,12 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
     lines = header_lines(snap, req, when) + [""]
     if req.display == "nice tables":
         return lines + [nice_note(snap.consts)] + nice_lines(nice_table(snap.consts))
-    lnodes, shown, top = prepare(snap, req)
+    table, shown, top = prepare(snap, req)
     if req.display == "statistics":
-        return lines + statistics_lines(statistics(snap, lnodes, req.total_ids))
+        return lines + statistics_lines(statistics(snap, rows_of(table), req.total_ids))
     if req.display == "graph":
-        leaves = sum(1 for v in lnodes if not v.is_group)
-        return lines + graph_lines(shown, top, leaves)
+        leaves = int((~table["group"]).sum())
+        return lines + graph_lines(rows_of(table, shown), top, leaves)
     if req.display == "limshare":
         c = snap.consts
         floor, limit = limshare_band(c.replace(flags=c.flags | LIMSHARE))
@@ -452,14 +466,15 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
             f"{1 / floor:g} and Due x {limit:g} (edge effects: K5 = {K5:g})"
         ]
     cols = display_columns(req.display, snap.consts)
-    names = [_indented(v, top) for v in shown]
-    fixed = _fixed_lines(cols, names, shown)
+    names = _indented(table, shown, top)
+    fixed = _fixed_lines(cols, names, table, shown)
     if fixed is not None:
         return lines + fixed
     # Column by column (one map per column), then rows: cheaper than a call per cell.
-    cells = [names, *(column_texts(c, shown) for c in cols[1:])]
-    table = list(zip(*cells, strict=True))
-    return lines + columns([[c.heading for c in cols]], table, [c.right for c in cols])
+    views = rows_of(table, shown)
+    cells = [names, *(column_texts(c, views) for c in cols[1:])]
+    rows = list(zip(*cells, strict=True))
+    return lines + columns([[c.heading for c in cols]], rows, [c.right for c in cols])
 
 
 def snapshot_json(snap: Snapshot | None) -> dict:
@@ -500,9 +515,9 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
             for r in nice_table(snap.consts)
         ]
         return doc
-    lnodes, shown, _top = prepare(snap, req)
+    table, shown, _top = prepare(snap, req)
     if req.display == "statistics":
-        st = statistics(snap, lnodes, req.total_ids)
+        st = statistics(snap, rows_of(table), req.total_ids)
         doc["statistics"] = {
             "active_ids": st.active_ids,
             "total_ids": st.total_ids,
@@ -528,30 +543,38 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
                 "rshr_pct": round(100 * v.m_share, 6),
                 "bar": bar(v.rate_share, v.m_share),
             }
-            for v in shown
+            for v in rows_of(table, shown)
             if v.is_group
         ]
-        doc["total"] = sum(1 for v in lnodes if not v.is_group)
+        doc["total"] = int((~table["group"]).sum())
         return doc
     if req.display == "limshare":
         doc["limshare"] = snap.consts.has(LIMSHARE)
         doc["maxushare"] = snap.consts.maxushare
     cols = display_columns(req.display, snap.consts)
-    monitor = req.display == "monitor"
+    views: list[ViewLnode] = []
     # Column by column, then one dict per lnode, keys in the documented order.
-    keys = ["name", "level", "uid", "kind", "own", *(c.key for c in cols[1:])]
-    values = [
-        *(
-            list(map(operator.attrgetter(a), shown))
-            for a in ("name", "level", "uid", "kind", "own")
-        ),
-        *(column_values(c, shown) for c in cols[1:]),
-    ]
-    if monitor:  # what the guide's Flags have no bit for
+    keys = ["name", "level", "uid", "kind", "own"]
+    values = [_picked(table[k], shown) for k in keys]
+    for c in cols[1:]:
+        keys.append(c.key)
+        if c.attr is None:  # a cell function: rows
+            views = views or rows_of(table, shown)
+            values.append(list(map(c.value, views)))
+        else:
+            values.append(column_values(c, table, shown))
+    if req.display == "monitor":  # what the guide's Flags have no bit for
         keys += ["demand", "background"]
-        values += [[v.demand for v in shown], [v.background for v in shown]]
+        values += [_picked(table["demand"], shown), _picked(table["background"], shown)]
     doc["lnodes"] = [dict(zip(keys, row, strict=True)) for row in zip(*values, strict=True)]
     return doc
+
+
+def _picked(column: np.ndarray | list, rows: np.ndarray) -> list:
+    """The values of `column` (an array, or a list of str) at `rows`, as Python values."""
+    if isinstance(column, list):
+        return [column[i] for i in rows.tolist()]
+    return np.asarray(column)[rows].tolist()
 
 
 def local_time(epoch: float) -> str:

@@ -1,22 +1,22 @@
-"""The published lnode table as the displays' rows (pure: no UDB, no clock).
+"""The published lnode table as the displays' columns and rows (pure: no UDB, no clock).
 
-`view_lnodes` turns the rows a daemon published (fairshare.store) into one `ViewLnode`
-per lnode, in node order, with every column shrview, shrinfo and the statistics show.
-It works column by column over numpy arrays, not lnode by lnode: `_columns` picks the
-published columns (the cycle's own figures: shares, usage, due share, ...),
-`_subtree_sums` adds leaves' figures into their groups bottom up.  To add a per-lnode
-figure: publish it (fairshare.store.published_tuples), read it in `_columns`, or derive
-it beside the others in `view_lnodes`; give `ViewLnode` a field of that name (in the
-order of the `map` at the end).
+`view_columns` turns the columns a daemon published (fairshare.store) into the
+columns shrview, shrinfo and the statistics show, one numpy array per figure, in node
+order: the published ones (the cycle's own figures: shares, usage, due share, ...) and
+those derived from them (`_subtree_sums` adds leaves' figures into their groups bottom
+up).  A display of 100,000 lnodes stays in these columns from the read to the print;
+`view_lnodes` (`rows_of`) makes one `ViewLnode` per lnode for the displays that want
+rows.  To add a per-lnode figure: publish it (fairshare.store.published_columns), or
+derive it beside the others in `view_columns`; give `ViewLnode` a field of that name
+(and `_DERIVED` its name).
 
-`select_lnodes` orders and selects them (shrview -s and -o; `prepare` does both for a
+`select_rows` orders and selects them (shrview -s and -o; `prepare` does both for a
 `ViewRequest`); `statistics` is the -ds report.  Shares and rates are fractions 0..1;
 usage and Muse charge units; Rate charge units per second.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -25,8 +25,8 @@ import numpy as np
 
 from fairshare.cycle import PRIORITY_MAX
 from fairshare.store import COUNTED
+from udb.columnar import Columns, row_columns
 from udb.errors import NotFound
-from udb.models import PublishedLnode
 
 if TYPE_CHECKING:
     from fairshare.report.published import Snapshot
@@ -119,35 +119,11 @@ _ROW_FIELDS = (
     "background",
     "demand",
 )
+#: The columns `view_columns` derives, in ViewLnode's field order after _ROW_FIELDS.
+_DERIVED = ("muse", "rate_share", "proj", "pri", "due", "children", "leaves", "own", "demanding")
 
-
-#: The published columns the report reads (`_columns`): a display reads only these.
+#: The published columns the report reads.
 REPORT_COLUMNS = (*_ROW_FIELDS, "charge", "due", "pri")
-
-
-def _columns(rows: Sequence[PublishedLnode]) -> dict[str, tuple]:
-    """The published columns a ViewLnode needs (and charge, due, pri), each a tuple of values.
-
-    Rows of LnodeStore.read_published are read by position; ORM objects (tests build
-    them) straight from their __dict__: attribute access, through the ORM's
-    instrumentation or a Row's key map, costs more than everything else here on
-    100,000 rows.  A column an ORM object was built without is None.
-    """
-    wanted = REPORT_COLUMNS
-    if hasattr(rows[0], "_fields"):
-        keys = rows[0]._fields
-        if tuple(keys) == wanted:  # read_published(REPORT_COLUMNS): transposed as they are
-            cols = zip(*rows, strict=True)
-        else:
-            pick = operator.itemgetter(*(keys.index(f) for f in wanted))
-            cols = zip(*map(pick, rows), strict=True)
-    else:
-        dicts = [r.__dict__ for r in rows]
-        try:
-            cols = zip(*map(operator.itemgetter(*wanted), dicts), strict=True)
-        except KeyError:
-            cols = zip(*([d.get(f) for f in wanted] for d in dicts), strict=True)
-    return dict(zip(wanted, cols, strict=True))
 
 
 def demanding_leaves(leaf, demand, background, m_share) -> np.ndarray:
@@ -173,101 +149,162 @@ def _subtree_sums(level, pos, has_parent, sums: dict[str, np.ndarray]) -> np.nda
     return children
 
 
-def view_lnodes(rows: Sequence[PublishedLnode], own: Callable[[int], bool]) -> list[ViewLnode]:
-    """Every published lnode with its derived columns, in node order (parents first).
+def view_columns(published: Columns | Sequence, own: Callable[[int], bool]) -> Columns:
+    """Every published lnode's ViewLnode fields as columns (name: array, in node order,
+    parents first; `name` and `kind` lists of str), and `flags`, `group` (a group or the
+    root) and `pos` (the row of each row's parent, -1 for none).  `published`: the
+    columns a daemon published (fairshare.store.LnodeStore.read_columns), or rows with
+    those attributes.
 
-    `own(uid)` says whether an lnode of that uid (leaves only) is the caller's.
+    `own(uid)` says whether an lnode of that uid (leaves only) is the caller's.  The
+    due share is NaN where the lnode does not demand CPU (a ViewLnode's None).
     """
-    if not rows:
-        return []
-    f = _columns(rows)
-    n = len(rows)
+    f = published if isinstance(published, dict) else row_columns(published, REPORT_COLUMNS)
     kind = f["kind"]
-    node, parent = np.array(f["node"], dtype=np.int64), np.array(f["parent"], dtype=np.int64)
-    level = np.array(f["level"], dtype=np.int64)
-    rate, m_share = np.array(f["rate"], dtype=float), np.array(f["m_share"], dtype=float)
-    leaf = ~np.array([k in ("group", "root") for k in kind], dtype=bool)
-    idle = np.array([k == "idle" for k in kind], dtype=bool)
-    demand, background = np.array(f["demand"], bool), np.array(f["background"], bool)
-    pos = np.searchsorted(node, parent).clip(0, n - 1)  # each row's parent row
-    has_parent = (parent >= 0) & (node[pos] == parent)
+    n = len(kind)
+    node = np.asarray(f["node"], dtype=np.int64)
+    parent = np.asarray(f["parent"], dtype=np.int64)
+    labels = sorted(set(kind))
+    code = np.searchsorted(labels, np.array(kind, dtype=object)) if n else np.zeros(0, int)
+    by_label = np.array(labels, dtype=object)
+    leaf = ~np.isin(by_label, ("group", "root"))[code] if n else np.zeros(0, bool)
+    idle = (by_label == "idle")[code] if n else np.zeros(0, bool)
+    rate, m_share = np.asarray(f["rate"], dtype=float), np.asarray(f["m_share"], dtype=float)
+    demand, background = np.asarray(f["demand"], bool), np.asarray(f["background"], bool)
+    pos = np.searchsorted(node, parent).clip(0, max(n - 1, 0))  # each row's parent row
+    has_parent = (parent >= 0) & (node[pos] == parent) if n else np.zeros(0, bool)
     sched = demanding_leaves(leaf, demand, background, m_share)
     sums = {
         "leaves": leaf.astype(np.int64),
         "sched": sched.astype(np.int64),
         "rate": np.where(leaf & ~idle, rate, 0.0),
-        "muse": np.where(leaf, np.array(f["charge"], dtype=float), 0.0),
-        "pri": np.where(leaf, np.array(f["pri"], dtype=float), 0.0),  # None: NaN, as is
+        "muse": np.where(leaf, np.asarray(f["charge"], dtype=float), 0.0),
+        "pri": np.where(leaf, np.asarray(f["pri"], dtype=float), 0.0),  # NaN (None) as is
     }
     total_rate = sum(sums["rate"][leaf].tolist())  # Python's left-to-right sum, as before
-    children = _subtree_sums(level, pos, has_parent, sums)
+    children = _subtree_sums(np.asarray(f["level"]), pos, has_parent, sums)
     sched = sums["sched"] > 0
     leaf_rate = sums["rate"]
     _keys, sib = np.unique(parent, return_inverse=True)
     s_rate = np.bincount(sib, leaf_rate)[sib]
     proj = np.divide(leaf_rate, s_rate, out=np.zeros(n), where=s_rate > 0)
     proj[parent < 0] = 1.0 if total_rate > 0 else 0.0
-    # The cycle's due share (fairshare.cycle), shown where the lnode demands CPU.
-    due = [d if s_ else None for d, s_ in zip(f["due"], sched.tolist(), strict=True)]
-    own_ = [bool(own(u)) if lf else False for u, lf in zip(f["uid"], leaf.tolist(), strict=True)]
-    return list(
-        map(
-            ViewLnode,
-            *(f[name] for name in _ROW_FIELDS),
-            sums["muse"].tolist(),
-            (leaf_rate / total_rate if total_rate > 0 else np.zeros(n)).tolist(),
-            proj.tolist(),
-            np.nan_to_num(sums["pri"]).tolist(),
-            due,
-            children.tolist(),
-            sums["leaves"].tolist(),
-            own_,
-            sched.tolist(),
-        )
+    uid = np.asarray(f["uid"], dtype=np.int64)
+    mine = np.fromiter(map(own, uid[leaf].tolist()), dtype=bool, count=int(leaf.sum()))
+    own_ = np.zeros(n, dtype=bool)
+    own_[leaf] = mine
+    flags = np.array([_KIND_FLAGS.get(k, FLAG_ACTIVE) for k in labels], dtype=np.int64)
+    cols: Columns = {name: f[name] for name in _ROW_FIELDS}
+    cols.update(
+        muse=sums["muse"],
+        rate_share=leaf_rate / total_rate if total_rate > 0 else np.zeros(n),
+        proj=proj,
+        pri=np.nan_to_num(sums["pri"]),
+        # The cycle's due share (fairshare.cycle), shown where the lnode demands CPU.
+        due=np.where(sched, np.asarray(f["due"], dtype=float), np.nan),
+        children=children,
+        leaves=sums["leaves"],
+        own=own_,
+        demanding=sched,
+        flags=flags[code] if n else np.zeros(0, np.int64),
+        group=~leaf,
+        pos=np.where(has_parent, pos, -1),
     )
+    return cols
+
+
+def view_lnodes(published: Columns | Sequence, own: Callable[[int], bool]) -> list[ViewLnode]:
+    """Every published lnode as a ViewLnode (`view_columns` row by row), in node order."""
+    return rows_of(view_columns(published, own))
+
+
+def rows_of(cols: Columns, rows: np.ndarray | None = None) -> list[ViewLnode]:
+    """The ViewLnodes of `view_columns`' `rows` (default: all), in that order."""
+    fields = [cols[name] for name in (*_ROW_FIELDS, *_DERIVED)]
+    if rows is not None:
+        at = rows.tolist()
+        fields = [[c[i] for i in at] if isinstance(c, list) else c[rows] for c in fields]
+    lists = [c.tolist() if isinstance(c, np.ndarray) else c for c in fields]
+    due = _DERIVED.index("due") + len(_ROW_FIELDS)
+    lists[due] = [None if d != d else d for d in lists[due]]  # NaN: None
+    return list(map(ViewLnode, *lists))
 
 
 # -- -s and -o ---------------------------------------------------------------------------
 
+#: -o: the column siblings are ordered by, and whether descending (names break ties).
+_SORT_KEYS = {
+    "tree": (None, False),
+    "name": (None, False),
+    "id": ("uid", False),
+    "usage": ("usage", True),
+    "rate": ("rate_share", True),
+    "eshr": ("e_share", True),
+}
 
-def _sort_key(key: str) -> Callable[[ViewLnode], object]:
-    return {
-        "tree": lambda v: v.name,
-        "name": lambda v: v.name,
-        "id": lambda v: v.uid,
-        "usage": lambda v: -v.usage,
-        "rate": lambda v: -v.rate_share,
-        "eshr": lambda v: -v.e_share,
-    }[key]
 
+def select_rows(cols: Columns, select_: str, sort: str) -> np.ndarray:
+    """The rows of `view_columns` to show, in display order: depth first from the root's
+    children (or from the selected subtree's top), siblings ordered by `sort` (names
+    break ties).  `select_` is "all", "groups", "users" or an lnode's name (its
+    subtree; every lnode of that name, in node order).  Raises NotFound for an unknown
+    name.
 
-def select_lnodes(lnodes: Sequence[ViewLnode], select_: str, sort: str) -> list[ViewLnode]:
-    """The lnodes to show, depth first from the root's children (or the selected subtree's
-    top), siblings ordered by `sort` (names break ties).  `select_` is "all", "groups",
-    "users" or an lnode's name (its subtree).  Raises NotFound for an unknown name."""
-    kids: dict[int, list[ViewLnode]] = {}
-    for v in lnodes:
-        kids.setdefault(v.parent, []).append(v)
-    key = _sort_key(sort)
-    for sibs in kids.values():
-        sibs.sort(key=lambda v: (key(v), v.name))
+    Positions, not a walk: every row's place in the depth-first order is its parent's
+    place + 1 + the sizes of the subtrees of the siblings before it."""
+    names = cols["name"]
+    n = len(names)
+    level = np.asarray(cols["level"])
+    key_col, descending = _SORT_KEYS[sort]
+    name_rank = np.empty(n, dtype=np.int64)
+    name_rank[sorted(range(n), key=names.__getitem__)] = np.arange(n)
+    tops = np.asarray(cols["parent"]) < 0
+    # A row whose parent is not published (none in a daemon's table: an active lnode's
+    # groups are active) is in no subtree: -2 keeps it out of the tops' siblings.
+    parent_row = np.where(tops, -1, np.where(cols["pos"] >= 0, cols["pos"], -2))
+    # Sibling order: by parent row, then the key, then the name; tops by row.
+    keys = [name_rank]
+    if key_col is not None:
+        k = np.asarray(cols[key_col], dtype=float)
+        keys.append(-k if descending else k)
+    keys.append(np.where(tops, np.arange(n), 0))
+    keys.append(parent_row)
+    order = np.lexsort(keys)
+    # Subtree sizes (itself included), deepest level first; rows without a parent row
+    # (orphans) and their subtrees get no place.
+    size = np.ones(n, dtype=np.int64)
+    linked = parent_row >= 0
+    for lv in np.unique(level[linked])[::-1].tolist():
+        idx = np.flatnonzero(linked & (level == lv))
+        size += np.bincount(parent_row[idx], size[idx], minlength=n).astype(np.int64)
+    # Before each row among its siblings: the sizes of the siblings ordered before it.
+    sizes = size[order]
+    ends = np.cumsum(sizes)
+    first = np.r_[True, parent_row[order][1:] != parent_row[order][:-1]]
+    group_start = np.maximum.accumulate(np.where(first, ends - sizes, 0))
+    before = np.empty(n, dtype=np.int64)
+    before[order] = ends - sizes - group_start
+    place = np.full(n, -1, dtype=np.int64)
+    place[tops] = before[tops]
+    for lv in np.unique(level[linked]).tolist():
+        idx = np.flatnonzero(linked & (level == lv))
+        above = place[parent_row[idx]]
+        place[idx] = np.where(above >= 0, above + 1 + before[idx], -1)
+    placed = np.flatnonzero(place >= 0)
+    walk = placed[np.argsort(place[placed])]  # the whole forest, depth first
     if select_ in ("all", "groups", "users"):
-        tops = [v for v in lnodes if v.parent < 0]
-        start = [c for t in tops for c in kids.get(t.node, [])]
+        walk = walk[~tops[walk]]
     else:
-        start = [v for v in lnodes if v.name == select_]
-        if not start:
+        starts = [i for i, name in enumerate(names) if name == select_]
+        if not starts:
             raise NotFound(f"-s {select_}: no active lnode of that name")
-    out: list[ViewLnode] = []
-    stack = list(reversed(start))
-    while stack:
-        v = stack.pop()
-        if select_ == "groups" and not v.is_group:
-            continue
-        if not (select_ == "users" and v.is_group):
-            out.append(v)
-        stack.extend(reversed(kids.get(v.node, [])))
-    return out
+        at = np.searchsorted(place[walk], place[starts]).tolist()
+        walk = np.concatenate([walk[a : a + size[s]] for a, s in zip(at, starts, strict=True)])
+    if select_ == "groups":
+        return walk[cols["group"][walk]]
+    if select_ == "users":
+        return walk[~cols["group"][walk]]
+    return walk
 
 
 # -- what a display shows ----------------------------------------------------------------
@@ -285,13 +322,16 @@ class ViewRequest:
     total_ids: int = 0
 
 
-def prepare(snap: Snapshot, req: ViewRequest) -> tuple[list[ViewLnode], list[ViewLnode], int]:
-    """Every lnode of `snap` (`view_lnodes`), those `req` shows (`select_lnodes`), and
-    the level the shown ones start at (indentation counts from it)."""
-    lnodes = view_lnodes(snap.lnodes, req.own)
-    shown = select_lnodes(lnodes, req.select, req.sort) if snap.lnodes else []
-    top = min((v.level for v in shown), default=1)
-    return lnodes, shown, top
+def prepare(snap: Snapshot, req: ViewRequest) -> tuple[Columns, np.ndarray, int]:
+    """Every lnode of `snap` as columns (`view_columns`), the rows `req` shows in their
+    order (`select_rows`), and the level the shown ones start at (indentation counts
+    from it)."""
+    cols = view_columns(snap.lnodes, req.own)
+    if not len(cols["name"]):
+        return cols, np.zeros(0, dtype=np.int64), 1
+    shown = select_rows(cols, req.select, req.sort)
+    top = int(np.asarray(cols["level"])[shown].min()) if len(shown) else 1
+    return cols, shown, top
 
 
 # -- -ds ---------------------------------------------------------------------------------

@@ -24,12 +24,12 @@ from sqlalchemy import Engine, select
 from fairshare.accounts import default_acid
 from fairshare.admin import load_effective_consts
 from fairshare.consts import Consts
-from fairshare.report.lnodes import REPORT_COLUMNS
 from fairshare.repository import load_consts, load_tree
 from fairshare.store import LnodeStore, SiteHost, SiteLnode, published_hosts, read_site
 from fairshare.tree import ShareTree
+from udb.columnar import Columns
 from udb.errors import NotFound
-from udb.models import SHF_ACCOUNT, Entry, PublishedLnode
+from udb.models import SHF_ACCOUNT, Entry
 from udb.remote import Reader
 from udb.session import read_session
 
@@ -47,7 +47,8 @@ class Snapshot:
     publishing it (its header says running and it is at most FRESH_DELTAS deltas old);
     stopped: when the daemon stopped (epoch s), None if it did not stop cleanly;
     counts: resource totals since the daemon started (None if not published);
-    consts: the constants in force now; lnodes: the rows in node order (root first).
+    consts: the constants in force now; lnodes: its columns (udb.columnar: one array per
+    column, names and kinds lists) in node order (root first).
     """
 
     host: str
@@ -62,7 +63,7 @@ class Snapshot:
     mode: str
     counts: dict[str, float] | None
     consts: Consts
-    lnodes: tuple[PublishedLnode, ...]
+    lnodes: Columns
 
 
 def pick_host(hosts: Sequence[str], wanted: str | None, here: str) -> str:
@@ -90,7 +91,7 @@ def load_published(
 ) -> Snapshot:
     """The snapshot of `host`'s published table (see `pick_host`), aged to `now` (epoch s)."""
     name = pick_host(published_hosts(engine), host, here or socket.gethostname())
-    head, rows = LnodeStore(engine, name).read_published(REPORT_COLUMNS)
+    head, columns = LnodeStore(engine, name).read_columns()
     if head is None:  # it stopped publishing between the two reads
         raise NotFound(f"--host {name}: nothing published for it")
     age = now - head.time
@@ -107,7 +108,7 @@ def load_published(
         mode=head.mode,
         counts=dict(head.counts) if head.counts is not None else None,
         consts=consts,
-        lnodes=tuple(rows),
+        lnodes=columns,
     )
 
 
