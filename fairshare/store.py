@@ -176,7 +176,7 @@ class LnodeStore:
             blob = s.connection().execute(query).scalar()
             s.expunge_all()
         if blob is None:
-            return head, row_columns((), PUBLISHED)
+            return head, row_columns((), [c for c in PUBLISHED if c != "host"])
         return head, decode_columns(blob)
 
     def published_cycle(self) -> int | None:
