@@ -48,7 +48,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 
 from fairshare.consts import TICKS_PER_SECOND, decay
 from fairshare.cycle import Consumption, tree_index
@@ -448,6 +447,8 @@ def _uid_in(column, uids: list[int], pg: bool):
     """`column IN uids`: as one array parameter on PostgreSQL (10,000 uids would
     otherwise be 10,000 parameters to compile and send)."""
     if pg:
+        from sqlalchemy.dialects.postgresql import ARRAY  # only PostgreSQL's writers need it
+
         return column == any_(bindparam("uid_list", uids, type_=ARRAY(BigInteger)))
     return column.in_(uids)
 

@@ -22,10 +22,9 @@ from collections.abc import Callable, Iterator
 # imported; a value set in the environment wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from typing import TYPE_CHECKING
+
 import click
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
 
 from fairshare.display.shrview import (
     DISPLAYS,
@@ -47,6 +46,9 @@ from udb.errors import OptionError
 from udb.jsonout import dumps, echo_json
 from udb.models import MAX_EPOCH
 from udb.remote import Reader, socket_option
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: How long line and repeat modes wait for the next cycle, in deltas.
 WAIT_DELTAS = 1.5
@@ -152,6 +154,8 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
     if req.display == "statistics":
         req.total_ids = tree_leaves(engine, snap.mode)
     if continuous:
+        from rich.console import Console  # only continuous mode draws with rich
+
         console = Console(highlight=False)
         with contextlib.suppress(KeyboardInterrupt), keys() as pressed:
             run_continuous(source, req, console, pressed)
@@ -205,6 +209,9 @@ def run_continuous(
 ) -> int:
     """Show the first screenful of the display, refreshed at every new cycle, until `q`
     is pressed (or after `frames` frames); returns the number of frames shown."""
+    from rich.live import Live
+    from rich.text import Text
+
     shown = 0
     quit_ = False
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from itertools import zip_longest
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:  # rich is imported where a console is made: shrview -dm prints lines
+    from rich.console import Console
 
 
 def percent(fraction: float, digits: int = 1) -> str:
@@ -53,5 +55,7 @@ def columns(
 
 def plain_console(width: int = 200) -> tuple[Console, io.StringIO]:
     """A console writing plain text (no colour, no markup wrapping) into a buffer."""
+    from rich.console import Console
+
     buf = io.StringIO()
     return Console(file=buf, width=width, color_system=None, highlight=False), buf

@@ -187,14 +187,91 @@ def _fixed_lines(
         if not _PRINTF.fullmatch(spec):
             return None
         width = max(len(c.heading), *(len(c.fmt.format(x)) for x in ends))
-        vals.append(a.tolist())
+        vals.append(a)
         specs.append(("" if c.right else "-", width, spec))
     name_w = max(len(cols[0].heading), max(map(len, names)))
     heads = [f"{{:<{name_w}}}", *(f"{{:{'>' if a == '' else '<'}{w}}}" for a, w, _ in specs)]
     head = "  ".join(heads).format(*(c.heading for c in cols)).rstrip()
+    lines = _filled_lines(names, name_w, vals, specs)
+    if lines is not None:
+        return [head, *lines]
     # printf-style: the same texts as str.format's for these conversions, in 60% of the time.
     fmt = "  ".join([f"%-{name_w}s", *(f"%{a}{w}{f}" for a, w, f in specs)])
-    return [head, *map(str.rstrip, map(fmt.__mod__, zip(names, *vals, strict=True)))]
+    lists = [a.tolist() for a in vals]
+    return [head, *map(str.rstrip, map(fmt.__mod__, zip(names, *lists, strict=True)))]
+
+
+def _filled_lines(
+    names: list[str], name_w: int, vals: list[np.ndarray], specs: list
+) -> list[str] | None:
+    """The lines of `_fixed_lines` written character by character by numpy into one
+    table (ASCII bytes, or code points for other names), the numbers by
+    `_number_cells`; None when a column is left-aligned or a text does not fit its width."""
+    if any(left for left, _w, _f in specs):
+        return None
+    ascii_ = "".join(names).isascii()
+    ends = np.cumsum([name_w, *(2 + w for _a, w, _f in specs), 1])
+    table = np.full((len(names), int(ends[-1])), 32, dtype=np.uint8 if ascii_ else np.uint32)
+    codes = np.array(names, dtype="S" if ascii_ else "U")
+    if codes.itemsize:
+        width = codes.itemsize // table.itemsize
+        codes = codes.view(table.dtype).reshape(len(names), width)
+        table[:, :width] = np.where(codes == 0, 32, codes)
+    for a, (_left, w, spec), end in zip(vals, specs, ends[1:], strict=False):
+        if not _number_cells(a, spec, table[:, end - w : end]):
+            return None
+    table[:, -1] = 10  # "\n"
+    text = table.tobytes().decode("ascii" if ascii_ else "utf-32-le")
+    return text.split("\n")[:-1]
+
+
+def _number_cells(a: np.ndarray, spec: str, out: np.ndarray) -> bool:
+    """Write the text of `"%{width}{spec}" % x` for every x of `a` (spec d, o or .Nf)
+    into the rows of `out` (blank, `width` columns wide), right-aligned; False where a
+    text would not fit.
+
+    .Nf is rounded from x * 10**N as printf rounds x: the few values within a hair of
+    a half (where the product's own rounding could tip it) are formatted by Python."""
+    n, width = out.shape
+    frac = int(spec[1:-1]) if spec.endswith("f") else 0
+    base = 8 if spec == "o" else 10
+    if a.dtype.kind == "f":
+        scaled = np.abs(a) * 10.0**frac
+        if not (scaled < 2.0**52).all():
+            return False
+        k = np.rint(scaled).astype(np.int64)
+        # The product's error is below scaled x 2**-53: where a half is that near, Python.
+        tie = np.flatnonzero(np.abs(scaled - np.floor(scaled) - 0.5) <= 1e-6 + scaled * 1e-15)
+        neg = np.signbit(a)
+    else:
+        k, tie, neg = np.abs(a), (), a < 0
+    start = np.full(n, width, dtype=np.int64)  # each text's first column
+    more = np.ones(n, dtype=bool)
+    col, written = width - 1, 0
+    while more.any():
+        if frac and written == frac:
+            out[:, col] = 46  # "."
+            start[:] = col
+            col -= 1
+        if col < 0:
+            return False
+        out[:, col] = np.where(more, 48 + k % base, out[:, col])
+        start[more] = col
+        k //= base
+        written += 1
+        col -= 1
+        more &= (k > 0) | (written <= frac)
+    if neg.any():
+        sign = np.flatnonzero(neg)
+        if (start[sign] == 0).any():
+            return False
+        out[sign, start[sign] - 1] = 45  # "-"
+    for i in tie:
+        text = f"%{width}{spec}" % a[i]
+        if len(text) != width:
+            return False
+        out[i] = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    return True
 
 
 def column_values(c: Column, table: Columns, shown: np.ndarray) -> list:
