@@ -1,9 +1,9 @@
 """shrview on a big published table: 100 groups of 1,000 active users (100,101 lnodes).
 
 Times, as medians of 5 runs, each step of one display: deriving the columns
-(view_lnodes), ordering and selecting (select_lnodes), and the whole -dm and -da
-displays as plain lines and as JSON, from rows already read.  Prints the medians and
-the time per lnode.  Run: python tests/bench/bench_shrview.py
+(view_columns), ordering and selecting (select_rows), and the whole -dm and -da
+displays as plain lines and as JSON, from the published columns already read.  Prints
+the medians and the time per lnode.  Run: python tests/bench/bench_shrview.py
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 from fairshare.consts import Consts
 from fairshare.display.shrview import display_json, display_lines
-from fairshare.report.lnodes import ViewRequest, select_lnodes, view_lnodes
+from fairshare.report.lnodes import ViewRequest, select_rows, view_columns
 from fairshare.report.published import Snapshot
+from udb.columnar import row_columns
 from udb.jsonout import dumps
 from udb.models import PublishedLnode
 
@@ -69,6 +70,7 @@ def _row(node, name, parent, level, kind, m, e, usage) -> PublishedLnode:
 
 def main() -> None:
     table = rows()
+    published = row_columns(table, [c.name for c in PublishedLnode.__table__.columns][1:])
     snap = Snapshot(
         host="bench",
         cycle=1,
@@ -82,14 +84,14 @@ def main() -> None:
         mode="user",
         counts=None,
         consts=Consts(),
-        lnodes=tuple(table),
+        lnodes=published,
     )
     n = len(table)
-    lnodes = view_lnodes(table, lambda uid: False)
+    cols = view_columns(published, lambda uid: False)
     steps = {
-        "view_lnodes (derive columns)": lambda: view_lnodes(table, lambda uid: False),
-        "select_lnodes (tree order)": lambda: select_lnodes(lnodes, "all", "tree"),
-        "select_lnodes (-o usage)": lambda: select_lnodes(lnodes, "all", "usage"),
+        "view_columns (derive columns)": lambda: view_columns(published, lambda uid: False),
+        "select_rows (tree order)": lambda: select_rows(cols, "all", "tree"),
+        "select_rows (-o usage)": lambda: select_rows(cols, "all", "usage"),
         "-dm lines": lambda: display_lines(snap, ViewRequest("monitor"), str),
         "-da lines": lambda: display_lines(snap, ViewRequest("adjgroup"), str),
         "-dm JSON": lambda: dumps(display_json(snap, ViewRequest("monitor"))),
