@@ -26,6 +26,8 @@ from pathlib import Path
 
 import click._textwrap  # noqa: F401 - the setuid children cannot import from /root
 import pytest
+import rich.live  # noqa: F401 - shrview imports it for -c only; the children cannot import from /root
+import rich.text  # noqa: F401
 import sqlalchemy.dialects.sqlite  # noqa: F401
 from asuser import UIDS, forked, needs_root, remove, run_as, shared_dir
 from click.testing import CliRunner

@@ -37,6 +37,7 @@ from fairshare.report.nice import NiceRow, nice_table
 from fairshare.report.published import Snapshot
 from udb.columnar import Columns
 from udb.errors import NotFound, OptionError
+from udb.jsonout import rows_json
 
 #: Display names by the guide's -d letter.
 DISPLAYS = {
@@ -630,7 +631,7 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
         doc["maxushare"] = snap.consts.maxushare
     cols = display_columns(req.display, snap.consts)
     views: list[ViewLnode] = []
-    # Column by column, then one dict per lnode, keys in the documented order.
+    # Column by column, then one object per lnode, keys in the documented order.
     keys = ["name", "level", "uid", "kind", "own"]
     values = [_picked(table[k], shown) for k in keys]
     for c in cols[1:]:
@@ -643,7 +644,7 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
     if req.display == "monitor":  # what the guide's Flags have no bit for
         keys += ["demand", "background"]
         values += [_picked(table["demand"], shown), _picked(table["background"], shown)]
-    doc["lnodes"] = [dict(zip(keys, row, strict=True)) for row in zip(*values, strict=True)]
+    doc["lnodes"] = rows_json(keys, values)
     return doc
 
 
