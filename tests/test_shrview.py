@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import threading
 import time
 from io import StringIO
@@ -38,6 +39,7 @@ from fairshare.display.shrview import (
     bar,
     column_texts,
     display_columns,
+    round6,
     screenful,
 )
 from fairshare.report.lnodes import ViewRequest, rows_of, view_columns, view_lnodes
@@ -708,3 +710,22 @@ def test_fixed_width_lines_leave_what_is_not_finite_to_the_cells():
     table = view_columns(rows, lambda uid: False)
     table["rate"] = np.array([0.0, float("inf")])
     assert _fixed_lines(display_columns("monitor", Consts()), ["u"], table, np.arange(1, 2)) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.floats(-1e3, 1e3),
+            st.integers(-(10**9), 10**9).map(lambda k: (k + 0.5) / 1e6),  # halves
+            st.sampled_from([0.0, -0.0, 2.5e-7, 1.0000005, -0.0000005, 4503599627370497.0]),
+        )
+    )
+)
+def test_round6_is_pythons_round_value_by_value(values):
+    """The JSON's percentages are rounded at once (display.shrview.round6) to the very
+    floats of Python's round(v, 6): signs of zero, halves, NaN and the infinities kept."""
+    got = round6(np.array(values, dtype=float)).tolist()
+    want = [round(v, 6) for v in values]
+    assert [struct.pack("<d", g) for g in got] == [struct.pack("<d", w) for w in want]

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
 
 import numpy as np
 
@@ -37,7 +38,6 @@ from fairshare.report.nice import NiceRow, nice_table
 from fairshare.report.published import Snapshot
 from udb.columnar import Columns
 from udb.errors import NotFound, OptionError
-from udb.jsonout import rows_json
 
 #: Display names by the guide's -d letter.
 DISPLAYS = {
@@ -280,10 +280,26 @@ def column_values(c: Column, table: Columns, shown: np.ndarray) -> list:
     `c` formats one attribute (`c.attr`)."""
     vals = np.asarray(table[c.attr])[shown]
     if c.pct:
-        return [round(x, 6) for x in (100 * vals.astype(float)).tolist()]
+        return round6(100 * vals.astype(float)).tolist()
     if c.fmt == "{:o}":  # Flags: the octal text is the value
         return list(map(c.fmt.format, vals.tolist()))
     return vals.tolist()
+
+
+def round6(x: np.ndarray) -> np.ndarray:
+    """Python's `round(v, 6)` of every value of `x`, at once.  Python rounds the exact
+    value of v to 6 decimals, halves to even, and reads that decimal back: k / 1e6 of
+    the nearest integer k to v x 1e6 is that float (one correctly rounded division of
+    two exact numbers).  Where v x 1e6 is within its own rounding error of a half, or
+    too large for an exact k, Python's round does it."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = x * 1e6
+        out = np.rint(scaled) / 1e6
+        near = ~(np.abs(scaled - np.floor(scaled) - 0.5) > 1e-6 + np.abs(scaled) * 1e-15)
+        near |= ~(np.abs(scaled) < 2.0**52)
+    for i in np.flatnonzero(near).tolist():
+        out[i] = round(float(x[i]), 6)
+    return out
 
 
 def _pct(get: Callable[[ViewLnode], float | None]) -> tuple[Callable, Callable]:
@@ -631,7 +647,7 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
         doc["maxushare"] = snap.consts.maxushare
     cols = display_columns(req.display, snap.consts)
     views: list[ViewLnode] = []
-    # Column by column, then one object per lnode, keys in the documented order.
+    # Column by column, then one dict per lnode, keys in the documented order.
     keys = ["name", "level", "uid", "kind", "own"]
     values = [_picked(table[k], shown) for k in keys]
     for c in cols[1:]:
@@ -644,7 +660,7 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
     if req.display == "monitor":  # what the guide's Flags have no bit for
         keys += ["demand", "background"]
         values += [_picked(table["demand"], shown), _picked(table["background"], shown)]
-    doc["lnodes"] = rows_json(keys, values)
+    doc["lnodes"] = list(map(dict, map(zip, repeat(keys), zip(*values, strict=True))))
     return doc
 
 
