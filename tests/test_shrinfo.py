@@ -186,7 +186,7 @@ def test_fair_usage_and_the_idle_time_to_reach_it():
         _row(1, "me", 0, 1, "user", 0.5, 0.2, usage=400.0),
         _row(2, "you", 0, 1, "user", 0.5, 0.8, usage=100.0),
     ]
-    lnodes = view_lnodes(rows, lambda uid: False)
+    lnodes = view_lnodes(rows, frozenset())
     # Equal machine shares: me's fair usage is you's, 100; 400 -> 100 is two half-lives.
     assert fair_usage(lnodes, lnodes[1]) == pytest.approx(100.0)
     p = active_profile(lnodes, "me", halflife=600.0)
@@ -213,7 +213,7 @@ def test_fair_usage_is_weighed_among_siblings_as_the_cycle_splits():
         _row(7, "solo", 3, 2, "user", 0.25, 0.25, usage=200.0),
         _row(8, "asleep", 3, 2, "user", 0.0, 0.0, usage=100.0, demand=False),
     ]
-    lnodes = view_lnodes(rows, lambda uid: False)
+    lnodes = view_lnodes(rows, frozenset())
     assert fair_usage(lnodes, lnodes[4]) == pytest.approx(100.0)
     # K among G and H: m = 1/4, S = 0.5^2/500 + 0.25^2/1; K's u* less asleep's 100.
     s = 0.5**2 / 500 + 0.25**2 / 1
@@ -236,7 +236,7 @@ def test_the_group_furthest_below_its_share_is_named():
         _row(4, "me", 3, 3, "user", 0.25, 0.2, usage=10.0),
         _row(5, "you", 2, 2, "user", 0.5, 0.7, usage=10.0),
     ]
-    p = active_profile(view_lnodes(rows, lambda uid: False), "me", halflife=600.0)
+    p = active_profile(view_lnodes(rows, frozenset()), "me", halflife=600.0)
     assert [g.name for g in p.groups] == ["G1", "sub"]
     assert (p.limited_by, p.limit_ratio) == ("G1", pytest.approx(0.6))
     lines = profile_lines(p)
@@ -255,7 +255,7 @@ def test_background_and_zero_share_lnodes_are_explained():
         _row(3, "you", 0, 1, "user", 0.5, 1.0, usage=10.0),
     ]
     rows[2].background = True
-    lnodes = view_lnodes(rows, lambda uid: False)
+    lnodes = view_lnodes(rows, frozenset())
     idle = profile_lines(active_profile(lnodes, "Idle", halflife=600.0))
     assert idle[-1] == (
         "  a background lnode (it has no machine share): it runs only on CPU nobody else wants"

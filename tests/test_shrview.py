@@ -380,7 +380,7 @@ def test_users_held_at_the_limit_or_the_floor_are_marked():
     ]
     consts = Consts(flags=0o4, maxushare=1.5)
     cols = {c.key: c for c in display_columns("limshare", consts)}
-    old, heavy, new = view_lnodes(rows, lambda uid: False)[1:]
+    old, heavy, new = view_lnodes(rows, frozenset())[1:]
     # the cycle's due share, 1/3 each, as published: the band is 2/9 .. 1/2
     assert new.due == pytest.approx(third) and cols["limit_pct"].text(new) == "50.00"
     assert cols["floor_pct"].text(new) == "22.22"
@@ -695,7 +695,7 @@ def test_fixed_width_lines_are_the_cell_by_cell_columns(display, values):
         _row(i + 1, f"u{i}", 0, 1, "user", m, e, usage=u, nrun=n, rate=r)
         for i, (m, e, u, r, n) in enumerate(values)
     ]
-    table = view_columns(rows, lambda uid: False)
+    table = view_columns(rows, frozenset())
     shown = rows_of(table)[1:]
     cols = display_columns(display, Consts())
     for accent in ("", "é"):  # ASCII names, and others
@@ -707,7 +707,7 @@ def test_fixed_width_lines_are_the_cell_by_cell_columns(display, values):
 
 def test_fixed_width_lines_leave_what_is_not_finite_to_the_cells():
     rows = [_row(0, "root", -1, 0, "root", 1.0, 1.0), _row(1, "u", 0, 1, "user", 0.5, 0.5)]
-    table = view_columns(rows, lambda uid: False)
+    table = view_columns(rows, frozenset())
     table["rate"] = np.array([0.0, float("inf")])
     assert _fixed_lines(display_columns("monitor", Consts()), ["u"], table, np.arange(1, 2)) is None
 

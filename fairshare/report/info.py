@@ -72,7 +72,7 @@ def load_info(engine: Engine, host: str | None, now: float) -> Info:
 
 def own_lnodes(snap: Snapshot | None) -> list[ViewLnode]:
     """The published lnodes of `snap` (none without one), the caller's marked by uid."""
-    return view_lnodes(snap.lnodes, lambda uid: uid == os.getuid()) if snap else []
+    return view_lnodes(snap.lnodes, frozenset({os.getuid()})) if snap else []
 
 
 def load_profile(

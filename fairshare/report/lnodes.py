@@ -17,8 +17,8 @@ usage and Muse charge units; Rate charge units per second.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -149,14 +149,14 @@ def _subtree_sums(level, pos, has_parent, sums: dict[str, np.ndarray]) -> np.nda
     return children
 
 
-def view_columns(published: Columns | Sequence, own: Callable[[int], bool]) -> Columns:
+def view_columns(published: Columns | Sequence, own: Collection[int]) -> Columns:
     """Every published lnode's ViewLnode fields as columns (name: array, in node order,
     parents first; `name` and `kind` lists of str), and `flags`, `group` (a group or the
     root) and `pos` (the row of each row's parent, -1 for none).  `published`: the
     columns a daemon published (fairshare.store.LnodeStore.read_columns), or rows with
     those attributes.
 
-    `own(uid)` says whether an lnode of that uid (leaves only) is the caller's.  The
+    `own`: the uids of the caller's lnodes (leaves only are marked).  The
     due share is NaN where the lnode does not demand CPU (a ViewLnode's None).
     """
     f = published if isinstance(published, dict) else row_columns(published, REPORT_COLUMNS)
@@ -190,9 +190,7 @@ def view_columns(published: Columns | Sequence, own: Callable[[int], bool]) -> C
     proj = np.divide(leaf_rate, s_rate, out=np.zeros(n), where=s_rate > 0)
     proj[parent < 0] = 1.0 if total_rate > 0 else 0.0
     uid = np.asarray(f["uid"], dtype=np.int64)
-    mine = np.fromiter(map(own, uid[leaf].tolist()), dtype=bool, count=int(leaf.sum()))
-    own_ = np.zeros(n, dtype=bool)
-    own_[leaf] = mine
+    own_ = leaf & np.isin(uid, np.fromiter(own, dtype=np.int64, count=len(own)))
     flags = np.array([_KIND_FLAGS.get(k, FLAG_ACTIVE) for k in labels], dtype=np.int64)
     cols: Columns = {name: f[name] for name in _ROW_FIELDS}
     cols.update(
@@ -213,7 +211,7 @@ def view_columns(published: Columns | Sequence, own: Callable[[int], bool]) -> C
     return cols
 
 
-def view_lnodes(published: Columns | Sequence, own: Callable[[int], bool]) -> list[ViewLnode]:
+def view_lnodes(published: Columns | Sequence, own: Collection[int]) -> list[ViewLnode]:
     """Every published lnode as a ViewLnode (`view_columns` row by row), in node order."""
     return rows_of(view_columns(published, own))
 
@@ -256,8 +254,8 @@ def select_rows(cols: Columns, select_: str, sort: str) -> np.ndarray:
     n = len(names)
     level = np.asarray(cols["level"])
     key_col, descending = _SORT_KEYS[sort]
-    name_rank = np.empty(n, dtype=np.int64)
-    name_rank[sorted(range(n), key=names.__getitem__)] = np.arange(n)
+    name_rank = np.empty(n, dtype=np.int64)  # numpy orders str by code point, as Python
+    name_rank[np.argsort(np.array(names, dtype=str), kind="stable")] = np.arange(n)
     tops = np.asarray(cols["parent"]) < 0
     # A row whose parent is not published (none in a daemon's table: an active lnode's
     # groups are active) is in no subtree: -2 keeps it out of the tops' siblings.
@@ -313,12 +311,13 @@ def select_rows(cols: Columns, select_: str, sort: str) -> np.ndarray:
 @dataclass
 class ViewRequest:
     """What to show: display (a DISPLAYS value), select ("all", "groups", "users" or a
-    name), sort (a SORTS value), the caller's lnode test, and the UDB's leaf count."""
+    name), sort (a SORTS value), the uids of the caller's lnodes, and the UDB's leaf
+    count."""
 
     display: str = "monitor"
     select: str = "all"
     sort: str = "tree"
-    own: Callable[[int], bool] = field(default=lambda uid: False)
+    own: frozenset[int] = frozenset()
     total_ids: int = 0
 
 

@@ -162,16 +162,15 @@ def load_site(engine: Engine, now: float) -> tuple[list[SiteHost], list[SiteLnod
     return hosts, lnodes
 
 
-def caller_own(engine: Engine, mode: str) -> Callable[[int], bool]:
-    """The test for the caller's own lnode: its uid, or in Share by Account mode one of
-    the accounts (acids) of the caller's UDB entry."""
+def caller_own(engine: Engine, mode: str) -> frozenset[int]:
+    """The uids of the caller's own lnodes: its uid, or in Share by Account mode the
+    accounts (acids) of the caller's UDB entry."""
     uid = os.getuid()
     if mode != "account":
-        return lambda u: u == uid
+        return frozenset({uid})
     with read_session(engine) as s:
         acids = s.scalar(select(Entry.acids).where(Entry.uid == uid)) or []
-    mine = set(acids)
-    return lambda u: u in mine
+    return frozenset(acids)
 
 
 def share_tree(engine: Engine, mode: str) -> ShareTree:

@@ -87,9 +87,9 @@ def main() -> None:
         lnodes=published,
     )
     n = len(table)
-    cols = view_columns(published, lambda uid: False)
+    cols = view_columns(published, frozenset())
     steps = {
-        "view_columns (derive columns)": lambda: view_columns(published, lambda uid: False),
+        "view_columns (derive columns)": lambda: view_columns(published, frozenset()),
         "select_rows (tree order)": lambda: select_rows(cols, "all", "tree"),
         "select_rows (-o usage)": lambda: select_rows(cols, "all", "usage"),
         "-dm lines": lambda: display_lines(snap, ViewRequest("monitor"), str),
