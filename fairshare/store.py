@@ -32,6 +32,7 @@ import dataclasses
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sqlalchemy import (
@@ -50,15 +51,17 @@ from sqlalchemy import (
 )
 
 from fairshare.consts import TICKS_PER_SECOND, decay
-from fairshare.cycle import Consumption, tree_index
 from fairshare.lnode import LnodeTable, WriteBack, add_usage
-from fairshare.site import SiteView
 from fairshare.tree import Kind, ShareTree
 from udb.columnar import Columns, row_columns
 from udb.columnar import decode as decode_columns
 from udb.columnar import encode as encode_columns
 from udb.models import SHF_GROUP, Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
 from udb.session import read_session, write_connection, write_session
+
+if TYPE_CHECKING:  # the cycle and the site's view only for the daemon: displays skip them
+    from fairshare.cycle import Consumption
+    from fairshare.site import SiteView
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,8 @@ class LnodeStore:
         Three queries: the live hosts, one aggregate over their lnodes by uid, and the
         entries' stored usage.
         """
+        from fairshare.site import SiteView
+
         cycles, lnodes = LnodeCycle.__table__.c, PublishedLnode.__table__.c
         entries = Entry.__table__.c
         live = (cycles.running.is_(True)) & (cycles.host != self.host) & (cycles.time >= live_after)
@@ -596,6 +601,8 @@ _INSERT_PUBLISHED = (
 def published_columns(tree: ShareTree, table: LnodeTable, nodes: np.ndarray) -> Columns:
     """The PublishedLnode columns but host for `nodes` of `table`, in `PUBLISHED` order:
     arrays, names and kinds as lists of str."""
+    from fairshare.cycle import tree_index
+
     labels = {int(k): Kind(int(k)).label for k in np.unique(tree.kinds[nodes])}
     cols: Columns = {
         "node": nodes,

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fairshare.consts import K5, LIMSHARE, Consts
-from fairshare.cycle import limshare_band
 from fairshare.display import columns, octal
 from fairshare.report.lnodes import (
     Statistics,
@@ -34,10 +34,12 @@ from fairshare.report.lnodes import (
     rows_of,
     statistics,
 )
-from fairshare.report.nice import NiceRow, nice_table
 from fairshare.report.published import Snapshot
 from udb.columnar import Columns
 from udb.errors import NotFound, OptionError
+
+if TYPE_CHECKING:  # -dn's and -dl's modules are imported by those displays only
+    from fairshare.report.nice import NiceRow
 
 #: Display names by the guide's -d letter.
 DISPLAYS = {
@@ -153,9 +155,10 @@ _PRINTF = re.compile(r"\.\d+f|d|o")
 
 
 def _fixed_lines(
-    cols: Sequence[Column], names: list[str], table: Columns, shown: np.ndarray
+    cols: Sequence[Column], names: Sequence[str], table: Columns, shown: np.ndarray
 ) -> list[str] | None:
-    """The lines `columns` makes of the Name cells `names` and the other columns of
+    """The lines `columns` makes of the Name cells `names` (a list or an array of str)
+    and the other columns of
     rows `shown` of `table` (report.lnodes.view_columns), formatted in one printf-style
     % per line; None when a column is not one attribute's finite numbers (the cell
     functions then do it).
@@ -190,7 +193,8 @@ def _fixed_lines(
         width = max(len(c.heading), *(len(c.fmt.format(x)) for x in ends))
         vals.append(a)
         specs.append(("" if c.right else "-", width, spec))
-    name_w = max(len(cols[0].heading), max(map(len, names)))
+    names = np.asarray(names, dtype=str)
+    name_w = max(len(cols[0].heading), int(np.strings.str_len(names).max()))
     heads = [f"{{:<{name_w}}}", *(f"{{:{'>' if a == '' else '<'}{w}}}" for a, w, _ in specs)]
     head = "  ".join(heads).format(*(c.heading for c in cols)).rstrip()
     lines = _filled_lines(names, name_w, vals, specs)
@@ -199,11 +203,12 @@ def _fixed_lines(
     # printf-style: the same texts as str.format's for these conversions, in 60% of the time.
     fmt = "  ".join([f"%-{name_w}s", *(f"%{a}{w}{f}" for a, w, f in specs)])
     lists = [a.tolist() for a in vals]
-    return [head, *map(str.rstrip, map(fmt.__mod__, zip(names, *lists, strict=True)))]
+    rows = zip(names.tolist(), *lists, strict=True)
+    return [head, *map(str.rstrip, map(fmt.__mod__, rows))]
 
 
 def _filled_lines(
-    names: list[str], name_w: int, vals: list[np.ndarray], specs: list
+    names: np.ndarray, name_w: int, vals: list[np.ndarray], specs: list
 ) -> list[str] | None:
     """The lines of `_fixed_lines` written character by character by numpy into one
     table (ASCII bytes, or code points for other names), the numbers by
@@ -213,15 +218,12 @@ def _filled_lines(
     one row per character position) and turned into lines once at the end."""
     if any(left for left, _w, _f in specs):
         return None
-    ascii_ = "".join(names).isascii()
+    codes = names.view(np.uint32).reshape(len(names), -1)
+    ascii_ = not (codes > 127).any()
     ends = np.cumsum([name_w, *(2 + w for _a, w, _f in specs), 1])
     dtype = np.uint8 if ascii_ else np.uint32
     by_column = np.full((int(ends[-1]), len(names)), 32, dtype=dtype)
-    codes = np.array(names, dtype="S" if ascii_ else "U")
-    if codes.itemsize:
-        width = codes.itemsize // by_column.itemsize
-        codes = codes.view(dtype).reshape(len(names), width)
-        by_column[:width] = np.where(codes == 0, 32, codes).T
+    by_column[: codes.shape[1]] = np.where(codes == 0, 32, codes).T
     for a, (_left, w, spec), end in zip(vals, specs, ends[1:], strict=False):
         if not _number_cells(a, spec, by_column[end - w : end]):
             return None
@@ -331,6 +333,8 @@ def _attr_pct(heading: str, key: str, attr: str) -> Column:
 def _band(v: ViewLnode, consts: Consts) -> tuple[float, float] | None:
     """(floor, limit) of `v`'s e_share as LIMSHARE keeps it (fractions of the machine;
     None for an lnode that demands nothing): `limshare_band` x its due share."""
+    from fairshare.cycle import limshare_band
+
     if v.due is None:
         return None
     floor, limit = limshare_band(consts.replace(flags=consts.flags | LIMSHARE))
@@ -412,13 +416,16 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
     raise ValueError(display)
 
 
-def _indented(table: Columns, shown: np.ndarray, top: int) -> list[str]:
-    """The Name cells of rows `shown`: indented by level from `top`, * for the caller's."""
+def _indented(table: Columns, shown: np.ndarray, top: int) -> np.ndarray:
+    """The Name cells of rows `shown` (an array of str): indented by level from `top`,
+    * for the caller's."""
     depth = np.maximum(np.asarray(table["level"])[shown] - top, 0)
-    mark = np.asarray(table["own"])[shown]
-    prefix = {(d, o): "  " * d + ("*" if o else "") for d in set(depth.tolist()) for o in (0, 1)}
-    keys = zip(depth.tolist(), mark.astype(int).tolist(), strict=True)
-    return list(map(str.__add__, map(prefix.__getitem__, keys), _picked(table["name"], shown)))
+    mark = np.asarray(table["own"])[shown].astype(np.int64)
+    prefixes = np.array(
+        ["  " * d + m for d in range(int(depth.max(initial=0)) + 1) for m in ("", "*")]
+    )
+    names = np.array(table["name"], dtype=str)[shown]
+    return np.strings.add(prefixes[2 * depth + mark], names)
 
 
 # -- -ds and -dn -------------------------------------------------------------------------
@@ -548,6 +555,8 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
     """The lines of display `req.display` of `snap`; `when(epoch)` formats times."""
     lines = header_lines(snap, req, when) + [""]
     if req.display == "nice tables":
+        from fairshare.report.nice import nice_table
+
         return lines + [nice_note(snap.consts)] + nice_lines(nice_table(snap.consts))
     table, shown, top = prepare(snap, req)
     if req.display == "statistics":
@@ -556,6 +565,8 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
         leaves = int((~table["group"]).sum())
         return lines + graph_lines(rows_of(table, shown), top, leaves)
     if req.display == "limshare":
+        from fairshare.cycle import limshare_band
+
         c = snap.consts
         floor, limit = limshare_band(c.replace(flags=c.flags | LIMSHARE))
         state = "on" if c.has(LIMSHARE) else "off (the band shown as it would be)"
@@ -570,7 +581,7 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
         return lines + fixed
     # Column by column (one map per column), then rows: cheaper than a call per cell.
     views = rows_of(table, shown)
-    cells = [names, *(column_texts(c, views) for c in cols[1:])]
+    cells = [names.tolist(), *(column_texts(c, views) for c in cols[1:])]
     rows = list(zip(*cells, strict=True))
     return lines + columns([[c.heading for c in cols]], rows, [c.right for c in cols])
 
@@ -600,6 +611,8 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
         "lnodes": [],
     }
     if req.display == "nice tables":
+        from fairshare.report.nice import nice_table
+
         doc["nice"] = [
             {
                 "n": r.n,

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fairshare.cycle import PRIORITY_MAX
 from fairshare.store import COUNTED
 from udb.columnar import Columns, row_columns
 from udb.errors import NotFound
@@ -359,6 +358,8 @@ class Statistics:
 
 def statistics(snap: Snapshot, lnodes: Sequence[ViewLnode], total_ids: int) -> Statistics:
     """The -ds report of `snap` (`total_ids`: the leaves of the UDB's share tree)."""
+    from fairshare.cycle import PRIORITY_MAX  # the cycle's module only for -ds
+
     leaves = [v for v in lnodes if not v.is_group]
     users = [v for v in leaves if v.kind != "idle"]
     demanding = [v for v in users if v.demanding]
