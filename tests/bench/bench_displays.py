@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,7 +37,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-from sqlalchemy import insert
+from alembic import command as alembic
+from alembic.config import Config
+from sqlalchemy import create_engine, insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tree import site_rows  # noqa: E402
@@ -45,7 +48,7 @@ from fairshare.lnode import new_table  # noqa: E402
 from fairshare.store import CycleHeader, LnodeStore  # noqa: E402
 from fairshare.tree import build_tree  # noqa: E402
 from udb.models import Entry  # noqa: E402
-from udb.session import dispose_all, open_udb, write_session  # noqa: E402
+from udb.session import MIGRATIONS, dispose_all, open_udb, write_session  # noqa: E402
 
 GOALS = {"shrtree -l --json": 1.0, "shrview -dm": 0.5, "shrview -dm --json": 0.5}
 NOW = 1_700_003_600.0
@@ -85,27 +88,49 @@ def command(name: str) -> list[str]:
     return [sys.executable, "-m", f"fairshare.cli.{name}"]
 
 
-def timed(cmd: list[str], repeat: int, env: dict | None = None) -> tuple[float, float]:
-    """Median wall and CPU (user + system) seconds of `cmd` as a process."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        subprocess.run(
-            cmd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-            env=env,
-            cwd=env["PYTHONPATH"] if env else None,
-        )
-        walls.append(time.perf_counter() - t0)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-    return statistics.median(walls), statistics.median(cpus)
+def child_env(checkout: str, pycache: str) -> dict:
+    """The environment of a timed command running `checkout`'s code: its bytecode
+    compiled once into `pycache` (outside the checkout) and read afterwards, as an
+    installed command's is; PYTHONDONTWRITEBYTECODE would compile every module of
+    the checkout again in every run (0.04 s of each)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return env | {"PYTHONPATH": checkout, "PYTHONPYCACHEPREFIX": pycache}
 
 
-def first_line(cmd: list[str], repeat: int, env: dict | None = None) -> float:
+def cpu_of(cmd: list[str], env: dict) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one run of `cmd` as a process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+        env=env,
+        cwd=env["PYTHONPATH"],
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def timed(runs: dict[str, list[str]], envs: dict[str, dict], repeat: int) -> dict:
+    """Median wall and CPU seconds of each side's command (`runs`: side -> command),
+    the sides alternating within each repeat (the first in turn), after one untimed
+    run of each (which compiles its bytecode)."""
+    sides = list(runs)
+    for side in sides:
+        cpu_of(runs[side], envs[side])
+    got: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
+    for r in range(repeat):
+        for side in sides[r % len(sides) :] + sides[: r % len(sides)]:
+            got[side].append(cpu_of(runs[side], envs[side]))
+    return {
+        side: tuple(statistics.median(x) for x in zip(*got[side], strict=True)) for side in sides
+    }
+
+
+def first_line(cmd: list[str], repeat: int, env: dict) -> float:
     """Seconds from start to the first line on a pipe (what a pager shows first)."""
     walls = []
     for _ in range(repeat):
@@ -120,6 +145,27 @@ def first_line(cmd: list[str], repeat: int, env: dict | None = None) -> float:
     return statistics.median(walls)
 
 
+def revision_of(checkout: Path) -> str:
+    """The newest UDB schema revision `checkout` knows (its migrations' file names)."""
+    versions = checkout / "udb" / "migrations" / "versions"
+    return max(p.name.split("_", 1)[0] for p in versions.glob("[0-9]*_*.py"))
+
+
+def udb_for(path: Path, checkout: Path, copy: Path) -> Path:
+    """`path`, or for an older checkout a copy of it taken down to that checkout's
+    schema revision (this checkout's downgrades), so that both read one site."""
+    wanted = revision_of(checkout)
+    if wanted >= revision_of(Path(__file__).resolve().parents[2]):
+        return path
+    shutil.copy(path, copy)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["engine"] = engine = create_engine(f"sqlite:///{copy}")
+    alembic.downgrade(cfg, wanted)
+    engine.dispose()
+    return copy
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--users", type=int, default=100_000)
@@ -130,44 +176,52 @@ def main() -> None:
     ap.add_argument(
         "--baseline",
         metavar="DIR",
-        help="also time another checkout's code (PYTHONPATH=DIR) and print the ratios: "
-        "the fair comparison on a loaded machine",
+        help="also time another checkout's code (PYTHONPATH=DIR), alternating with this "
+        "one's, and print the ratios: the fair comparison on a loaded machine",
     )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.udb or args.keep or Path(tmp) / "udb.sqlite").resolve()
         if not args.udb:
             make_udb(path, args.users, args.groups)
-        udb = ["--udb", str(path)]
+        here_dir = Path(__file__).resolve().parents[2]
+        envs = {"new": child_env(str(here_dir), f"{tmp}/pycache-new")}
+        udbs = {"new": path}
+        if args.baseline:
+            base_dir = Path(args.baseline).resolve()
+            envs["old"] = child_env(str(base_dir), f"{tmp}/pycache-old")
+            udbs["old"] = udb_for(path, base_dir, Path(tmp) / "baseline.sqlite")
         now = ["--now", str(NOW)]
-        cases = {
-            "shrtree -l --json": [*command("shrtree"), *udb, "-l", "--json", *now],
-            "shrview -dm": [*command("shrview"), *udb, "-dm", *now],
-            "shrview -dm --json": [*command("shrview"), *udb, "-dm", "--json", *now],
-        }
-        here = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-        base = dict(os.environ, PYTHONPATH=args.baseline) if args.baseline else None
-        bare = timed([sys.executable, "-c", "pass"], args.repeat)[0]
+
+        def cases(side: str) -> dict[str, list[str]]:
+            udb = ["--udb", str(udbs[side])]
+            return {
+                "shrtree -l --json": [*command("shrtree"), *udb, "-l", "--json", *now],
+                "shrview -dm": [*command("shrview"), *udb, "-dm", *now],
+                "shrview -dm --json": [*command("shrview"), *udb, "-dm", "--json", *now],
+            }
+
+        bare = timed({"new": [sys.executable, "-c", "pass"]}, envs, args.repeat)["new"][1]
         print(
             f"{args.users} users; medians of {args.repeat} runs, load average "
-            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; python -c pass {bare:.3f} s"
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; python -c pass {bare:.3f} s CPU"
         )
-        for label, cmd in cases.items():
-            goal = GOALS[label]
-            wall, cpu = timed(cmd, args.repeat, here)
+        for label, goal in GOALS.items():
+            got = timed({side: cases(side)[label] for side in envs}, envs, args.repeat)
+            wall, cpu = got["new"]
             line = (
                 f"  {label:20s} {wall:6.3f} s wall {cpu:6.3f} s CPU  goal {goal} s  "
                 f"ratio {wall / goal:.2f} (wall) {cpu / goal:.2f} (CPU)"
             )
-            if base:
-                bwall, bcpu = timed(cmd, args.repeat, base)
+            if "old" in got:
+                bwall, bcpu = got["old"]
                 line += f"  baseline {bwall:.3f} s wall {bcpu:.3f} s CPU: {bcpu / cpu:.1f}x"
             print(line)
-        cmd = cases["shrview -dm"]
-        t = first_line(cmd, args.repeat, here)
+        t = first_line(cases("new")["shrview -dm"], args.repeat, envs["new"])
         line = f"  shrview -dm, first line on a pipe after {t:.3f} s"
-        if base:
-            line += f" (baseline {first_line(cmd, args.repeat, base):.3f} s)"
+        if "old" in envs:
+            old = first_line(cases("old")["shrview -dm"], args.repeat, envs["old"])
+            line += f" (baseline {old:.3f} s)"
         print(line)
 
 
