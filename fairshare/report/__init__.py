@@ -10,8 +10,9 @@ returns; fairshare.cli parses options, calls it and renders.
 
 - `published`: the edge: reading a host's published table (`Snapshot`, `Source` for
   repeat and continuous modes), the site, and the UDB queries the displays need.
-- `lnodes`: the published rows as the displays' rows (`view_lnodes`, column by column
-  over numpy arrays), their order and selection, shrview -ds's statistics.
+- `lnodes`: the published columns as the displays' columns (`view_columns`, numpy
+  arrays from the read to the print; `view_lnodes` for the displays that want rows),
+  their order and selection (`select_rows`), shrview -ds's statistics.
 - `profile`: shrinfo's profile of one user or account and its fair level.
 - `info`: what shrinfo reads and builds around a profile.
 - `sharetree`: shrtree's static analysis of the share tree in the UDB.
