@@ -5,8 +5,8 @@ checkpoints and recovery.
   previous one, with a header row (cycle time, delta, enforcer, daemon pid, the host's
   CPUs and the CPU it delivered, and the same table in columns: udb.columnar, what the
   displays read with `read_columns`), in one transaction, so shrview never sees half a
-  cycle.  The rows are for SQL over every host's table (`site_view`, `read_site`).  A daemon that stops cleanly leaves its last table, marked stopped
-  (`mark_stopped`).
+  cycle.  The rows are for SQL over every host's table (`site_view`, `read_site`).
+  A daemon that stops cleanly leaves its last table, marked stopped (`mark_stopped`).
 - `write_back`: lnodes' *increments* (fairshare.lnode.accrued: the usage they accrued
   since they were last written, their charges and CPU seconds) are added to their
   entries and to the entries of the resource groups above them, in one transaction:

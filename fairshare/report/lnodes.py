@@ -131,6 +131,11 @@ def demanding_leaves(leaf, demand, background, m_share) -> np.ndarray:
     return leaf & demand & ~background & (m_share > 0)
 
 
+def _levels(level: np.ndarray) -> list[int]:
+    """The distinct levels among `level` (small non-negative integers), ascending."""
+    return np.flatnonzero(np.bincount(level)).tolist() if len(level) else []
+
+
 def _subtree_sums(level, pos, has_parent, sums: dict[str, np.ndarray]) -> np.ndarray:
     """Add every array of `sums` (in place) into the parent rows, deepest level first,
     and return the number of child rows of each row.  Within a level children are
@@ -139,7 +144,7 @@ def _subtree_sums(level, pos, has_parent, sums: dict[str, np.ndarray]) -> np.nda
     0: a parent, a group with 0 of its own, gets exactly its children's sum)."""
     n = len(level)
     children = np.zeros(n, dtype=np.int64)
-    for lv in np.unique(level[has_parent])[::-1].tolist():
+    for lv in _levels(level[has_parent])[::-1]:
         idx = np.flatnonzero(has_parent & (level == lv))[::-1]
         up = pos[idx]
         children += np.bincount(up, minlength=n)
@@ -184,7 +189,11 @@ def view_columns(published: Columns | Sequence, own: Collection[int]) -> Columns
     children = _subtree_sums(np.asarray(f["level"]), pos, has_parent, sums)
     sched = sums["sched"] > 0
     leaf_rate = sums["rate"]
-    _keys, sib = np.unique(parent, return_inverse=True)
+    # Siblings: the rows of one parent row; rows without one (the root, an orphan)
+    # grouped by their parent's node number.
+    alone = np.flatnonzero(~has_parent)
+    sib = pos.copy()
+    sib[alone] = n + np.unique(parent[alone], return_inverse=True)[1]
     s_rate = np.bincount(sib, leaf_rate)[sib]
     proj = np.divide(leaf_rate, s_rate, out=np.zeros(n), where=s_rate > 0)
     proj[parent < 0] = 1.0 if total_rate > 0 else 0.0
@@ -271,7 +280,7 @@ def select_rows(cols: Columns, select_: str, sort: str) -> np.ndarray:
     # (orphans) and their subtrees get no place.
     size = np.ones(n, dtype=np.int64)
     linked = parent_row >= 0
-    for lv in np.unique(level[linked])[::-1].tolist():
+    for lv in _levels(level[linked])[::-1]:
         idx = np.flatnonzero(linked & (level == lv))
         size += np.bincount(parent_row[idx], size[idx], minlength=n).astype(np.int64)
     # Before each row among its siblings: the sizes of the siblings ordered before it.
@@ -283,7 +292,7 @@ def select_rows(cols: Columns, select_: str, sort: str) -> np.ndarray:
     before[order] = ends - sizes - group_start
     place = np.full(n, -1, dtype=np.int64)
     place[tops] = before[tops]
-    for lv in np.unique(level[linked]).tolist():
+    for lv in _levels(level[linked]):
         idx = np.flatnonzero(linked & (level == lv))
         above = place[parent_row[idx]]
         place[idx] = np.where(above >= 0, above + 1 + before[idx], -1)
