@@ -10,16 +10,21 @@ separate processes, medians of --repeat runs with output to /dev/null:
 - ``shrview -dm --json``           goal < 0.5 s
 - ``shrview -dm | head -1``: time to the first line of a large display (a pager).
 
-Measured 2026-11-23 on the shared 2-CPU machine (load 1.8-2.4, medians of 5-7,
---baseline = main before the speed branch, CPU s): shrview -dm 1.93/1.80 -> 1.73/1.61
-(1.1x), -dm --json 1.83/1.79 -> 1.79/1.71 (1.0-1.05x), first line on a pipe 0.81-0.86
--> 0.74-0.84 s.  In process (-dm): imports 0.43 s, the SQLite read 0.36 s (0.30 of it
-sqlite3's own fetchall of 100,101 rows x 21 columns), view_lnodes 0.28 s, lines 0.27
-s: the 0.5 s goal needs a read that builds no row tuples (a columnar publication)
-and no 100,000 ViewLnode objects.
+The timed commands' bytecode is compiled once, outside the checkouts (as an installed
+command's is), and with --baseline the two checkouts alternate within each repeat, each
+on the same site (a copy taken down to the baseline's schema revision if it is older).
 
-Also the bare interpreter start (``python -c pass``) and ``import fairshare.cli.X``
-(-X importtime's top entries with --imports), the floor under every figure.
+Measured 2026-11-23 on the shared 2-CPU machine, medians of 7, CPU s, --baseline = main
+before the columnar publication (load 0.7; with load 42 the same ratios):
+shrview -dm 1.47 -> 0.67 (2.2x), -dm --json 1.63 -> 0.81 (2.0x), first line on a pipe
+0.70 -> 0.40 s wall; shrtree unchanged (1.9 s, another branch).  In process (-dm): the
+imports 0.33-0.35 s (SQLAlchemy and its ORM about 0.2 of it: a floor under every
+command that opens a UDB), reading the consts, the header and the columns 0.035 s,
+view_columns 0.025, select_rows 0.03, the names 0.01, the lines 0.07; -dm --json's
+dicts 0.23 with the same steps and orjson 0.04.  The 0.5 s goal is not met: the
+imports and the interpreter (0.035 s) leave 0.1 s for 100,000 lines.
+
+Also the bare interpreter start (``python -c pass``), the floor under every figure.
 """
 
 from __future__ import annotations
