@@ -42,7 +42,7 @@ from fairshare.display.shrview import (
     round6,
     screenful,
 )
-from fairshare.report.lnodes import ViewRequest, rows_of, view_columns, view_lnodes
+from fairshare.report.lnodes import ViewRequest, rows_of, select_rows, view_columns, view_lnodes
 from fairshare.report.nice import nice_table
 from fairshare.report.published import Source, pick_host
 from fairshare.sim.daemon import simulated_daemon
@@ -729,3 +729,64 @@ def test_round6_is_pythons_round_value_by_value(values):
     got = round6(np.array(values, dtype=float)).tolist()
     want = [round(v, 6) for v in values]
     assert [struct.pack("<d", g) for g in got] == [struct.pack("<d", w) for w in want]
+
+
+def _walk(lnodes, select_, sort):
+    """The order shrview showed lnodes in before select_rows, one lnode at a time: depth
+    first from the root's children (or every lnode of the selected name), siblings
+    sorted by the -o key then the name; the oracle of the test below."""
+    key = {
+        "tree": lambda v: v.name,
+        "name": lambda v: v.name,
+        "id": lambda v: v.uid,
+        "usage": lambda v: -v.usage,
+        "rate": lambda v: -v.rate_share,
+        "eshr": lambda v: -v.e_share,
+    }[sort]
+    kids = {}
+    for v in lnodes:
+        kids.setdefault(v.parent, []).append(v)
+    for sibs in kids.values():
+        sibs.sort(key=lambda v: (key(v), v.name))
+    if select_ in ("all", "groups", "users"):
+        start = [c for t in lnodes if t.parent < 0 for c in kids.get(t.node, [])]
+    else:
+        start = [v for v in lnodes if v.name == select_]
+    out, stack = [], list(reversed(start))
+    while stack:
+        v = stack.pop()
+        if select_ == "groups" and not v.is_group:
+            continue
+        if not (select_ == "users" and v.is_group):
+            out.append(v.node)
+        stack.extend(reversed(kids.get(v.node, [])))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from("abc"), st.sampled_from([0.0, 1.0, 2.5])),
+        max_size=25,
+    ),
+    st.sampled_from(["all", "groups", "users", "a", "b"]),
+    st.sampled_from(["tree", "id", "name", "usage", "rate", "eshr"]),
+)
+def test_select_rows_gives_the_depth_first_walks_order(nodes, select_, sort):
+    """select_rows places every row by subtree sizes; it shows the very lnodes, in the
+    very order, of the depth-first walk (ties of names and keys included)."""
+    rows, level = [_row(0, "root", -1, 0, "root", 1.0, 1.0)], {0: 0}
+    parents = {i + 1: p % (i + 1) for i, (p, _n, _u) in enumerate(nodes)}
+    has_kids = set(parents.values())
+    for i, (_p, name, usage) in enumerate(nodes):
+        node, parent = i + 1, parents[i + 1]
+        level[node] = level[parent] + 1
+        kind = "group" if node in has_kids else "user"
+        rows.append(_row(node, name, parent, level[node], kind, 0.5, 0.25, usage, rate=usage))
+    table = view_columns(rows, frozenset())
+    want = _walk(rows_of(table), select_, sort)
+    if not want and select_ in ("a", "b"):
+        with pytest.raises(NotFound):
+            select_rows(table, select_, sort)
+        return
+    assert np.asarray(table["node"])[select_rows(table, select_, sort)].tolist() == want
