@@ -2,15 +2,16 @@
 
 Beside its rows (udb.models.PublishedLnode, which SQL aggregates over: the site's
 GLOBALUSAGE, shrview --site), a daemon's published table is kept in its header row
-(LnodeCycle.columns) as one array per column, so that a display of 100,000 lnodes
+(LnodeCycle.columnar) as one array per column, so that a display of 100,000 lnodes
 reads one value and `numpy.frombuffer`s it instead of building 100,000 row tuples
 (fetching them took 0.3 s).
 
 The blob: 8 bytes (little-endian: where the JSON header starts), each array's bytes
 at its offset (from the blob's start, 8-byte aligned), then the JSON header
 (`{"version": 1, "n": rows, "text": {column: [strings]}, "arrays": [[column, dtype,
-offset], ...]}`).  Text columns (name, kind) are JSON lists of strings; everything else is a
-numpy array (a NULL of a nullable float column is NaN, as SQLite stores a NaN as NULL).
+offset], ...]}`).  Text columns (name, kind) are JSON lists of strings; every other
+column is a numpy array (a NULL of a nullable float column is NaN, as SQLite stores a
+NaN as NULL).
 
 `encode` and `decode` are the format; `row_columns` makes the same columns of rows
 (of PublishedLnode's columns, by attribute), for a table stored before the blob existed
