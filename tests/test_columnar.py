@@ -92,7 +92,7 @@ def test_the_published_columns_are_the_published_rows(engine):
 def test_a_table_published_before_the_columns_gets_them_when_the_udb_migrates(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
     old = create_engine(url)
-    upgrade(old, "0009")
+    upgrade(old, "0010")  # the revision before the columns
     row = {c: 0 for c in PUBLISHED} | {"host": "h", "kind": "user", "stored": None, "pri": None}
     rows = [
         row | {"node": 0, "name": "root", "kind": "root", "parent": -1, "usage": 3.5},
@@ -106,7 +106,7 @@ def test_a_table_published_before_the_columns_gets_them_when_the_udb_migrates(tm
     old.dispose()
     engine = open_udb(url)  # migrates to head
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0010"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0011"
     head, cols = LnodeStore(engine, "h").read_columns()
     _head, read = LnodeStore(engine, "h").read_published()
     assert cols["name"] == ["root", "carol"] and np.isnan(cols["pri"]).all()

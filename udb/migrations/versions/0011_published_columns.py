@@ -4,8 +4,8 @@ a display reads one value instead of a row per lnode.
 Tables published before it get their columns from their rows here, so displays show
 them as before until the daemon publishes again.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 """
 
 import sqlalchemy as sa
@@ -13,8 +13,8 @@ from alembic import op
 
 from udb.columnar import encode, row_columns
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
