@@ -15,9 +15,9 @@ command's is), and with --baseline the two checkouts alternate within each repea
 on the same site (a copy taken down to the baseline's schema revision if it is older).
 
 Measured 2026-11-23 on the shared 2-CPU machine, medians of 7, CPU s, --baseline = main
-before the columnar publication (load 0.7; with load 42 the same ratios):
-shrview -dm 1.47 -> 0.67 (2.2x), -dm --json 1.63 -> 0.81 (2.0x), first line on a pipe
-0.70 -> 0.40 s wall; shrtree unchanged (1.9 s, another branch).  In process (-dm): the
+before the columnar publication (load 2.2; at load 42 the same ratios):
+shrview -dm 1.39 -> 0.60 (2.3x), -dm --json 1.57 -> 0.74 (2.1x), first line on a pipe
+0.72 -> 0.38 s wall; shrtree unchanged (1.8 s, another branch).  In process (-dm): the
 imports 0.33-0.35 s (SQLAlchemy and its ORM about 0.2 of it: a floor under every
 command that opens a UDB), reading the consts, the header and the columns 0.035 s,
 view_columns 0.025, select_rows 0.03, the names 0.01, the lines 0.07; -dm --json's
