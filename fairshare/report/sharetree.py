@@ -31,6 +31,7 @@ import operator
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -104,11 +105,11 @@ class TreeReport:
     account_count: int
     user_count: int
 
-    @property
+    @cached_property  # asked by the header, the JSON document and the exit status
     def warnings(self) -> int:
         return sum(p.severity == WARNING for p in self.problems)
 
-    @property
+    @cached_property
     def errors(self) -> int:
         return sum(p.severity == ERROR for p in self.problems)
 
