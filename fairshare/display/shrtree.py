@@ -124,17 +124,9 @@ def report_json(report: TreeReport, long: bool = False, errors: bool = False) ->
         # fields in order (name, id, ..., codes as an array), the documented shape,
         # without a dict per node.
         "nodes": visible_nodes(report, long, errors),
-        "problems": [
-            {
-                "code": p.code,
-                "severity": p.severity,
-                "name": p.name,
-                "uid": p.uid,
-                "message": p.message,
-                "detail": p.detail,
-            }
-            for p in report.problems
-        ],
+        # Problems themselves too: their fields are the documented keys, in order
+        # (code, severity, name, uid, message, detail).
+        "problems": report.problems,
         "warnings": report.warnings,
         "errors": report.errors,
     }
