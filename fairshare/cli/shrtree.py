@@ -7,9 +7,8 @@ import sys
 import time
 
 import click
-from rich.console import Console
 
-from fairshare.display.shrtree import render_problems, render_tree, report_json
+from fairshare.display.shrtree import display_lines, render_problems, report_json
 from fairshare.report.sharetree import load_tree_report
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.jsonout import echo_json
@@ -67,12 +66,12 @@ def main(udb, socket_, long_, errors_only, by_account, node, now, as_json):
     )
     if as_json:
         echo_json(report_json(report, long_, errors_only))
+    elif errors_only:
+        from rich.console import Console  # -e colours its lines; the other outputs are plain
+
+        render_problems(report, Console(highlight=False, soft_wrap=True), long_)
     else:
-        console = Console(highlight=False, soft_wrap=True)
-        if errors_only:
-            render_problems(report, console, long_)
-        else:
-            render_tree(report, console, long_)
+        click.echo("\n".join(display_lines(report, long_)))
     sys.exit(1 if report.errors else 0)
 
 

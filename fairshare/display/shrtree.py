@@ -94,10 +94,10 @@ def problem_lines(report: TreeReport) -> list[tuple[str, str]]:
 _STYLE = {WARNING: "yellow", ERROR: "bold red", "": ""}
 
 
-def render_tree(report: TreeReport, console: Console, long: bool = False) -> None:
-    """Print the share tree display (groups only unless `long`)."""
-    lines = header_lines(report, long) + tree_lines(visible_nodes(report, long), long)
-    console.out("\n".join(lines), highlight=False)
+def display_lines(report: TreeReport, long: bool = False) -> list[str]:
+    """The share tree display (groups only unless `long`): plain lines, printed as they
+    are (rich's console took 1.2 s to pass 100,000 unstyled lines through its Text)."""
+    return header_lines(report, long) + tree_lines(visible_nodes(report, long), long)
 
 
 def render_problems(report: TreeReport, console: Console, long: bool = False) -> None:
