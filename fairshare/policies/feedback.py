@@ -66,6 +66,7 @@ from fairshare.cycle import (
     cycle_lnodes,
     decay_usage,
     leaf_charges,
+    lnode_table,
     priority,
     tree_index,
 )
@@ -215,7 +216,7 @@ class FeedbackPolicy:
         if c.cpu_charged is not None:
             charges = leaf_charges(dataclasses.replace(c, cpu_charged=None), consts) * leaves
         k = decay(elapsed, consts.halflife)
-        usage = decay_usage(table.usage, charges, k) * leaves
+        usage = leaf_usage = decay_usage(table.usage, charges, k) * leaves
         background = leaves & ((usage >= consts.maxusage) | (m <= 0))
         demand_leaf = leaves & wants & ~background
         # A leaf whose every runnable process had a whole CPU cannot receive more,
@@ -261,42 +262,28 @@ class FeedbackPolicy:
             correction = centred(idx, correction, demand, active)
         base = idx.down_product(demanding_shares(idx, transient * np.exp(correction), demand, idle))
 
-        rate = table.rate * (leaves * k)
-        if elapsed > 0:
-            rate += (1 - k) / elapsed * charges
-        cpu_total = float(c.cpu.sum())
-        cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(n)
-        e_leaf = base * demand_leaf
-        sums = idx.subtree_sum(np.array((rate, c.refs, c.nrun, cpu, e_leaf)))
-        rate, refs, nrun, cpu, e_below = sums
         # Effective shares: the leaves' base shares over the demanding leaves' (groups: the
         # sum of theirs below; idle lnodes: their own base share on that scale).
+        e_below = idx.subtree_sum(base * demand_leaf)
         scale = float(e_below[0])
         e_share = np.zeros(n)
         if scale > 0:
             e_share = np.where(demand, e_below, np.where(idle, base, 0.0)) / scale
         e_share *= active & ~background
-        groups = active & ~idx.leaf
-        return LnodeTable(
-            usage=usage,
-            stored=table.stored * (leaves * k),  # decays like usage (fairshare.lnode)
-            charge=table.charge + billed,
-            charge_written=table.charge_written,
-            cpu_seconds=table.cpu_seconds + c.cpu,
-            cpu_written=table.cpu_written,
-            rate=rate,
-            active=active,
-            demand=demand,
-            refs=refs.astype(np.int64),
-            nrun=nrun.astype(np.int64),
-            m_share=m,
-            e_share=e_share,
+        new = lnode_table(
+            idx, table, c, charges, leaf_usage, k, elapsed, active, m, e_share, None, background,
             due=desired * active,
-            cpu=cpu,
-            adj=np.ones(n),
-            priority=priority(np.ones(n), nrun, e_share) * active,
-            background=background,
-            parent=table.parent,
+        )  # fmt: skip
+        # What differs from the shared bookkeeping: the groups' own usage, the charge
+        # billed at the guide's prices, demand without background lnodes, the priority
+        # on e_share alone, and the controllers' state.
+        groups = active & ~idx.leaf
+        return dataclasses.replace(
+            new,
+            usage=usage,
+            charge=table.charge + billed,
+            demand=demand,
+            priority=priority(np.ones(n), new.nrun, e_share) * active,
             transient=transient,
             filtered=filtered,
             correction=correction * active,
