@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import platform
 import struct
@@ -119,7 +120,9 @@ SCHED_SETATTR = {
 SCHED_FLAG_KEEP_POLICY = 0x08
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    """The C library, loaded once."""
     return ctypes.CDLL(None, use_errno=True)
 
 
