@@ -235,7 +235,7 @@ def test_nice_enforcer_gives_the_processes_it_ranks_down_a_long_slice_and_takes_
     assert os_.nice == {1: 0, 2: 0, 3: 0} and os_.slice == {1: 0, 2: 0, 3: 0}
 
 
-def test_a_kernel_that_refuses_slices_still_gets_its_nice_values(tmp_path, caplog):
+def test_a_kernel_that_refuses_slices_still_gets_its_nice_values(tmp_path, caplog, monkeypatch):
     class OldKernel(RecordedOs):
         def set_slice(self, pid: int, nice: int, slice_ns: int) -> None:
             raise OSError(errno.EINVAL, "Invalid argument")
@@ -243,7 +243,10 @@ def test_a_kernel_that_refuses_slices_still_gets_its_nice_values(tmp_path, caplo
     os_ = OldKernel({1: 0, 2: 0})
     e = NiceEnforcer(autogroup=False, actions=os_, proc=str(tmp_path))
     targets = [LnodeTarget("a", (1,), 0.8, 1), LnodeTarget("b", (2,), 0.2, 1)]
-    logger = logging.getLogger("shrdaemon")  # shrdaemon's own handler may not propagate
+    # shrdaemon's setup stops propagation once any test ran it: caplog's handler on the
+    # logger itself, and no propagation, see each record once whatever ran before.
+    logger = logging.getLogger("shrdaemon")
+    monkeypatch.setattr(logger, "propagate", False)
     logger.addHandler(caplog.handler)
     try:
         e.apply(targets)
