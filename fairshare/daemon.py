@@ -281,8 +281,8 @@ class Daemon:
         """Sample, charge, activate and run the cycle on the lnode table; returns the
         sample, the CPU seconds it saw used and the seconds it covers."""
         wanted = resources_charged(consts)
-        sample = self.collector.sample(**wanted)
         ln = self.lnodes
+        sample = self.collector.sample(**wanted, placed=self._placing_at_once(ln))
         if self.account_of is not None:  # e.g. newacct's sessions (fairshare.newacct)
             self.account_of.refresh(sample, ln.acids)
         sets_nice = self.enforcer.capabilities.sets_nice and self.scheduling
@@ -293,6 +293,17 @@ class Daemon:
         ln.table, not_finite = advance(ln.tree, ln.table, c, consts, elapsed, self.site)
         log_not_finite(ln, not_finite, consts)
         return sample, float(c.cpu.sum()), elapsed
+
+    def _placing_at_once(self, ln: Lnodes) -> bool:
+        """Whether `place_new` puts every new session in its lnode cgroup as it appears,
+        so the collector need not look for unplaced processes every cycle."""
+        return (
+            self.process_events is not None
+            and self.process_events.listening
+            and self.enforcer.capabilities.places
+            and self.scheduling
+            and ln.tree.mode != "account"
+        )
 
     def _timers(self, now: float, consts: Consts) -> None:
         """The write-back and checkpoint when their time has come (`now` epoch s)."""

@@ -135,6 +135,7 @@ class Server:
     def stop(self) -> None:
         """Stop serving and remove the socket (if it is still ours)."""
         self._stop.set()
+        self._wake()
         if self._thread is not None:
             self._thread.join(5)
         if self._pool is not None:
@@ -155,7 +156,7 @@ class Server:
         sel.register(self._wake_r, selectors.EVENT_READ)
         try:
             while not self._stop.is_set():
-                for key, _ in sel.select(0.2):
+                for key, _ in sel.select(self._timeout(sel)):
                     try:
                         self._event(sel, key)
                     except Exception:  # a bug: drop this client, keep serving the others
@@ -177,6 +178,13 @@ class Server:
             for key in list(sel.get_map().values()):
                 key.fileobj.close()
             sel.close()
+
+    @staticmethod
+    def _timeout(sel: selectors.BaseSelector) -> float | None:
+        """How long the selector may wait: until the nearest client's deadline, for ever
+        with no client (`_wake` interrupts it), so an idle daemon's thread sleeps."""
+        deadlines = [key.data.deadline for key in sel.get_map().values() if key.data]
+        return max(min(deadlines) - time.monotonic(), 0.0) + 0.01 if deadlines else None
 
     def _event(self, sel: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
         if key.fileobj is self._listener:
@@ -311,10 +319,16 @@ class Server:
         c.out = _encode(reply)
         with self._lock:
             self._replies.append(c)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Cut the selector thread's wait short (a reply to send, or stopping)."""
         try:
             self._wake_w.send(b"x")
         except BlockingIOError:
             pass  # the selector thread has wake-ups pending already
+        except OSError:
+            pass  # stopped already: the pair is closed
 
 
 def _encode(reply: dict) -> bytes:

@@ -508,6 +508,8 @@ def test_the_daemon_replaces_a_stale_socket_but_never_a_file(tmp_path):
     finally:
         srv.stop()
     assert not stale.exists()
+    # The idle selector thread waits without a timeout: stop must wake it to end it.
+    assert "shrdaemon-socket" not in [t.name for t in threading.enumerate()]
     precious = tmp_path / "precious"
     precious.write_text("keep me")
     with pytest.raises(UdbError, match="exists and is not a socket: not replaced"):

@@ -314,3 +314,46 @@ def test_refresh_spares_the_status_of_processes_kept_in_lnode_cgroups(tmp_path, 
     os.chown(d, 61002, 61002)
     assert until_refresh().processes[0].uid == 61002
     assert len(status_reads) == 2
+
+
+def test_with_sessions_placed_at_once_proc_is_listed_only_on_full_samples(tmp_path):
+    """`placed` (the process events put new sessions in their lnode cgroups): a sample
+    between the full ones lists no /proc and reads no process outside lnode cgroups;
+    it sees the processes of the previous sample and those moved into a cgroup since,
+    and a process outside is charged what it used at the next full sample."""
+    nice_0 = STAT.replace(b" 20 5 1 0 ", b" 20 0 1 0 ")
+    fake_proc(tmp_path, 4242, 61001)
+    (tmp_path / "4242" / "stat").write_bytes(nice_0)
+    fake_proc(tmp_path, 4243, 0, ticks=100)  # a system process, outside lnode cgroups
+    alive, moved, listings = [4242, 4243], set(), []
+
+    def pids():
+        listings.append(list(alive))
+        return list(alive)
+
+    c = ProcfsCollector(
+        proc=str(tmp_path),
+        pids=pids,
+        groups=lambda full=True: {"u": GroupReading(10.0, frozenset({4242} | moved))},
+    )
+    lean = {"io": False, "syscalls": False, "mem": False, "placed": True}
+    c.sample(**lean)  # the first sample is a full one: /proc is listed
+    assert len(listings) == 1
+    fake_proc(tmp_path, 4243, 0, ticks=300)  # used 2 s more
+    fake_proc(tmp_path, 4244, 61001)  # a new session, placed by the process events
+    (tmp_path / "4244" / "stat").write_bytes(nice_0)
+    alive.append(4244)
+    moved.add(4244)
+    charged = 0.0
+    for _ in range(ProcfsCollector.STATUS_EVERY - 1):
+        s = c.sample(**lean)
+        assert {p.pid: p.group for p in s.processes} == {4242: "u", 4243: "", 4244: "u"}
+        charged += next(p.cpu for p in s.processes if p.pid == 4243)
+    assert len(listings) == 1 and charged == 0.0  # not listed, 4243 not read
+    s = c.sample(**lean)  # the next full sample
+    assert len(listings) == 2
+    assert next(p.cpu for p in s.processes if p.pid == 4243) == pytest.approx(2.0)
+    # Without `placed` (no process events, Share by Account), every sample lists /proc.
+    c.sample(**{**lean, "placed": False})
+    c.sample(**{**lean, "placed": False})
+    assert len(listings) == 4

@@ -44,8 +44,10 @@ class Script:
         self.last = None
         self.on_sample = None
         self.groups = lambda i: {}  # lnode cgroup counters' deltas of sample i
+        self.placed = []  # each call's `placed`
 
-    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True) -> Sample:
+    def sample(self, io=True, syscalls=True, mem=True, placed=False) -> Sample:
+        self.placed.append(placed)
         now = self.clock.now
         elapsed = 0.0 if self.last is None else now - self.last
         procs = self.plan(self.calls) if self.last is not None else []
@@ -188,6 +190,37 @@ def test_under_the_nice_enforcer_every_nice_is_charged_at_nice_0s_rate(engine):
     cycle(d, clock)
     _, rows = published(d)
     assert rows["alice"].charge == PER_CPU_S and rows["bob"].charge == PER_CPU_S
+
+
+class Listening:
+    """Process events that report every new session (as fairshare.enforce.events does)."""
+
+    listening = True
+
+    def start(self, on_uid):
+        return True
+
+    def stop(self):
+        self.listening = False
+
+
+def test_the_collector_is_told_when_new_sessions_are_placed_as_they_appear(engine):
+    """Only while the process events are heard, by an enforcer that places processes,
+    scheduling in Share by User, may the collector skip looking for new processes."""
+    events = Listening()
+    d, clock, col, enf, _sent = make(engine, lambda i: [proc(7, 1001, 1.0)], process_events=events)
+    enf.capabilities = Capabilities(places=True, counts=True)  # as the cgroup enforcers
+    enf.place = lambda pid, name: None
+    d.start()
+    cycle(d, clock)
+    events.listening = False  # the listener failed: new processes are looked for again
+    cycle(d, clock)
+    assert col.placed == [False, True, False]  # (start's baseline is not a cycle)
+    enf.capabilities = Capabilities(counts=True)  # no place(): the cycle places
+    events.listening = True
+    cycle(d, clock)
+    assert col.placed[-1] is False
+    d.shutdown()
 
 
 def test_lnode_cgroup_counters_charge_what_no_process_sample_saw(engine):

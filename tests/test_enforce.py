@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -595,6 +596,8 @@ def test_the_kernel_reports_a_setuid():
     finally:
         ev.stop()
     assert (child.pid, 61003) in got
+    # The listener sleeps until an event (no timeout): stop must wake it to end it.
+    assert "process-events" not in [t.name for t in threading.enumerate()]
 
 
 def test_a_child_forked_while_its_cgroup_is_emptied_is_moved_out_too(tmp_path):

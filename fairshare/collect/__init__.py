@@ -75,8 +75,12 @@ class Sample:
 class Collector(Protocol):
     """A source of samples (the real machine or the simulator)."""
 
-    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True) -> Sample:
+    def sample(
+        self, io: bool = True, syscalls: bool = True, mem: bool = True, placed: bool = False
+    ) -> Sample:
         """The processes alive now and their consumption since the previous call
         (`io` False: block and stream I/O, `syscalls` False: system calls, `mem` False:
-        memory, may be left at 0 because nothing charges them)."""
+        memory, may be left at 0 because nothing charges them; `placed` True: new
+        sessions are put in their lnode cgroups as they appear, so a collector that
+        lists every process may do so less often)."""
         ...

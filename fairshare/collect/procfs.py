@@ -367,6 +367,16 @@ class ProcfsCollector:
     sample.  Who is in which cgroup is read in full every `STATUS_EVERY` samples;
     in between it is what was read then, plus the processes the enforcer moved in,
     plus the children born since into their parent's cgroup (a fork inherits it).
+
+    When new sessions are placed as they appear (`sample`'s `placed`: the kernel's
+    process events, which the daemon answers by moving the process into its lnode
+    cgroup), /proc is listed only on those full samples too: in between, the
+    processes are those of the previous sample plus those the enforcer moved in, and
+    a process outside lnode cgroups (the system's and kernel threads, below the
+    enforcer's minimum uid) is not read again either, so what it used in between is
+    charged at the next full sample.  A child born in an lnode cgroup, and an exit,
+    are then seen at the next full sample (the cgroup's counter has the child's CPU
+    at once).  Walking every process in /proc was most of a cycle's kernel time.
     """
 
     #: Re-read every process's status (its real uid) at least this often (samples).
@@ -385,15 +395,19 @@ class ProcfsCollector:
         self._tracker = DeltaTracker()
         self._uids: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, start) -> owner, uid
         self._kept: dict[int, Counters] = {}  # pid -> last reading, processes in lnode cgroups
+        self._outside: dict[int, Counters] = {}  # pid -> last reading, the other processes
         self._member: dict[int, str] = {}  # pid -> the lnode cgroup it is in
         self._seen: set[int] = set()  # the pids of the previous sample
         self._samples = 0
 
-    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True) -> Sample:
+    def sample(
+        self, io: bool = True, syscalls: bool = True, mem: bool = True, placed: bool = False
+    ) -> Sample:
         """Every live process with its consumption since the previous call.
 
         `io` False skips /proc/PID/io, `syscalls` False the context switches and
-        `mem` False the memory (left at 0) when they cost nothing.
+        `mem` False the memory (left at 0) when they cost nothing.  `placed`: new
+        sessions are placed as they appear, /proc need not be listed (see the class).
         """
         boot = psutil.boot_time()
         self._samples += 1
@@ -404,16 +418,23 @@ class ProcfsCollector:
             for pid in g.pids:
                 member[pid] = name
         lean = not (io or syscalls or refresh)
+        skim = lean and placed and self._groups is not None
+        pids = sorted(self._seen.union(member)) if skim else self._pids()
         uids: dict[tuple[int, int], tuple[int, int]] = {}
         kept: dict[int, Counters] = {}
+        others: dict[int, Counters] = {}
         now_member: dict[int, str] = {}
         readings: list[Counters] = []
         outside: list[int] = []  # indexes of fresh readings in no known lnode cgroup
-        for pid in self._pids():
+        for pid in pids:
             group = member.get(pid, "")
             last = self._kept.get(pid) if group else None
             c = last if lean else None
-            if c is None or c.group != group or c.nice != 0:
+            if skim and not group:
+                c = self._outside.get(pid)
+            elif c is not None and (c.group != group or c.nice != 0):
+                c = None
+            if c is None:
                 same = (last.start, last.uid) if last is not None and not syscalls else None
                 c = self._read(pid, boot, io, syscalls, refresh, uids, group, same)
                 if c is None:
@@ -423,10 +444,15 @@ class ProcfsCollector:
             if group:
                 kept[pid] = c
                 now_member[pid] = group
+            else:
+                others[pid] = c
             readings.append(c)
         if outside and self._seen:
             self._inherit(readings, outside, now_member, kept)
+        if skim:  # the uids of the processes not read stand
+            uids = self._uids | uids
         self._uids, self._kept, self._member = uids, kept, now_member
+        self._outside = others
         self._seen = {c.pid for c in readings}
         cpu = {name: g.cpu for name, g in groups.items()}
         return self._tracker.update(

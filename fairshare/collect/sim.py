@@ -28,7 +28,9 @@ class SimCollector:
         self.world = world
         self._last: float | None = None
 
-    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True) -> Sample:
+    def sample(
+        self, io: bool = True, syscalls: bool = True, mem: bool = True, placed: bool = False
+    ) -> Sample:
         """The workloads' processes with the CPU the machine gave them since the last call."""
         w = self.world
         now = w.clock.now

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import socket
 import struct
 import threading
@@ -129,7 +130,6 @@ class ProcessEvents:
             fprog = struct.pack("=HxxxxxxQ", len(prog) // 8, ctypes.addressof(code))
             sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
             sock.send(control_message(PROC_CN_MCAST_LISTEN))
-            sock.settimeout(0.25)  # how soon `stop` is noticed
         except OSError as err:
             log.info(
                 "process events unavailable (%s): new sessions are placed at the next cycle",
@@ -138,6 +138,7 @@ class ProcessEvents:
             return False
         self._sock = sock
         self._stop.clear()
+        self._wake_r, self._wake_w = socket.socketpair()  # `stop` ends the wait at once
         self._thread = threading.Thread(
             target=self._listen, args=(on_uid,), name="process-events", daemon=True
         )
@@ -145,13 +146,20 @@ class ProcessEvents:
         log.info("process events: new sessions are placed as soon as they change uid")
         return True
 
+    @property
+    def listening(self) -> bool:
+        """Whether new sessions are being reported (started, and not failed since)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def _listen(self, on_uid: Callable[[int, int], None]) -> None:
         sock = self._sock
         while not self._stop.is_set():
+            # Sleep until an event or `stop`: no timeout to wake up for in between.
+            ready, _, _ = select.select([sock, self._wake_r], [], [])
+            if sock not in ready:
+                continue
             try:
                 data = sock.recv(65536)
-            except TimeoutError:
-                continue
             except OSError as err:
                 if not self._stop.is_set():
                     log.warning("process events: %s; placement waits for the next cycle", err)
@@ -166,7 +174,11 @@ class ProcessEvents:
         """Unsubscribe and end the thread."""
         self._stop.set()
         if self._thread is not None:
+            self._wake_w.send(b"x")
             self._thread.join(timeout=3)
+            if not self._thread.is_alive():  # else it is stuck placing: leave it its pair
+                self._wake_r.close()
+                self._wake_w.close()
             self._thread = None
         if self._sock is not None:
             try:

@@ -49,17 +49,20 @@ import tempfile
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from machine_lock import machine_lock  # noqa: E402  (tests/machine_lock.py)
 
 from fairshare.actions import REAL_OS  # noqa: E402
+from fairshare.cli.shrdaemon import make_daemon  # noqa: E402
 from fairshare.collect.procfs import ProcfsCollector  # noqa: E402
 from fairshare.consts import Consts  # noqa: E402
 from fairshare.daemon import Daemon, Options  # noqa: E402
 from fairshare.enforce.detect import detect, make_enforcer  # noqa: E402
 from fairshare.repository import save_consts  # noqa: E402
+from fairshare.server import Server  # noqa: E402
 from fairshare.store import LnodeStore  # noqa: E402
 from udb.models import SHF_GROUP, Entry  # noqa: E402
 from udb.session import open_udb, write_session  # noqa: E402
@@ -178,7 +181,7 @@ class FakeCollector:
                 )
         self.groups = {f"bu{i}": 0.01 for i in range(USERS) if i % GROUPS % 2 == 0}
 
-    def sample(self, io: bool = True, syscalls: bool = True, mem: bool = True):
+    def sample(self, io=True, syscalls=True, mem=True, placed=False):
         from fairshare.collect import Sample
 
         now = self.clock.now
@@ -319,27 +322,23 @@ def main() -> int:
         # The real loop, real clock, delta 4 s: CPU used / wall time between the
         # first and the last publish (steady state: start-up and shutdown excluded).
         marks: list[tuple[float, float]] = []
-        loop_store = LnodeStore(engine, host="bench")
-        publish = loop_store.publish
+        # The daemon as shrdaemon runs it: the process-events listener, newacct's
+        # session accounts and the socket server's thread, idle, as on a quiet host.
+        d = make_daemon(engine, choice, "bench", 1000)
+        publish = d.store.publish
 
         def marked(*a, **kw):
             publish(*a, **kw)
             marks.append((time.process_time(), time.monotonic()))
 
-        loop_store.publish = marked
-        loop_enforcer = make_enforcer(choice, REAL_OS)
-        d = Daemon(
-            engine,
-            ProcfsCollector(
-                groups=loop_enforcer.read_groups if loop_enforcer.capabilities.counts else None
-            ),
-            loop_enforcer,
-            loop_store,
-            REAL_OS,
-            options=Options(enforce_min_uid=1000),
-        )
+        d.store.publish = marked
+        server = Server(f"{tmp}/shrdaemon.sock", engine, "bench", d.account_of, Path(tmp))
+        server.start()
         cycles = max(3, int(args.loop_seconds // 4) + 1)
-        d.run(cycles)
+        try:
+            d.run(cycles)
+        finally:
+            server.stop()
         (cpu0, wall0), (cpu1, wall1) = marks[1], marks[-1]
         share = (cpu1 - cpu0) / (wall1 - wall0)
         each = [b[0] - a[0] for a, b in zip(marks[1:], marks[2:], strict=False)]
