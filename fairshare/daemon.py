@@ -170,6 +170,7 @@ class Daemon:
         self.options = options or Options()
         self.account_of = account_of
         self.process_events = process_events  # places new sessions at once (or None)
+        self._placing_for = 0  # cycles since they have been placing every new session
         self.config = Reloader()  # the constants and tree read from the UDB
         self.requests = 0  # shrsync requests waiting, as of the last poll
         self.loop = Loop(self.clock, on_hup=self.config.request)
@@ -282,7 +283,9 @@ class Daemon:
         sample, the CPU seconds it saw used and the seconds it covers."""
         wanted = resources_charged(consts)
         ln = self.lnodes
-        sample = self.collector.sample(**wanted, placed=self._placing_at_once(ln))
+        # The cycles that place what is already running list /proc: skim from the third.
+        self._placing_for = self._placing_for + 1 if self._placing_at_once(ln) else 0
+        sample = self.collector.sample(**wanted, placed=self._placing_for > 2)
         if self.account_of is not None:  # e.g. newacct's sessions (fairshare.newacct)
             self.account_of.refresh(sample, ln.acids)
         sets_nice = self.enforcer.capabilities.sets_nice and self.scheduling
@@ -296,7 +299,10 @@ class Daemon:
 
     def _placing_at_once(self, ln: Lnodes) -> bool:
         """Whether `place_new` puts every new session in its lnode cgroup as it appears,
-        so the collector need not look for unplaced processes every cycle."""
+        so that, once the processes already running are placed (by the first two cycles
+        since, which list every process: children forked while their parent was being
+        moved are found by the second), the collector need not look for unplaced
+        processes every cycle."""
         return (
             self.process_events is not None
             and self.process_events.listening

@@ -212,14 +212,17 @@ def test_the_collector_is_told_when_new_sessions_are_placed_as_they_appear(engin
     enf.capabilities = Capabilities(places=True, counts=True)  # as the cgroup enforcers
     enf.place = lambda pid, name: None
     d.start()
-    cycle(d, clock)
+    cycle(d, clock, 3)
+    # The baseline and the two cycles that place what already runs list every process.
+    assert col.placed == [False, False, False, True]
     events.listening = False  # the listener failed: new processes are looked for again
     cycle(d, clock)
-    assert col.placed == [False, True, False]  # (start's baseline is not a cycle)
-    enf.capabilities = Capabilities(counts=True)  # no place(): the cycle places
     events.listening = True
-    cycle(d, clock)
-    assert col.placed[-1] is False
+    cycle(d, clock, 3)
+    assert col.placed[4:] == [False, False, False, True]
+    enf.capabilities = Capabilities(counts=True)  # no place(): the cycle places
+    cycle(d, clock, 3)
+    assert col.placed[8:] == [False, False, False]
     d.shutdown()
 
 

@@ -12,10 +12,12 @@ enforcer this machine offers, the SQLite store) in this process:
    cycle, median over the cycles after the first two (the first moves every
    process into its cgroup), with the median of each part (collect, the pure
    cycle, enforce, publish, reading the constants, serving shrsync requests);
-2. the daemon's own loop at delta 4 s for `--loop-seconds` of wall time: the CPU
-   it used divided by the wall time between its second and its last cycle (the
-   steady state, sleeping included), i.e. its share of one core (target < 0.3% with
-   a cgroup enforcer; one cycle < 10 ms).
+2. the daemon's own loop at delta 4 s for `--loop-seconds` of wall time, the daemon
+   built as shrdaemon builds it (fairshare.cli.shrdaemon.make_daemon: the
+   process-events listener, newacct's session accounts) with its socket server
+   running idle: the CPU the process used (every thread) divided by the wall time
+   between its second and its last cycle (the steady state, sleeping included), i.e.
+   its share of one core (target < 0.3% with a cgroup enforcer; one cycle < 10 ms).
 
 Every child is killed and the daemon's cgroups removed at the end.  It waits for
 the host's real-machine test lock (tests/machine_lock.py): both use the
