@@ -153,10 +153,12 @@ class ProcessEvents:
 
     def _listen(self, on_uid: Callable[[int, int], None]) -> None:
         sock = self._sock
+        waiting = select.poll()
+        waiting.register(sock, select.POLLIN)
+        waiting.register(self._wake_r, select.POLLIN)
         while not self._stop.is_set():
             # Sleep until an event or `stop`: no timeout to wake up for in between.
-            ready, _, _ = select.select([sock, self._wake_r], [], [])
-            if sock not in ready:
+            if sock.fileno() not in {fd for fd, _ in waiting.poll()}:
                 continue
             try:
                 data = sock.recv(65536)

@@ -31,13 +31,13 @@ OsActions.  It prints the median CPU of one cycle (and of the same parts) over
 daemon's charging, cycle, quotas, targets and UDB round trips cost, /proc and the
 kernel aside.  No root, nothing on the machine is touched.
 
-Figures (2026-11-23, cgroup1 on a shared 2-CPU VM, load 1-134; median [range] over
-runs alternating between main at 9d804df and the loop branch, 6 and 4 runs): one
-cycle back to back 10.4 [9.2..12.6] -> 8.6 [7.9..9.5] ms CPU (target < 10 ms); the
-loop 0.46 [0.44..0.47] -> 0.39 [0.35..0.40]% of one core (target < 0.3%: not met),
-per cycle 15.4 -> 12.6 ms (the caches are cold after each 4 s sleep).  --fake,
-median of 3 runs' medians: 4.77 [4.66..4.93] -> 3.19 [3.18..3.21] ms.  Where the
-rest goes: README's development notes.
+Figures (2026-11-24, cgroup1 on a shared 2-CPU VM, quiet; median [range] of 3 runs
+alternating between main at f67afd6 and this code): one cycle back to back 6.8
+[6.8..6.9] -> 6.6 [6.5..6.8] ms CPU (target < 10 ms); the loop as shrdaemon runs it
+0.51 [0.50..0.55] -> 0.27 [0.27..0.27]% of one core (target < 0.3%), per cycle 17.9
+-> 7.9 ms (the idle threads no longer wake every 0.2 s; /proc is listed every 15
+cycles while the process events place new sessions).  Where it went: README's
+development notes.
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ def main() -> int:
             f"{len(marks) - 2} cycles = {share:.2%} of one core (target < {TARGET:.1%}, "
             f"ratio {share / TARGET:.2f}); per cycle median {statistics.median(each) * 1e3:.1f}"
             f" ms, max {max(each) * 1e3:.1f} ms (every {ProcfsCollector.STATUS_EVERY} cycles "
-            "all cgroup members are re-read; the processes other users started in 4 s are new)"
+            "/proc is listed and every process and cgroup member read again)"
         )
     return 0
 
