@@ -219,6 +219,11 @@ def test_two_shrdist_runs_on_one_group_serialise_and_both_apply(udb_url):
             assert all(p.poll() is None for p in runs)
         outs = [p.communicate(timeout=60) for p in runs]
         assert [p.returncode for p in runs] == [0, 0], outs
+        # The daemon, queued behind the lock (SQLite's busy wait backs off to 100 ms
+        # naps, so both runs may take it first), cycles on once they are done.
+        deadline = time.monotonic() + 30
+        while daemon.cycle <= 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         stop.set()
         t.join()
