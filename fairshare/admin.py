@@ -2,7 +2,7 @@
 
 Every change goes through `set_constants`, which validates the whole result
 (fairshare.consts.validate plus the UDB-dependent checks), stores it and
-records one `ConstChange` row per constant that changed, in the caller's
+records one history row (udb.tables.const_changes) per constant that changed, in the caller's
 transaction.  A schedule is a named set of overrides in force on some weekdays
 during some hours (the guide's prime / non-prime settings, Kay-Lauder's peak
 and off-peak charging); `effective_consts` picks the one in force at a given
@@ -16,16 +16,23 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Row, delete, insert, select, update
 
 from fairshare.consts import FIELDS, Consts, consts_from_mapping, consts_from_stored
 from fairshare.repository import load_consts, save_consts
+from udb import tables
 from udb.check import check_stored
 from udb.errors import OptionError
-from udb.models import ConstChange, Schedule
 from udb.session import mark_consts_changed
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
+
+_schedule = tables.schedules.c
+_change = tables.const_changes.c
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DAY_WORDS = {
@@ -179,7 +186,7 @@ def set_schedule(
     """
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
         raise OptionError(f"schedule: expected a name of letters, digits, _ . -, got {name!r}")
-    row = session.get(Schedule, name)
+    row = _schedule_row(session, name)
     if row is None and (days is None or hours is None):
         raise OptionError(f"schedule {name!r} is new: give both --days and --hours")
     base = load_consts(session)
@@ -190,14 +197,14 @@ def set_schedule(
     stored = {key: _stored(getattr(typed, key)) for key in settings}
     new_days = parse_days(days) if days is not None else row.days
     new_hours = parse_hours(hours) if hours is not None else row.hours
-    before = _schedule_value(row) if row else None
+    before = _schedule_value(row.days, row.hours, row.settings) if row else None
+    values = {"days": new_days, "hours": new_hours, "settings": stored}
     if row is None:
-        row = Schedule(name=name, days=new_days, hours=new_hours, settings=stored)
-        session.add(row)
+        session.execute(insert(tables.schedules).values(name=name, **values))
     else:
-        row.days, row.hours, row.settings = new_days, new_hours, stored
+        session.execute(update(tables.schedules).where(_schedule.name == name).values(**values))
     mark_consts_changed(session)
-    after = _schedule_value(row)
+    after = _schedule_value(new_days, new_hours, stored)
     made = [Change("schedule", before, after, name)] if before != after else []
     _record(session, made, who, now)
     return made
@@ -205,45 +212,56 @@ def set_schedule(
 
 def remove_schedule(session: Session, name: str, *, who: str, now: float) -> list[Change]:
     """Delete the schedule `name` (OptionError if there is none)."""
-    row = session.get(Schedule, name)
+    row = _schedule_row(session, name)
     if row is None:
         raise OptionError(f"schedule {name!r}: no such schedule")
-    made = [Change("schedule", _schedule_value(row), None, name)]
-    session.execute(delete(Schedule).where(Schedule.name == name))
+    made = [Change("schedule", _schedule_value(row.days, row.hours, row.settings), None, name)]
+    session.execute(delete(tables.schedules).where(_schedule.name == name))
     mark_consts_changed(session)
     _record(session, made, who, now)
     return made
 
 
-def _schedule_value(row: Schedule) -> dict:
-    return {
-        "days": describe_days(row.days),
-        "hours": describe_hours(row.hours),
-        "settings": dict(row.settings),
-    }
+def _schedule_row(session: Session, name: str) -> Row | None:
+    return session.execute(select(tables.schedules).where(_schedule.name == name)).first()
+
+
+def _schedule_value(days: Sequence[int], hours: Sequence[int], settings: Mapping) -> dict:
+    return {"days": describe_days(days), "hours": describe_hours(hours), "settings": dict(settings)}
 
 
 def _record(session: Session, made: Sequence[Change], who: str, now: float) -> None:
-    for c in made:
-        session.add(
-            ConstChange(time=now, who=who, schedule=c.schedule, name=c.name, old=c.old, new=c.new)
-        )
+    rows = [
+        {
+            "time": now,
+            "who": who,
+            "schedule": c.schedule,
+            "name": c.name,
+            "old": c.old,
+            "new": c.new,
+        }
+        for c in made
+    ]
+    if rows:
+        session.execute(insert(tables.const_changes), rows)
 
 
-def history(session: Session, limit: int | None = None) -> list[ConstChange]:
-    """Recorded changes, oldest first (the last `limit` when given)."""
-    query = select(ConstChange).order_by(ConstChange.id.desc())
+def history(session: Session | Connection, limit: int | None = None) -> list[Row]:
+    """Recorded changes (rows of udb.tables.const_changes), oldest first (the last
+    `limit` when given)."""
+    query = select(tables.const_changes).order_by(_change.id.desc())
     if limit:
         query = query.limit(limit)
-    return list(reversed(session.scalars(query).all()))
+    return list(reversed(session.execute(query).all()))
 
 
-def schedules(session: Session) -> list[Schedule]:
-    """Every schedule, by name (the order in which they are tried)."""
-    return list(session.scalars(select(Schedule).order_by(Schedule.name)))
+def schedules(session: Session | Connection) -> list[Row]:
+    """Every schedule (rows of udb.tables.schedules), by name (the order in which they
+    are tried)."""
+    return list(session.execute(select(tables.schedules).order_by(_schedule.name)))
 
 
-def schedule_in_force(rows: Sequence[Schedule], when: datetime) -> Schedule | None:
+def schedule_in_force(rows: Sequence[Row], when: datetime) -> Row | None:
     """The first schedule (by name) whose days and hours contain local time `when`."""
     for row in sorted(rows, key=lambda r: r.name):
         if when.weekday() in row.days and when.hour in row.hours:
@@ -251,7 +269,7 @@ def schedule_in_force(rows: Sequence[Schedule], when: datetime) -> Schedule | No
     return None
 
 
-def effective_consts(base: Consts, rows: Sequence[Schedule], when: datetime) -> tuple[Consts, str]:
+def effective_consts(base: Consts, rows: Sequence[Row], when: datetime) -> tuple[Consts, str]:
     """The constants in force at local time `when`: `base` with the schedule in force
     applied, and that schedule's name ("" when none is)."""
     row = schedule_in_force(rows, when)
@@ -260,6 +278,6 @@ def effective_consts(base: Consts, rows: Sequence[Schedule], when: datetime) -> 
     return consts_from_stored(row.settings, base), row.name
 
 
-def load_effective_consts(session: Session, when: datetime) -> tuple[Consts, str]:
+def load_effective_consts(session: Session | Connection, when: datetime) -> tuple[Consts, str]:
     """The stored constants with the schedule in force at `when` applied, and its name."""
     return effective_consts(load_consts(session), schedules(session), when)

@@ -28,7 +28,7 @@ from fairshare.consts import Consts
 from fairshare.cycle import Consumption
 from fairshare.nicetables import tick_rates
 from fairshare.state import Lnodes
-from udb.models import IDLE_UID
+from udb.rules import IDLE_UID
 
 
 def resources_charged(consts: Consts) -> dict[str, bool]:

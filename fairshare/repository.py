@@ -9,22 +9,29 @@ checkpoint) are `fairshare.store`'s.
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING
+
+from sqlalchemy import insert, select, update
 
 from fairshare.consts import FIELDS, Consts, consts_from_stored, validate
 from fairshare.tree import ShareTree, TreeRow, build_tree, build_tree_columns
-from udb.models import Const, Entry
-from udb.session import mark_consts_changed
+from udb import tables
+from udb.session import core, mark_consts_changed
 
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
+
+_entry = tables.entries.c
+_const = tables.consts.c
 #: The entry columns a tree is built from; `select(*TREE_COLUMNS)` gives rows for `build_tree`.
-TREE_COLUMNS = (Entry.name, Entry.uid, Entry.resgrp, Entry.shares, Entry.shflags)
+TREE_COLUMNS = (_entry.name, _entry.uid, _entry.resgrp, _entry.shares, _entry.shflags)
 
 
-def load_consts(session: Session) -> Consts:
+def load_consts(session: Session | Connection) -> Consts:
     """The constants stored in the UDB (defaults for absent rows; unknown rows and values
     out of range ignored, see `consts_from_stored`)."""
-    rows = session.execute(select(Const.name, Const.value)).all()
+    rows = session.execute(select(_const.name, _const.value)).all()
     stored = {name: value for name, value in rows if name in FIELDS and value is not None}
     return consts_from_stored(stored)
 
@@ -33,30 +40,29 @@ def save_consts(session: Session, consts: Consts) -> None:
     """Store every constant of `consts` in the UDB (within the caller's transaction) and
     bump the constants' change serial, so a running daemon reads them again."""
     validate(consts)
-    existing = {c.name: c for c in session.scalars(select(Const))}
+    existing = dict(session.execute(select(_const.name, _const.value)).all())
     for name in FIELDS:
         value = getattr(consts, name)
         if isinstance(value, tuple):
             value = list(value)
-        row = existing.get(name)
-        if row is None:
-            session.add(Const(name=name, value=value))
-        elif row.value != value:
-            row.value = value
+        if name not in existing:
+            session.execute(insert(tables.consts).values(name=name, value=value))
+        elif existing[name] != value:
+            session.execute(update(tables.consts).where(_const.name == name).values(value=value))
     mark_consts_changed(session)
 
 
-def tree_rows(session: Session) -> list[TreeRow]:
+def tree_rows(session: Session | Connection) -> list[TreeRow]:
     """Every entry's TREE_COLUMNS, for `build_tree`."""
     return session.execute(select(*TREE_COLUMNS)).all()
 
 
-def load_tree(session: Session, mode: str | None = None) -> ShareTree:
+def load_tree(session: Session | Connection, mode: str | None = None) -> ShareTree:
     """The UDB's share tree in `mode` (None: the mode the constants say, SHAREBYACCT or
     not), built column-wise from Core rows (no ORM objects)."""
     if mode is None:
         mode = load_consts(session).mode
-    rows = session.connection().execute(select(*TREE_COLUMNS)).all()
+    rows = core(session).execute(select(*TREE_COLUMNS)).all()
     if not rows:
         return build_tree([], mode)
     return build_tree_columns(*zip(*rows, strict=True), mode=mode)

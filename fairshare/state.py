@@ -33,7 +33,7 @@ from fairshare.enforce.base import safe_name
 from fairshare.lnode import LnodeTable, WriteBack, accrued, activate, new_table, release
 from fairshare.steps import activate_stored
 from fairshare.tree import UNKNOWN_NAMES, Kind, ShareTree
-from udb.models import IDLE_UID
+from udb.rules import IDLE_UID
 
 if TYPE_CHECKING:
     from fairshare.store import EntryState

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from sqlalchemy import (
     BigInteger,
+    Connection,
     Engine,
     Row,
     any_,
@@ -54,11 +55,12 @@ from sqlalchemy import (
 from fairshare.consts import TICKS_PER_SECOND, decay
 from fairshare.lnode import LnodeTable, WriteBack, add_usage
 from fairshare.tree import Kind, ShareTree
+from udb import tables
 from udb.columnar import Columns, row_columns
 from udb.columnar import decode as decode_columns
 from udb.columnar import encode as encode_columns
-from udb.models import SHF_GROUP, Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
-from udb.session import read_session, write_connection, write_session
+from udb.rules import SHF_GROUP
+from udb.session import read_connection, write_connection
 
 if TYPE_CHECKING:  # the cycle and the site's view only for the daemon: displays skip them
     from fairshare.cycle import Consumption
@@ -86,7 +88,7 @@ class CycleHeader:
 
 @dataclass(frozen=True)
 class EntryState:
-    """The UDB fields the daemon needs about the entry behind an lnode (units as Entry)."""
+    """The UDB fields the daemon needs about the entry behind an lnode (units: udb.tables)."""
 
     uid: int
     shusage: float
@@ -125,7 +127,7 @@ class LnodeStore:
         rows = published_tuples(self.host, cols)
         head = {f.name: getattr(header, f.name) for f in dataclasses.fields(header)}
         head |= {"running": True, "stopped": None, "columnar": encode_columns(cols)}
-        lnodes, cycles = PublishedLnode.__table__, LnodeCycle.__table__
+        lnodes, cycles = tables.lnodes, tables.lnode_cycles
         # Core statements built once on a Core connection, not the ORM: this runs every
         # cycle (building the header's UPDATE anew each time cost 0.3 of its 1.6 ms).
         with write_connection(self.engine) as conn:
@@ -144,40 +146,43 @@ class LnodeStore:
     def mark_stopped(self, now: float) -> None:
         """Label this host's published table as the last one of a daemon that stopped
         at `now` (epoch s); the rows stay for displays to show as stale."""
-        with write_session(self.engine) as s:
+        with write_connection(self.engine) as s:
             s.execute(
-                update(LnodeCycle)
-                .where(LnodeCycle.host == self.host)
+                update(tables.lnode_cycles)
+                .where(tables.lnode_cycles.c.host == self.host)
                 .values(running=False, stopped=now)
             )
 
-    def read_published(
-        self, columns: Sequence[str] | None = None
-    ) -> tuple[LnodeCycle | None, list[Row]]:
+    def read_published(self, columns: Sequence[str] | None = None) -> tuple[Row | None, list[Row]]:
         """This host's published header (None if nothing was published) and lnodes,
-        in node order, as rows of the PublishedLnode `columns` (default: every column;
-        attributes by name, or by position in that order).  Core rows, not ORM objects:
-        building 100,000 ORM instances took most of a large display's time."""
-        lnodes = PublishedLnode.__table__
+        in node order, as rows of the published lnodes' `columns` (default: every
+        column; attributes by name, or by position in that order)."""
+        lnodes = tables.lnodes
         picked = lnodes.c if columns is None else [lnodes.c[c] for c in columns]
         query = select(*picked).where(lnodes.c.host == self.host).order_by(lnodes.c.node)
-        with read_session(self.engine) as s:
-            head = s.get(LnodeCycle, self.host)
-            rows = s.connection().execute(query).all()
-            s.expunge_all()
+        with read_connection(self.engine) as s:
+            head = s.execute(self._head).first()
+            rows = s.execute(query).all()
         return head, list(rows)
 
-    def read_columns(self) -> tuple[LnodeCycle | None, Columns]:
+    @property
+    def _head(self):
+        """This host's published header but its columns (udb.tables.lnode_cycles)."""
+        cycles = tables.lnode_cycles
+        return select(*(c for c in cycles.c if c.name != "columnar")).where(
+            cycles.c.host == self.host
+        )
+
+    def read_columns(self) -> tuple[Row | None, Columns]:
         """This host's published header (None if nothing was published) and lnodes in
         node order, as columns (udb.columnar.decode: one array per column, names and
         kinds as lists): one value read, no row per lnode.  Empty columns when the
         header has none (nothing published)."""
-        cycles = LnodeCycle.__table__
+        cycles = tables.lnode_cycles
         query = select(cycles.c.columnar).where(cycles.c.host == self.host)
-        with read_session(self.engine) as s:
-            head = s.get(LnodeCycle, self.host)
-            blob = s.connection().execute(query).scalar()
-            s.expunge_all()
+        with read_connection(self.engine) as s:
+            head = s.execute(self._head).first()
+            blob = s.execute(query).scalar()
         if blob is None:
             return head, row_columns((), [c for c in PUBLISHED if c != "host"])
         return head, decode_columns(blob)
@@ -185,8 +190,10 @@ class LnodeStore:
     def published_cycle(self) -> int | None:
         """This host's published cycle number (None if nothing was published): a cheap
         read for displays waiting for the next cycle."""
-        with read_session(self.engine) as s:
-            return s.scalar(select(LnodeCycle.cycle).where(LnodeCycle.host == self.host))
+        with read_connection(self.engine) as s:
+            return s.scalar(
+                select(tables.lnode_cycles.c.cycle).where(tables.lnode_cycles.c.host == self.host)
+            )
 
     def entry_states(self, uids: Iterable[int]) -> dict[int, EntryState]:
         """The usage, exit time, quota and nice fields of the entries with these uids."""
@@ -194,15 +201,15 @@ class LnodeStore:
         if not uids:
             return {}
         cols = (
-            Entry.uid,
-            Entry.shusage,
-            Entry.shextime,
-            Entry.cpuquota,
-            Entry.cpuquotaused,
-            Entry.nice,
+            tables.entries.c.uid,
+            tables.entries.c.shusage,
+            tables.entries.c.shextime,
+            tables.entries.c.cpuquota,
+            tables.entries.c.cpuquotaused,
+            tables.entries.c.nice,
         )
-        with read_session(self.engine) as s:
-            rows = s.execute(select(*cols).where(Entry.uid.in_(uids))).all()
+        with read_connection(self.engine) as s:
+            rows = s.execute(select(*cols).where(tables.entries.c.uid.in_(uids))).all()
         return {r.uid: EntryState(*r) for r in rows}
 
     # -- write-back, checkpoint, recovery ----------------------------------------------------
@@ -213,13 +220,14 @@ class LnodeStore:
         many increments were written."""
         if not released:
             return 0
-        with write_session(self.engine) as s:
+        with write_connection(self.engine) as s:
             _write_back(s, released, halflife)
             uids = sorted({uid for uid, _wb in released})
             pg = self.engine.dialect.name == "postgresql"
             s.execute(
-                delete(LnodeCheckpoint).where(
-                    LnodeCheckpoint.host == self.host, _uid_in(LnodeCheckpoint.uid, uids, pg)
+                delete(tables.lnode_checkpoints).where(
+                    tables.lnode_checkpoints.c.host == self.host,
+                    _uid_in(tables.lnode_checkpoints.c.uid, uids, pg),
                 )
             )
         return len(released)
@@ -236,13 +244,13 @@ class LnodeStore:
         """
         from fairshare.site import SiteView
 
-        cycles, lnodes = LnodeCycle.__table__.c, PublishedLnode.__table__.c
-        entries = Entry.__table__.c
+        cycles, lnodes = tables.lnode_cycles.c, tables.lnodes.c
+        entries = tables.entries.c
         live = (cycles.running.is_(True)) & (cycles.host != self.host) & (cycles.time >= live_after)
         n = tree.size
         view = SiteView.empty(n)
         usage = np.zeros(n)
-        with read_session(self.engine) as s:
+        with read_connection(self.engine) as s:
             heads = s.execute(select(cycles.host, cycles.cpus).where(live)).all()
             view.host_cpus = {h: float(c or 0.0) for h, c in heads}
             if view.host_cpus:
@@ -252,7 +260,7 @@ class LnodeStore:
                         func.sum(lnodes.cpu * func.coalesce(cycles.delivered, 0.0)),
                         func.sum(case((lnodes.demand.is_(True), 1), else_=0)),
                     )
-                    .join(LnodeCycle.__table__, cycles.host == lnodes.host)
+                    .join(tables.lnode_cycles, cycles.host == lnodes.host)
                     .where(live, lnodes.kind.in_(("user", "account")))
                     .group_by(lnodes.uid)
                 ).all()
@@ -292,27 +300,33 @@ class LnodeStore:
             }
             for n in leaves
         ]
-        with write_session(self.engine) as s:
-            s.execute(delete(LnodeCheckpoint).where(LnodeCheckpoint.host == self.host))
+        with write_connection(self.engine) as s:
+            s.execute(
+                delete(tables.lnode_checkpoints).where(tables.lnode_checkpoints.c.host == self.host)
+            )
             if rows:
-                s.execute(insert(LnodeCheckpoint), rows)
+                s.execute(insert(tables.lnode_checkpoints), rows)
         return len(rows)
 
     def recover(self, halflife: float) -> list[Recovered]:
         """Write back this host's checkpoint (left by a daemon that did not stop
         cleanly) and delete it, in one transaction; returns what was recovered.
         `halflife` (s) ages the stored usage (see `write_back`)."""
-        with write_session(self.engine) as s:
-            rows = s.scalars(select(LnodeCheckpoint).where(LnodeCheckpoint.host == self.host)).all()
+        with write_connection(self.engine) as s:
+            checkpoints = tables.lnode_checkpoints
+            query = select(checkpoints).where(checkpoints.c.host == self.host)
+            rows = s.execute(query).all()
             out = [Recovered(r.uid, r.name, r.usage, r.charge, r.cpu_seconds, r.time) for r in rows]
             _write_back(
                 s,
                 [(r.uid, WriteBack(r.usage, r.time, r.charge, r.cpu_seconds)) for r in out],
                 halflife,
             )
-            s.execute(delete(LnodeCheckpoint).where(LnodeCheckpoint.host == self.host))
-            s.execute(delete(PublishedLnode).where(PublishedLnode.host == self.host))
-            s.execute(delete(LnodeCycle).where(LnodeCycle.host == self.host))
+            s.execute(
+                delete(tables.lnode_checkpoints).where(tables.lnode_checkpoints.c.host == self.host)
+            )
+            s.execute(delete(tables.lnodes).where(tables.lnodes.c.host == self.host))
+            s.execute(delete(tables.lnode_cycles).where(tables.lnode_cycles.c.host == self.host))
         return out
 
 
@@ -350,11 +364,12 @@ def _nodes_of(tree: ShareTree, uids: np.ndarray) -> np.ndarray:
     return np.where(ids[at] == uids, nodes[at], -1)
 
 
-def group_chains(session) -> dict[int, list[int]]:
+def group_chains(conn: Connection) -> dict[int, list[int]]:
     """For every entry that sits in a resource group, the uids of the groups above it,
     nearest first (from the entries' resgrp; a loop is cut where it closes)."""
-    query = select(Entry.uid, Entry.resgrp).where(Entry.shflags.op("&")(SHF_GROUP) != 0)
-    groups = {uid: resgrp for uid, resgrp in session.execute(query)}
+    e = tables.entries.c
+    query = select(e.uid, e.resgrp).where(e.shflags.op("&")(SHF_GROUP) != 0)
+    groups = dict(conn.execute(query).all())
     chains: dict[int, list[int]] = {}
 
     def chain(resgrp: int) -> list[int]:
@@ -365,18 +380,20 @@ def group_chains(session) -> dict[int, list[int]]:
             resgrp = groups[resgrp]
         return out
 
-    for uid, resgrp in session.execute(select(Entry.uid, Entry.resgrp).where(Entry.resgrp != 0)):
+    for uid, resgrp in conn.execute(select(e.uid, e.resgrp).where(e.resgrp != 0)):
         chains[uid] = chain(resgrp)
     return chains
 
 
-def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: float) -> None:
+def _write_back(
+    conn: Connection, released: Sequence[tuple[int, WriteBack]], halflife: float
+) -> None:
     """Add the increments to the entries of their uids and of the groups above them:
     shusage by `add_usage`, shextime the later time, shcharge and cpuquotaused (+=); the
     groups get the usage and charge, not the CPU seconds (quotas are per lnode)."""
     if not released:
         return
-    chains = group_chains(session)
+    chains = group_chains(conn)
     targets, usage, when, charge, cpu = [], [], [], [], []
     for uid, wb in released:
         for target in (uid, *chains.get(uid, ())):
@@ -395,14 +412,14 @@ def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: fl
     inc_usage, inc_charge, inc_cpu = (
         np.bincount(slot, weights=w, minlength=len(uids)) for w in (aged, charge, cpu)
     )
-    c = Entry.__table__.c
-    pg = session.get_bind().dialect.name == "postgresql"
+    c = tables.entries.c
+    pg = conn.dialect.name == "postgresql"
     # Lock the rows in uid order, so concurrent writers queue instead of deadlocking.
     query = select(c.uid, c.shusage, c.shextime).where(_uid_in(c.uid, uids.tolist(), pg))
     query = query.order_by(c.uid)
     if pg:
         query = query.with_for_update()
-    rows = session.connection().execute(query).all()
+    rows = conn.execute(query).all()
     if not rows:
         return
     have = np.array([r.uid for r in rows], dtype=np.int64)
@@ -418,7 +435,7 @@ def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: fl
         "cpu": inc_cpu[at].tolist(),
     }
     if pg:  # one statement for all rows: much faster than one UPDATE per row
-        session.connection().execute(
+        conn.execute(
             text(
                 "UPDATE entries SET shusage = v.usage, shextime = v.time, "
                 "shcharge = entries.shcharge + v.charge, "
@@ -431,7 +448,7 @@ def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: fl
         )
         return
     stmt = (
-        update(Entry.__table__)
+        update(tables.entries)
         .where(c.uid == bindparam("b_uid"))
         .values(
             shusage=bindparam("b_usage"),
@@ -440,7 +457,7 @@ def _write_back(session, released: Sequence[tuple[int, WriteBack]], halflife: fl
             cpuquotaused=c.cpuquotaused + bindparam("b_cpu"),
         )
     )
-    session.connection().execute(
+    conn.execute(
         stmt,
         [
             {"b_uid": u, "b_usage": us, "b_time": t, "b_charge": ch, "b_cpu": q}
@@ -505,11 +522,11 @@ def read_site(
     """The site: every host that published a table, and every lnode active on any of
     them with its usage summed over hosts (see `SiteLnode`), parents before children."""
     cycles, lnodes, entries = (
-        LnodeCycle.__table__.c,
-        PublishedLnode.__table__.c,
-        Entry.__table__.c,
+        tables.lnode_cycles.c,
+        tables.lnodes.c,
+        tables.entries.c,
     )
-    with read_session(engine) as s:
+    with read_connection(engine) as s:
         heads = s.execute(
             select(cycles.host, cycles.cpus, cycles.running, cycles.time, cycles.delivered)
         ).all()
@@ -580,27 +597,26 @@ def read_site(
 
 def published_hosts(engine: Engine) -> list[str]:
     """The hosts that have a published lnode table in the UDB, by name."""
-    with read_session(engine) as s:
-        return list(s.scalars(select(LnodeCycle.host).order_by(LnodeCycle.host)))
+    with read_connection(engine) as s:
+        cycles = tables.lnode_cycles
+        return list(s.scalars(select(cycles.c.host).order_by(cycles.c.host)))
 
 
 #: The lnodes table's columns, in the order of `published_tuples`.
-PUBLISHED = tuple(c.name for c in PublishedLnode.__table__.columns)
-_DELETE_PUBLISHED = delete(PublishedLnode.__table__).where(
-    PublishedLnode.__table__.c.host == bindparam("this_host")
-)
+PUBLISHED = tuple(str(c.name) for c in tables.lnodes.columns)  # plain str (JSON keys)
+_DELETE_PUBLISHED = delete(tables.lnodes).where(tables.lnodes.c.host == bindparam("this_host"))
 #: The header's columns are SET from the parameters' names.
-_UPDATE_CYCLE = update(LnodeCycle.__table__).where(
-    LnodeCycle.__table__.c.host == bindparam("this_host")
+_UPDATE_CYCLE = update(tables.lnode_cycles).where(
+    tables.lnode_cycles.c.host == bindparam("this_host")
 )
 _INSERT_PUBLISHED = (
-    f"INSERT INTO {PublishedLnode.__tablename__} ({', '.join(PUBLISHED)}) "
+    f"INSERT INTO {tables.lnodes.name} ({', '.join(PUBLISHED)}) "
     f"VALUES ({', '.join('?' * len(PUBLISHED))})"
 )
 
 
 def published_columns(tree: ShareTree, table: LnodeTable, nodes: np.ndarray) -> Columns:
-    """The PublishedLnode columns but host for `nodes` of `table`, in `PUBLISHED` order:
+    """The published lnodes' columns but host for `nodes` of `table`, in `PUBLISHED` order:
     arrays, names and kinds as lists of str."""
     from fairshare.cycle import tree_index
 
@@ -621,7 +637,7 @@ def published_columns(tree: ShareTree, table: LnodeTable, nodes: np.ndarray) -> 
 
 
 def published_tuples(host: str, cols: Columns) -> list[tuple]:
-    """The PublishedLnode rows of `host` with the columns `cols` (`published_columns`),
+    """The published lnodes' rows of `host` with the columns `cols` (`published_columns`),
     as tuples of plain Python values in `PUBLISHED` order (numpy converts each column
     at once)."""
     n = len(cols["node"])

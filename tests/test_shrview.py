@@ -19,6 +19,8 @@ import json
 import os
 import re
 import struct
+import subprocess
+import sys
 import threading
 import time
 from io import StringIO
@@ -790,3 +792,36 @@ def test_select_rows_gives_the_depth_first_walks_order(nodes, select_, sort):
             select_rows(table, select_, sort)
         return
     assert np.asarray(table["node"])[select_rows(table, select_, sort)].tolist() == want
+
+
+# -- start-up cost -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("shrview", "-dm"),
+        ("shrview", "-dm", "--json"),
+        ("shrview", "-ds"),
+        ("shrview", "--site"),
+        ("shrtree", "-l", "--json"),  # exit status 1: no Idle, no UnKnown entry
+        ("shrinfo", "-v", "me"),
+        ("shrinfo", "-a", "--json"),
+    ],
+)
+def test_the_displays_read_without_the_orm(published, command):
+    """A display reads the UDB with Core statements (udb.tables) alone: SQLAlchemy's ORM,
+    a tenth of a second of every command's start, is never imported, not even later."""
+    name, *args = command
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{name!r}, '--udb', {published!r}, '--now', {str(NOW)!r}, *{args!r}]\n"
+        "try:\n"
+        f"    runpy.run_module('fairshare.cli.{name}', run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    status = exit.code\n"
+        "print('sqlalchemy.orm' in sys.modules, status, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    *_, last = done.stderr.splitlines() or [""]
+    assert last == f"False {1 if name == 'shrtree' else 0}", done.stderr

@@ -37,13 +37,12 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import String, inspect, select, type_coerce
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from udb import models
+from udb import tables
 from udb.rules import (
     IDLE_UID,
     MODES,
@@ -57,6 +56,11 @@ from udb.rules import (
     role_of,
     walk_groups,
 )
+from udb.session import core
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
 
 #: Maxgroups when shradmin -G was never set: ROOT plus three levels below it.
 DEFAULT_MAXLEVELS = 4
@@ -183,11 +187,11 @@ class EntryColumns:
         )
 
 
-def load_entry_columns(session: Session) -> EntryColumns:
+def load_entry_columns(session: Session | Connection) -> EntryColumns:
     """Every UDB entry as columns, read in one query without building ORM objects."""
-    raw_acids = type_coerce(models.Entry.acids, String)  # parse only the non-empty lists
+    raw_acids = type_coerce(tables.entries.c.acids, String)  # parse only the non-empty lists
     query = select(*CHECK_COLUMNS[:5], raw_acids, *CHECK_COLUMNS[6:], *USAGE_COLUMNS)
-    rows = session.connection().execute(query.order_by(models.Entry.id)).all()  # Core rows
+    rows = core(session).execute(query.order_by(tables.entries.c.id)).all()  # Core rows
     if not rows:
         return EntryColumns([], [], [], [], [], [], [], [], [])
     cols = list(zip(*rows, strict=True))
@@ -386,43 +390,42 @@ def count_by_kind(problems: Iterable[Problem]) -> list[tuple[str, str, str, int]
     return [(s, c, m, counts[(s, c, m)]) for s, c, m in keys]
 
 
-def configured_maxlevels(session: Session) -> int:
+def configured_maxlevels(session: Session | Connection) -> int:
     """Maxgroups (shradmin -G): the number of levels the share tree may have, ROOT included.
 
     Read from the constants row named "maxlevels" when the UDB has that table;
     DEFAULT_MAXLEVELS (4) otherwise.  This is the one place udb reads it.
     """
-    const = getattr(models, "Const", None)
-    if const is None:
-        return DEFAULT_MAXLEVELS
+    const = tables.consts
     try:
-        if not inspect(session.get_bind()).has_table(const.__tablename__):
+        conn = core(session)
+        if not inspect(conn).has_table(const.name):
             return DEFAULT_MAXLEVELS
-        value = session.execute(select(const.value).where(const.name == "maxlevels")).scalar()
+        value = conn.execute(select(const.c.value).where(const.c.name == "maxlevels")).scalar()
     except SQLAlchemyError:
         return DEFAULT_MAXLEVELS
     return DEFAULT_MAXLEVELS if value is None else int(value)
 
 
-def check_stored(session: Session, mode: str, maxlevels: int) -> list[Problem]:
+def check_stored(session: Session | Connection, mode: str, maxlevels: int) -> list[Problem]:
     """`check_udb`'s answer for the UDB behind `session` (udbgen -a, shradmin -G)."""
     return check_columns(load_entry_columns(session), load_accounts(session), mode, maxlevels)
 
 
-def load_accounts(session: Session) -> dict[int, str]:
+def load_accounts(session: Session | Connection) -> dict[int, str]:
     """The account registry as acid -> account name."""
-    return dict(session.execute(select(models.Account.acid, models.Account.name)).all())
+    return dict(session.execute(select(tables.accounts.c.acid, tables.accounts.c.name)).all())
 
 
 #: The entry columns check_udb reads; `select(*CHECK_COLUMNS)` gives suitable rows.
 CHECK_COLUMNS = (
-    models.Entry.name,
-    models.Entry.uid,
-    models.Entry.resgrp,
-    models.Entry.shares,
-    models.Entry.shflags,
-    models.Entry.acids,
-    models.Entry.passwd,
+    tables.entries.c.name,
+    tables.entries.c.uid,
+    tables.entries.c.resgrp,
+    tables.entries.c.shares,
+    tables.entries.c.shflags,
+    tables.entries.c.acids,
+    tables.entries.c.passwd,
 )
 #: The stored usage columns (shusage, shextime) that shrtree adds to CHECK_COLUMNS.
-USAGE_COLUMNS = (models.Entry.shusage, models.Entry.shextime)
+USAGE_COLUMNS = (tables.entries.c.shusage, tables.entries.c.shextime)

@@ -1,8 +1,8 @@
 """The published lnode table in columns: one blob a display reads without a row per lnode.
 
-Beside its rows (udb.models.PublishedLnode, which SQL aggregates over: the site's
+Beside its rows (udb.tables.lnodes, which SQL aggregates over: the site's
 GLOBALUSAGE, shrview --site), a daemon's published table is kept in its header row
-(LnodeCycle.columnar) as one array per column, so that a display of 100,000 lnodes
+(lnode_cycles.columnar) as one array per column, so that a display of 100,000 lnodes
 reads one value and `numpy.frombuffer`s it instead of building 100,000 row tuples
 (fetching them took 0.3 s).
 

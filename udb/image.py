@@ -27,7 +27,7 @@ import sqlite3
 from sqlalchemy import Engine, StaticPool, create_engine, insert, select, text
 from sqlalchemy.engine import make_url
 
-from udb.models import Base
+from udb import tables
 
 #: Columns of other users' entries a caller other than root does not see (blanked
 #: by `make_image`, left out by udbsee).
@@ -47,14 +47,14 @@ def _copy(engine: Engine, dst: sqlite3.Connection) -> None:
         finally:
             src.close()
         return
-    # Any other backend: the schema of udb.models and every row, table by table.
+    # Any other backend: the schema of udb.tables and every row, table by table.
     mem = create_engine("sqlite://", creator=lambda: dst, poolclass=StaticPool)
-    Base.metadata.create_all(mem)
+    tables.metadata.create_all(mem)
     with engine.connect() as src, mem.begin() as out:
         out.exec_driver_sql("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
         version = src.execute(text("SELECT version_num FROM alembic_version")).scalar()
         out.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": version})
-        for table in Base.metadata.sorted_tables:
+        for table in tables.metadata.sorted_tables:
             rows = [dict(r) for r in src.execute(select(table)).mappings()]
             if rows:
                 out.execute(insert(table), rows)

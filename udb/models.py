@@ -1,21 +1,20 @@
-"""The UDB's tables as SQLAlchemy 2 models.
+"""The UDB's tables (udb.tables) as SQLAlchemy ORM classes, for the commands that edit
+entries and settings as objects (udbgen, shrdist, newacct, shradmin...).
 
-An `Entry` is one UDB entry: a user, a resource group (shflags 040000) or a
-shareholder/account (shflags 01000000).  `Account` is the account registry
-(the guide's /etc/acid): account names and their numbers, which the acids
-lists refer to.  A shareholder entry's uid is its account number.  `Const` is
-one scheduling constant (the guide's sh_consts, set by shradmin): every command
-and the daemon read the same values from here (see fairshare.consts).
-`LnodeCycle`, `PublishedLnode` and `LnodeCheckpoint` are shrdaemon's: the lnode
-table it publishes every cycle for shrview, and its checkpoint (fairshare.store).
-`ConstChange` and `Schedule` are shradmin's history and time-of-day settings.
-`ShareChange` is shrdist's change log, `SyncRequest` shrsync's requests to the daemon.
+An `Entry` is one UDB entry, `Account` the account registry, `Const` one scheduling
+constant; `LnodeCycle`, `PublishedLnode` and `LnodeCheckpoint` are shrdaemon's,
+`ConstChange` and `Schedule` shradmin's, `ShareChange` shrdist's, `SyncRequest`
+shrsync's and `Serial` the change counters: each class's table says what its columns
+hold.  Reading needs no ORM: the displays and the daemon's cycle use the tables
+themselves, so this module (and SQLAlchemy's ORM with it) is imported only by code
+that writes objects.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Float, Integer, LargeBinary, String, Text
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, deferred
+
+from udb import tables
 
 # The flags, bounds and reserved uids are udb.rules' (pure); re-exported here beside the
 # tables whose fields they bound.
@@ -23,31 +22,30 @@ from udb.rules import IDLE_UID, MAX_EPOCH, MAX_ID, MAX_SHARES, ROOT_UID, SHF_ACC
 
 
 class Base(DeclarativeBase):
-    pass
+    metadata = tables.metadata
 
 
 class Entry(Base):
-    """One UDB entry.  Units: shusage and shcharge in charge units, shextime
-    in seconds since the epoch, cpuquota and cpuquotaused in CPU seconds."""
+    """One UDB entry (a user, a resource group or a shareholder)."""
 
-    __tablename__ = "entries"
+    __table__ = tables.entries
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
-    uid: Mapped[int] = mapped_column(Integer, unique=True, nullable=False)
-    gids: Mapped[list[int]] = mapped_column(JSON, nullable=False, default=list)
-    acids: Mapped[list[int]] = mapped_column(JSON, nullable=False, default=list)
-    resgrp: Mapped[int] = mapped_column(Integer, nullable=False, default=0, index=True)
-    shares: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    shflags: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    shusage: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
-    shcharge: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
-    shextime: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
-    cpuquota: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
-    cpuquotaused: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
-    nice: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    passwd: Mapped[str] = mapped_column(String(256), nullable=False, default="")
-    comment: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    id: Mapped[int]
+    name: Mapped[str]
+    uid: Mapped[int]
+    gids: Mapped[list[int]]
+    acids: Mapped[list[int]]
+    resgrp: Mapped[int]
+    shares: Mapped[int]
+    shflags: Mapped[int]
+    shusage: Mapped[float]
+    shcharge: Mapped[float]
+    shextime: Mapped[float]
+    cpuquota: Mapped[float]
+    cpuquotaused: Mapped[float]
+    nice: Mapped[int]
+    passwd: Mapped[str]
+    comment: Mapped[str]
 
     @property
     def is_group(self) -> bool:
@@ -64,191 +62,144 @@ class Entry(Base):
 class Account(Base):
     """The account registry (/etc/acid): account number <-> name."""
 
-    __tablename__ = "accounts"
+    __table__ = tables.accounts
 
-    acid: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    name: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    acid: Mapped[int]
+    name: Mapped[str]
 
 
 class Const(Base):
-    """One fair-share constant (sh_consts): `name` as in fairshare.consts.Consts, JSON value.
+    """One fair-share constant (sh_consts); absent rows mean the default."""
 
-    Absent rows mean the default; fairshare.repository.load_consts/save_consts read and write them.
-    """
+    __table__ = tables.consts
 
-    __tablename__ = "consts"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[object] = mapped_column(JSON, nullable=True)
+    name: Mapped[str]
+    value: Mapped[object]
 
 
 class LnodeCycle(Base):
-    """The header of the lnode table a shrdaemon published (one row per host).
+    """The header of the lnode table a shrdaemon published (one row per host)."""
 
-    `time` (epoch s) is when the cycle ran, `delta` (s) the cycle length then,
-    `started` (epoch s) when the daemon started, `enforcer` what enforced it.
-    When the daemon stops cleanly it sets `running` false and `stopped` (epoch s)
-    and leaves its last table in place, stale, for displays to label as such.
-    """
+    __table__ = tables.lnode_cycles
 
-    __tablename__ = "lnode_cycles"
-
-    host: Mapped[str] = mapped_column(String(255), primary_key=True)
-    time: Mapped[float] = mapped_column(Float, nullable=False)
-    delta: Mapped[float] = mapped_column(Float, nullable=False)
-    enforcer: Mapped[str] = mapped_column(String(32), nullable=False)
-    pid: Mapped[int] = mapped_column(Integer, nullable=False)
-    cycle: Mapped[int] = mapped_column(Integer, nullable=False)
-    mode: Mapped[str] = mapped_column(String(16), nullable=False)
-    started: Mapped[float] = mapped_column(Float, nullable=False)
-    running: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
-    stopped: Mapped[float | None] = mapped_column(Float, nullable=True)
-    #: Resource totals since the daemon started (cpu s, bio, sio, syscalls, mem, tty).
-    counts: Mapped[dict | None] = mapped_column(JSON, nullable=True)
-    #: The host's CPUs, and the CPU s per s its lnodes received over the cycle (a lnode's
-    #: published `cpu` fraction times this is its CPU rate there): for a site's displays
-    #: and GLOBALUSAGE (fairshare.site).
-    cpus: Mapped[float | None] = mapped_column(Float, nullable=True)
-    delivered: Mapped[float | None] = mapped_column(Float, nullable=True)
-    #: The published lnodes again, one array per column (udb.columnar): what a display
-    #: reads.  None in a header of nothing published yet.
-    columnar: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
+    host: Mapped[str]
+    time: Mapped[float]
+    delta: Mapped[float]
+    enforcer: Mapped[str]
+    pid: Mapped[int]
+    cycle: Mapped[int]
+    mode: Mapped[str]
+    started: Mapped[float]
+    running: Mapped[bool]
+    stopped: Mapped[float | None]
+    counts: Mapped[dict | None]
+    cpus: Mapped[float | None]
+    delivered: Mapped[float | None]
+    columnar = deferred(tables.lnode_cycles.c.columnar)  # read only by displays
 
 
 class PublishedLnode(Base):
-    """One active lnode as the daemon's last cycle left it (see fairshare.lnode for units).
+    """One active lnode as the daemon's last cycle left it."""
 
-    `node` is the tree node number (0 = root), `parent` the parent's node number
-    (-1 for the root), `kind` one of root, group, user, account, idle.
-    """
+    __table__ = tables.lnodes
 
-    __tablename__ = "lnodes"
-
-    host: Mapped[str] = mapped_column(String(255), primary_key=True)
-    node: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    name: Mapped[str] = mapped_column(String(64), nullable=False)
-    uid: Mapped[int] = mapped_column(Integer, nullable=False)
-    kind: Mapped[str] = mapped_column(String(16), nullable=False)
-    parent: Mapped[int] = mapped_column(Integer, nullable=False)
-    level: Mapped[int] = mapped_column(Integer, nullable=False)
-    shares: Mapped[float] = mapped_column(Float, nullable=False)
-    refs: Mapped[int] = mapped_column(Integer, nullable=False)
-    nrun: Mapped[int] = mapped_column(Integer, nullable=False)
-    usage: Mapped[float] = mapped_column(Float, nullable=False)
-    #: The part of `usage` already stored in the UDB (groups: their leaves'); the rest
-    #: is what this host still owes it (fairshare.lnode).
-    stored: Mapped[float | None] = mapped_column(Float, nullable=True)
-    charge: Mapped[float] = mapped_column(Float, nullable=False)
-    cpu_seconds: Mapped[float] = mapped_column(Float, nullable=False)
-    rate: Mapped[float] = mapped_column(Float, nullable=False)
-    m_share: Mapped[float] = mapped_column(Float, nullable=False)
-    e_share: Mapped[float] = mapped_column(Float, nullable=False)
-    cpu: Mapped[float] = mapped_column(Float, nullable=False)
-    adj: Mapped[float] = mapped_column(Float, nullable=False)
-    priority: Mapped[float] = mapped_column(Float, nullable=False)
-    background: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    demand: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    #: The cycle's due share (fairshare.lnode.LnodeTable.due); None in a table published
-    #: before the daemon published it.
-    due: Mapped[float | None] = mapped_column(Float, nullable=True)
-    #: The cycle's near-future proportion (LnodeTable.pri); None as `due`.
-    pri: Mapped[float | None] = mapped_column(Float, nullable=True)
+    host: Mapped[str]
+    node: Mapped[int]
+    name: Mapped[str]
+    uid: Mapped[int]
+    kind: Mapped[str]
+    parent: Mapped[int]
+    level: Mapped[int]
+    shares: Mapped[float]
+    refs: Mapped[int]
+    nrun: Mapped[int]
+    usage: Mapped[float]
+    stored: Mapped[float | None]
+    charge: Mapped[float]
+    cpu_seconds: Mapped[float]
+    rate: Mapped[float]
+    m_share: Mapped[float]
+    e_share: Mapped[float]
+    cpu: Mapped[float]
+    adj: Mapped[float]
+    priority: Mapped[float]
+    background: Mapped[bool]
+    demand: Mapped[bool]
+    due: Mapped[float | None]
+    pri: Mapped[float | None]
 
 
 class LnodeCheckpoint(Base):
-    """An active leaf lnode as last checkpointed (the guide's /etc/lnodes.chkpt).
+    """An active leaf lnode as last checkpointed."""
 
-    `uid` is the entry's uid, `usage` and `charge` in charge units, `cpu_seconds`
-    CPU s since the lnode was created, `time` the checkpoint's epoch second.
-    """
+    __table__ = tables.lnode_checkpoints
 
-    __tablename__ = "lnode_checkpoints"
-
-    host: Mapped[str] = mapped_column(String(255), primary_key=True)
-    uid: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    name: Mapped[str] = mapped_column(String(64), nullable=False)
-    usage: Mapped[float] = mapped_column(Float, nullable=False)
-    charge: Mapped[float] = mapped_column(Float, nullable=False)
-    cpu_seconds: Mapped[float] = mapped_column(Float, nullable=False)
-    time: Mapped[float] = mapped_column(Float, nullable=False)
+    host: Mapped[str]
+    uid: Mapped[int]
+    name: Mapped[str]
+    usage: Mapped[float]
+    charge: Mapped[float]
+    cpu_seconds: Mapped[float]
+    time: Mapped[float]
 
 
 class ConstChange(Base):
-    """One change shradmin made to a constant: who, when (epoch s), old and new value.
+    """One change shradmin made to a constant."""
 
-    `schedule` names the time-of-day schedule changed, or is empty for the base settings;
-    a schedule's definition and removal are recorded with name "schedule".
-    """
+    __table__ = tables.const_changes
 
-    __tablename__ = "const_changes"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    time: Mapped[float] = mapped_column(Float, nullable=False)
-    who: Mapped[str] = mapped_column(String(64), nullable=False)
-    schedule: Mapped[str] = mapped_column(String(64), nullable=False, default="")
-    name: Mapped[str] = mapped_column(String(64), nullable=False)
-    old: Mapped[object] = mapped_column(JSON, nullable=True)
-    new: Mapped[object] = mapped_column(JSON, nullable=True)
+    id: Mapped[int]
+    time: Mapped[float]
+    who: Mapped[str]
+    schedule: Mapped[str]
+    name: Mapped[str]
+    old: Mapped[object]
+    new: Mapped[object]
 
 
 class Schedule(Base):
-    """A named time-of-day settings set (the guide's prime / non-prime settings).
+    """A named time-of-day settings set (shradmin's schedules)."""
 
-    It is in force on the weekdays in `days` (0 = Monday) during the hours in
-    `hours` (0..23, local time); `settings` maps constant names to values that
-    replace the base constants while it is.  The first schedule by `name` in force wins.
-    """
+    __table__ = tables.schedules
 
-    __tablename__ = "schedules"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    days: Mapped[list[int]] = mapped_column(JSON, nullable=False)
-    hours: Mapped[list[int]] = mapped_column(JSON, nullable=False)
-    settings: Mapped[dict] = mapped_column(JSON, nullable=False)
+    name: Mapped[str]
+    days: Mapped[list[int]]
+    hours: Mapped[list[int]]
+    settings: Mapped[dict]
 
 
 class ShareChange(Base):
-    """One member's shares changed by shrdist: who, when (epoch s), in which resource
-    group, the member's name and its shares before and after (fairshare.dist)."""
+    """One member's shares changed by shrdist."""
 
-    __tablename__ = "share_changes"
+    __table__ = tables.share_changes
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    time: Mapped[float] = mapped_column(Float, nullable=False)
-    who: Mapped[str] = mapped_column(String(64), nullable=False)
-    grp: Mapped[str] = mapped_column(String(64), nullable=False)
-    member: Mapped[str] = mapped_column(String(64), nullable=False)
-    old: Mapped[int] = mapped_column(Integer, nullable=False)
-    new: Mapped[int] = mapped_column(Integer, nullable=False)
+    id: Mapped[int]
+    time: Mapped[float]
+    who: Mapped[str]
+    grp: Mapped[str]
+    member: Mapped[str]
+    old: Mapped[int]
+    new: Mapped[int]
 
 
 class SyncRequest(Base):
-    """A shrsync request to the shrdaemon of `host` (fairshare.sync).
+    """A shrsync request to the shrdaemon of `host`."""
 
-    `kind` is "update" (shrsync -u: write every active lnode's usage, charges and CPU
-    seconds to the UDB) or "quota" (shrsync -q: take the UDB's cpuquotaused as the
-    active lnodes' new base).  `requested` and `done` are epoch s; `done` is NULL
-    until the daemon has handled it, then `lnodes` says how many lnodes it touched.
-    """
+    __table__ = tables.sync_requests
 
-    __tablename__ = "sync_requests"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    host: Mapped[str] = mapped_column(String(255), nullable=False, index=True)
-    kind: Mapped[str] = mapped_column(String(16), nullable=False)
-    who: Mapped[str] = mapped_column(String(64), nullable=False)
-    requested: Mapped[float] = mapped_column(Float, nullable=False)
-    done: Mapped[float | None] = mapped_column(Float, nullable=True)
-    lnodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    id: Mapped[int]
+    host: Mapped[str]
+    kind: Mapped[str]
+    who: Mapped[str]
+    requested: Mapped[float]
+    done: Mapped[float | None]
+    lnodes: Mapped[int | None]
 
 
 class Serial(Base):
-    """A change counter.  The row named "entries" is bumped by every transaction that
-    changes entries or the account registry (udbgen, shrdist), the row named "consts"
-    by every one that changes the stored constants or shradmin's schedules, so a
-    running daemon sees any such change with one cheap read (fairshare.reload.poll)."""
+    """A change counter (fairshare.reload.poll)."""
 
-    __tablename__ = "serials"
+    __table__ = tables.serials
 
-    name: Mapped[str] = mapped_column(String(32), primary_key=True)
-    value: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    name: Mapped[str]
+    value: Mapped[int]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from udb.directives import NAME_RE, Directive
 from udb.errors import DirectiveError
-from udb.models import IDLE_UID, MAX_ID
+from udb.rules import IDLE_UID, MAX_ID
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from udb import tables
 from udb.errors import DirectiveError, OptionError
 from udb.fields import DEFAULTS, FIELDS, VERBS, shown_passwd
 from udb.listing import format_entry
-from udb.models import SHF_ACCOUNT, SHF_GROUP, Account, Entry
+from udb.models import SHF_ACCOUNT, SHF_GROUP, Account
 from udb.rules import parent_fault, walk_groups
 
 if TYPE_CHECKING:
     from udb.directives import Directive
 
-_ENTRIES = Entry.__table__
-_ACCOUNTS = Account.__table__
+_ENTRIES = tables.entries
+_ACCOUNTS = tables.accounts
 
 
 @dataclass

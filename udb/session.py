@@ -22,14 +22,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
-from sqlalchemy.orm import Session
 
+from udb import tables
 from udb.errors import UdbError
-from udb.models import Base, Serial
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 #: Seconds a SQLite connection waits for another writer before giving up.
 BUSY_TIMEOUT = 30.0
@@ -347,12 +350,12 @@ def recognise(engine: Engine, name: str, create: bool = False) -> str | None:
     `create`).  UnusableUdb for another program's database (tables but no UDB schema
     revision), a newer or unknown revision, or a UDB at head with a table missing."""
     with engine.connect() as conn:
-        tables = set(inspect(conn).get_table_names())
+        present = set(inspect(conn).get_table_names())
         revision = None
-        if "alembic_version" in tables:
+        if "alembic_version" in present:
             revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
     if revision is None:
-        others = sorted(t for t in tables if t != "alembic_version")
+        others = sorted(t for t in present if t != "alembic_version")
         if others:
             listed = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
             raise UnusableUdb(
@@ -371,7 +374,7 @@ def recognise(engine: Engine, name: str, create: bool = False) -> str | None:
             )
         raise UnusableUdb(f"{name}: unknown UDB schema revision {revision!r}")
     if revision == head_revision():
-        missing = sorted(set(Base.metadata.tables) - tables)
+        missing = sorted(set(tables.metadata.tables) - present)
         if missing:
             raise UnusableUdb(f"{name}: damaged UDB: table {', '.join(missing)} missing")
     return revision
@@ -412,8 +415,24 @@ def dispose_all() -> None:
 
 
 @contextmanager
+def read_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection for reading with Core statements (udb.tables); nothing it does is
+    committed.  What the displays and the daemon's reads use: no ORM is imported."""
+    with engine.connect() as conn:
+        yield conn
+
+
+def core(session: Session | Connection) -> Connection:
+    """The Core connection under `session` (itself when it is one), for the readers
+    that serve both a caller's ORM session and a `read_connection`."""
+    return session if isinstance(session, Connection) else session.connection()
+
+
+@contextmanager
 def read_session(engine: Engine) -> Iterator[Session]:
-    """A session for reading; nothing it does is committed."""
+    """An ORM session for reading objects (udb.models); nothing it does is committed."""
+    from sqlalchemy.orm import Session
+
     with Session(engine) as session:
         yield session
 
@@ -425,6 +444,8 @@ def write_session(engine: Engine) -> Iterator[Session]:
     On SQLite the write lock is taken at BEGIN, so concurrent writers queue
     (up to BUSY_TIMEOUT) rather than fail when they first write.
     """
+    from sqlalchemy.orm import Session
+
     quick_check(engine)
     with Session(engine.execution_options(udb_write=True)) as session:
         with session.begin():
@@ -454,10 +475,13 @@ def mark_consts_changed(session: Session) -> None:
     _bump(session, "consts")
 
 
-def _bump(session: Session, name: str) -> None:
-    session.execute(update(Serial).where(Serial.name == name).values(value=Serial.value + 1))
+def _bump(session: Session | Connection, name: str) -> None:
+    serial = tables.serials.c
+    bump = update(tables.serials).where(serial.name == name).values(value=serial.value + 1)
+    session.execute(bump)
 
 
-def entries_serial(session: Session) -> int:
+def entries_serial(session: Session | Connection) -> int:
     """The entries' change serial (grows with every transaction that changed them)."""
-    return session.execute(select(Serial.value).where(Serial.name == "entries")).scalar() or 0
+    serial = tables.serials.c
+    return session.execute(select(serial.value).where(serial.name == "entries")).scalar() or 0

@@ -29,8 +29,8 @@ from fairshare.store import LnodeStore
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
-from udb.models import MAX_ID
 from udb.remote import DEFAULT_SOCKET
+from udb.rules import MAX_ID
 from udb.session import display_name, open_udb, quick_check, read_session, resolve_url
 
 log = logging.getLogger("shrdaemon")

@@ -29,8 +29,8 @@ from fairshare.report.published import share_tree
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import NotFound, OptionError
 from udb.jsonout import echo_json
-from udb.models import MAX_EPOCH
 from udb.remote import Reader, socket_option
+from udb.rules import MAX_EPOCH
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -12,8 +12,8 @@ from fairshare.display.shrtree import display_lines, render_problems, report_jso
 from fairshare.report.sharetree import load_tree_report
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.jsonout import echo_json
-from udb.models import MAX_EPOCH
 from udb.remote import socket_option
+from udb.rules import MAX_EPOCH
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

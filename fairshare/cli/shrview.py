@@ -44,8 +44,8 @@ from fairshare.report.published import Snapshot, Source, caller_own, load_site, 
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import OptionError
 from udb.jsonout import dumps, echo_json
-from udb.models import MAX_EPOCH
 from udb.remote import Reader, socket_option
+from udb.rules import MAX_EPOCH
 
 if TYPE_CHECKING:
     from rich.console import Console

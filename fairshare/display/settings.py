@@ -4,6 +4,7 @@ with the time-of-day schedules.  Shared by shradmin (no options) and shrinfo -v.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -11,7 +12,9 @@ from fairshare import nicetables
 from fairshare.admin import describe_days, describe_hours
 from fairshare.consts import ADJGROUPS, LIMSHARE, Consts, flag_names
 from fairshare.display import columns
-from udb.models import ConstChange, Schedule
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
 
 _COSTS = (
     ("syscall", "cost_syscall"),
@@ -35,7 +38,7 @@ def _decay(decay: float) -> str:
     )
 
 
-def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> list[str]:
+def settings_lines(consts: Consts, rows: Sequence[Row], in_force: str) -> list[str]:
     """The settings display as lines of plain text."""
     names = flag_names(consts.flags)
     decays = nicetables.priority_decay(consts.nice_decay)
@@ -112,7 +115,7 @@ def _json_text(value: object) -> str:
     return str(value)
 
 
-def settings_json(consts: Consts, rows: Sequence[Schedule], in_force: str) -> dict:
+def settings_json(consts: Consts, rows: Sequence[Row], in_force: str) -> dict:
     """The settings as a JSON-ready dict (shape documented in shradmin(8))."""
     values = {name: getattr(consts, name) for name in consts.__dataclass_fields__}
     values["nice_decay"] = list(consts.nice_decay)
@@ -139,7 +142,7 @@ def render_settings(console: Console, consts: Consts, rows, in_force: str) -> No
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def history_json(changes: Sequence[ConstChange]) -> list[dict]:
+def history_json(changes: Sequence[Row]) -> list[dict]:
     """The change history as --json records (shape documented in shradmin(8))."""
     return [
         {
@@ -154,7 +157,7 @@ def history_json(changes: Sequence[ConstChange]) -> list[dict]:
     ]
 
 
-def history_lines(changes: Sequence[ConstChange], when) -> list[str]:
+def history_lines(changes: Sequence[Row], when) -> list[str]:
     """The change history as lines: time, who, what, old -> new.  `when(epoch)` formats times."""
     table = [
         [

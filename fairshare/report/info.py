@@ -37,8 +37,8 @@ from fairshare.store import SiteLnode, published_hosts, read_site
 from fairshare.tree import ShareTree, build_tree_columns
 from udb.check import load_entry_columns
 from udb.errors import NotFound
-from udb.models import SHF_ACCOUNT, SHF_GROUP
-from udb.session import read_session
+from udb.rules import SHF_ACCOUNT, SHF_GROUP
+from udb.session import read_connection
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Info:
 
 def load_info(engine: Engine, host: str | None, now: float) -> Info:
     """The settings and `host`'s published table (see `load_published`) at `now` (epoch s)."""
-    with read_session(engine) as s:
+    with read_connection(engine) as s:
         base = load_consts(s)
         rows = schedules(s)
         consts, in_force = load_effective_consts(s, datetime.fromtimestamp(now))
@@ -84,7 +84,7 @@ def load_profile(
     snap, consts = info.snap, info.consts
     mode = snap.mode if snap is not None else consts.mode
     notes = []
-    with read_session(engine) as s:
+    with read_connection(engine) as s:
         entry = find_entry(s, user)
         if mode == "account" and not entry.shflags & (SHF_ACCOUNT | SHF_GROUP):
             account = default_account(s, entry)
@@ -118,7 +118,7 @@ def stored_figures(engine: Engine, name: str, mode: str, consts: Consts, now: fl
     """Slurm's sshare figures of entry `name` from the usage stored in the UDB, aged to
     `now` (fairshare.report.sharetree.stored_sshare; the dampening factor in force), as
     Profile's fields; {} when the entry is not in the share tree."""
-    with read_session(engine) as s:
+    with read_connection(engine) as s:
         cols = load_entry_columns(s)
     tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
     node = tree.find(name)

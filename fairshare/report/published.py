@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, Row, select
 
 from fairshare.accounts import default_acid
 from fairshare.admin import load_effective_consts
@@ -27,11 +27,14 @@ from fairshare.consts import Consts
 from fairshare.repository import load_consts, load_tree
 from fairshare.store import LnodeStore, SiteHost, SiteLnode, published_hosts, read_site
 from fairshare.tree import ShareTree
+from udb import tables
 from udb.columnar import Columns
 from udb.errors import NotFound
-from udb.models import SHF_ACCOUNT, Entry
 from udb.remote import Reader
-from udb.session import read_session
+from udb.rules import SHF_ACCOUNT
+from udb.session import read_connection
+
+_entry = tables.entries.c
 
 #: A table is current when its header says running and it is at most this many deltas old.
 FRESH_DELTAS = 3.0
@@ -126,7 +129,7 @@ class Source:
         """The published table now (with the constants in force now)."""
         now = time.time() if self.now is None else self.now
         self.engine = self.reader.refresh()
-        with read_session(self.engine) as s:
+        with read_connection(self.engine) as s:
             consts = load_effective_consts(s, datetime.fromtimestamp(now))[0]
         snap = load_published(self.engine, self.host, now, consts)
         self.host = snap.host
@@ -154,7 +157,7 @@ class Source:
 def load_site(engine: Engine, now: float) -> tuple[list[SiteHost], list[SiteLnode]]:
     """The site (fairshare.store.read_site: every host that published, every lnode
     active on any) with usage aged to `now` (epoch s); NotFound if no host published."""
-    with read_session(engine) as s:
+    with read_connection(engine) as s:
         halflife = load_consts(s).halflife
     hosts, lnodes = read_site(engine, now, halflife)
     if not hosts:
@@ -168,14 +171,14 @@ def caller_own(engine: Engine, mode: str) -> frozenset[int]:
     uid = os.getuid()
     if mode != "account":
         return frozenset({uid})
-    with read_session(engine) as s:
-        acids = s.scalar(select(Entry.acids).where(Entry.uid == uid)) or []
+    with read_connection(engine) as s:
+        acids = s.scalar(select(_entry.acids).where(_entry.uid == uid)) or []
     return frozenset(acids)
 
 
 def share_tree(engine: Engine, mode: str) -> ShareTree:
     """The UDB's share tree in `mode` ("user" or "account")."""
-    with read_session(engine) as s:
+    with read_connection(engine) as s:
         return load_tree(s, mode)
 
 
@@ -184,26 +187,27 @@ def tree_leaves(engine: Engine, mode: str) -> int:
     return int(share_tree(engine, mode).leaf_mask.sum())
 
 
-def find_entry(session, name: str | None) -> Entry:
-    """The UDB entry called `name`, or the caller's (by uid); NotFound if there is none."""
+def find_entry(conn: Connection, name: str | None) -> Row:
+    """The UDB entry called `name`, or the caller's (by uid), as a row of
+    udb.tables.entries; NotFound if there is none."""
     if name is None:
         uid = os.getuid()
-        entry = session.scalar(select(Entry).where(Entry.uid == uid))
+        entry = conn.execute(select(tables.entries).where(_entry.uid == uid)).first()
         if entry is None:
             raise NotFound(f"no UDB entry has your uid {uid}; give a USER")
         return entry
-    entry = session.scalar(select(Entry).where(Entry.name == name))
+    entry = conn.execute(select(tables.entries).where(_entry.name == name)).first()
     if entry is None:
         raise NotFound(f"{name}: no such UDB entry")
     return entry
 
 
-def default_account(session, entry: Entry) -> Entry:
+def default_account(conn: Connection, entry: Row) -> Row:
     """The shareholder entry of `entry`'s default account (the first of its acids)."""
     acid = default_acid(entry.acids)
     if acid is None:
         raise NotFound(f"{entry.name}: no account (acids is empty) in Share by Account mode")
-    account = session.scalar(select(Entry).where(Entry.uid == acid))
+    account = conn.execute(select(tables.entries).where(_entry.uid == acid)).first()
     if account is None or not account.shflags & SHF_ACCOUNT:
         raise NotFound(f"{entry.name}: its default account {acid} has no shareholder entry")
     return account

@@ -53,9 +53,9 @@ from udb.check import (
     role_of,
 )
 from udb.errors import NotFound
-from udb.models import ROOT_UID, SHF_ACCOUNT, SHF_GROUP
 from udb.remote import Reader
-from udb.session import display_name, read_session, resolve_url
+from udb.rules import ROOT_UID, SHF_ACCOUNT, SHF_GROUP
+from udb.session import display_name, read_connection, resolve_url
 
 #: The name the root of the share tree goes by in displays and JSON.
 ROOT_NAME = "ROOT"
@@ -305,7 +305,7 @@ def load_tree_report(
     of the subtree under `node`."""
     url = resolve_url(udb)
     engine = Reader(url, socket_).engine  # a missing file: "no UDB at PATH"
-    with read_session(engine) as session:
+    with read_connection(engine) as session:
         cols = load_entry_columns(session)
         accounts = load_accounts(session)
         maxlevels = configured_maxlevels(session)

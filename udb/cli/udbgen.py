@@ -12,8 +12,8 @@ from udb.cli.common import handle_errors, udb_option
 from udb.cli.progress import status, track
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
-from udb.models import MAX_ID, MAX_SHARES
 from udb.passwd import passwd_directives, read_passwd
+from udb.rules import MAX_ID, MAX_SHARES
 from udb.session import (
     created,
     discard_created,

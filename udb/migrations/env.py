@@ -2,14 +2,14 @@
 
 from alembic import context
 
-from udb.models import Base
+from udb import tables
 
 engine = context.config.attributes["engine"]
 
 with engine.connect() as connection:
     context.configure(
         connection=connection,
-        target_metadata=Base.metadata,
+        target_metadata=tables.metadata,
         render_as_batch=True,  # SQLite can only alter tables by copying them
     )
     with context.begin_transaction():
