@@ -7,7 +7,10 @@ autogroup nice).  `RealOs` wraps os.kill, setpriority, sched_setattr and file wr
 the simulator's actions (fairshare.sim.machine.SimOs) act on the simulated machine and
 import nothing that reaches the real one, so `shrdaemon --simulate` cannot signal or
 renice a real process whatever the daemon's code does.  Reading /proc and cgroup files stays with
-the collectors and enforcers: reading changes nothing.
+the collectors and enforcers: reading changes nothing.  The one read here is the one an
+action needs first: `same_process` asks the machine when a pid's process started, so a
+pid taken from a sample cycles old (fairshare.collect keeps readings between its full
+samples) and given since to another process is neither signalled nor reniced.
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ import struct
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
+#: Two start times (epoch s) this close are one process's: the kernel counts starts in
+#: clock ticks (10 ms), and a pid is reused only after its process has gone.
+START_SLACK = 0.005
+
 
 class OsActions(Protocol):
     """The changes the daemon can make to a machine (each raises OSError on failure;
@@ -31,6 +40,11 @@ class OsActions(Protocol):
 
     def signal(self, pid: int, sig: int) -> None:
         """Send signal `sig` to process `pid`."""
+        ...
+
+    def started(self, pid: int) -> float | None:
+        """When process `pid` started (epoch s, as fairshare.collect.ProcessSample's
+        `create_time`), None when this machine cannot tell (a test's)."""
         ...
 
     def get_nice(self, pid: int) -> int:
@@ -68,6 +82,14 @@ class RealOs:
         """os.kill(pid, sig)."""
         os.kill(pid, sig)
 
+    def started(self, pid: int) -> float:
+        """psutil's create_time: the start tick in /proc/PID/stat after the boot time,
+        the collector's own arithmetic."""
+        try:
+            return psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            raise ProcessLookupError(errno.ESRCH, "no such process", pid) from None
+
     def get_nice(self, pid: int) -> int:
         """getpriority(PRIO_PROCESS, pid)."""
         return os.getpriority(os.PRIO_PROCESS, pid)
@@ -103,6 +125,18 @@ class RealOs:
     def rmdir(self, path: Path) -> None:
         """Path(path).rmdir()."""
         Path(path).rmdir()
+
+
+def same_process(actions: OsActions, pid: int, started: float | None) -> bool:
+    """Whether `pid` is still the process that started at `started` (epoch s; None:
+    unknown, taken as yes) on `actions`' machine, not a later one given its number."""
+    if started is None:
+        return True
+    try:
+        now = actions.started(pid)
+    except ProcessLookupError:
+        return False
+    return now is None or abs(now - started) < START_SLACK
 
 
 #: sched_setattr(2)'s system call number by `platform.machine()` (Python has no wrapper).

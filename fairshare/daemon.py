@@ -54,7 +54,7 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from fairshare.accounts import AccountLookup
-from fairshare.actions import OsActions
+from fairshare.actions import OsActions, same_process
 from fairshare.charges import consumption, leaf_of, resources_charged
 from fairshare.collect import Collector, ProcessSample, Sample
 from fairshare.consts import GLOBALUSAGE, Consts
@@ -452,7 +452,10 @@ def send_quota_signals(
                 "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
                 *(q.name, q.quota, q.used, len(q.pids)),
             )
-        for pid in q.pids:
+        for pid, started in zip(q.pids, q.starts or (None,) * len(q.pids), strict=True):
+            if not same_process(actions, pid, started):
+                log.info("%s: pid %d is no longer the process sampled: not signalled", q.name, pid)
+                continue
             try:
                 actions.signal(pid, q.signal)
             except ProcessLookupError:

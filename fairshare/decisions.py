@@ -29,7 +29,7 @@ from fairshare.state import Lnodes
 @dataclass(frozen=True)
 class QuotaSignal:
     """`signal` for the processes `pids` of leaf `node` (`name`), which used `used` CPU
-    seconds of its `quota`."""
+    seconds of its `quota`; `starts`: when each of `pids` started, as the sample said."""
 
     node: int
     name: str
@@ -37,6 +37,7 @@ class QuotaSignal:
     pids: tuple[int, ...]
     used: float
     quota: float
+    starts: tuple[float, ...] = ()
 
 
 def quota_signals(
@@ -53,8 +54,8 @@ def quota_signals(
         used = st.cpuquotaused + float(t.cpu_seconds[node] - t.cpu_written[node])
         if used < st.cpuquota:
             continue
-        pids = tuple(p.pid for p in procs.get(node, ()) if not p.kernel)
-        if not pids:
+        mine = [p for p in procs.get(node, ()) if not p.kernel]
+        if not mine:
             continue
         if used >= st.cpuquota + threshold:
             sig = signal.SIGKILL
@@ -62,7 +63,8 @@ def quota_signals(
             sig = signal.SIGXCPU
         else:
             continue
-        out.append(QuotaSignal(node, ln.tree.names[node], sig, pids, used, st.cpuquota))
+        pids, starts = tuple(p.pid for p in mine), tuple(p.create_time for p in mine)
+        out.append(QuotaSignal(node, ln.tree.names[node], sig, pids, used, st.cpuquota, starts))
     return out
 
 
@@ -101,6 +103,7 @@ def enforcer_targets(
                 background=background,
                 runnable=frozenset([p.pid for p in mine if p.runnable]),
                 nice=st.nice if (st := entry.get(node)) is not None else 0,
+                starts=tuple([p.create_time for p in mine]),
             )
         )
     return out

@@ -7,7 +7,8 @@ is read once per sample); `given` totals the CPU seconds handed to each pid.
 
 `RecordedOs()` is the OsActions (fairshare.actions) of those made-up processes: it
 records the signals sent and keeps each pid's nice, and has no kernel files, so a
-daemon given it never reaches a real process.
+daemon given it never reaches a real process.  It knows a pid's start time only when a
+test says (`starts`: a pid given since to another process), else cannot tell.
 """
 
 from __future__ import annotations
@@ -40,13 +41,17 @@ class BusyProcesses:
 class RecordedOs:
     name = "recorded"
 
-    def __init__(self, nice: dict[int, int] | None = None):
+    def __init__(self, nice: dict[int, int] | None = None, starts: dict[int, float] | None = None):
         self.sent: list[tuple[int, int]] = []  # (pid, signal)
         self.nice: dict[int, int] = dict(nice or {})  # pid -> nice (0 if never set)
         self.slice: dict[int, int] = {}  # pid -> time slice in ns (0: the kernel's default)
+        self.starts: dict[int, float] = dict(starts or {})  # pid -> start time (epoch s)
 
     def signal(self, pid: int, sig: int) -> None:
         self.sent.append((pid, int(sig)))
+
+    def started(self, pid: int) -> float | None:
+        return self.starts.get(pid)
 
     def get_nice(self, pid: int) -> int:
         return self.nice.get(pid, 0)

@@ -336,3 +336,21 @@ def test_none_and_nosched_leave_the_nice_alone(tmp_path, udb_url):
 def test_sim_os_is_the_enforcers_actions(tmp_path, udb_url):
     d, _model, _length = simulated_daemon(open_udb(udb_url), str(scenario(tmp_path)), epoch=0.0)
     assert isinstance(d.actions, SimOs) and d.enforcer.actions is d.actions
+
+
+def test_same_process_tells_a_pid_from_the_process_that_had_it():
+    """fairshare.actions.same_process on the real machine: the start time the collector
+    reads is the process's own; another start, or a process gone, is not it."""
+    from fairshare.actions import same_process
+    from fairshare.collect.procfs import ProcfsCollector
+
+    child = subprocess.Popen(["/bin/sleep", "30"])
+    try:
+        sampled = {p.pid: p for p in ProcfsCollector().sample().processes}[child.pid]
+        assert same_process(REAL_OS, child.pid, sampled.create_time)
+        assert not same_process(REAL_OS, child.pid, sampled.create_time - 1.0)
+        assert same_process(REAL_OS, child.pid, None)  # nothing known: taken as it
+    finally:
+        child.kill()
+        child.wait()
+    assert not same_process(REAL_OS, child.pid, sampled.create_time)  # gone

@@ -399,6 +399,43 @@ def test_cpu_quota_sigxcpu_then_sigkill_past_the_threshold(engine):
     assert entry(engine, "alice").cpuquotaused == 1.0 + 8.0
 
 
+def test_a_pid_given_to_another_process_since_the_sample_is_neither_signalled_nor_reniced(
+    engine,
+):
+    """Between its full samples the collector keeps processes' last readings, so a pid
+    it hands on may belong to a newer process by now: the daemon asks the machine when
+    each pid's process started and leaves a pid whose start differs alone (here pid 8,
+    alice's when sampled, someone else's since).  Her own process 7 is still hers."""
+    with write_session(engine) as s:
+        s.execute(
+            update(Entry)
+            .where(Entry.name == "alice")
+            .values(cpuquota=1.0, cpuquotaused=1.0, nice=4)
+        )
+    clock = SimClock(EPOCH)
+    actions = RecordedOs(starts={7: EPOCH, 8: EPOCH + 30.0})
+    enf = Recorder(actions)
+    enf.capabilities = Capabilities(udb_nice=True)  # as the cgroup enforcers
+    plan = [proc(7, 1001, 1.0), proc(8, 1001, 1.0)]
+    d = Daemon(
+        engine,
+        Script(clock, lambda i: plan),
+        enf,
+        LnodeStore(engine, host="test"),
+        actions,
+        clock=clock,
+        options=Options(enforce_min_uid=1000),
+    )
+    d.start()
+    cycle(d, clock)
+    assert actions.sent == [(7, signal.SIGXCPU)]
+    assert actions.nice == {7: 4}
+    actions.starts[8] = EPOCH  # the same pid, the sampled process again: it is acted on
+    cycle(d, clock)
+    assert actions.nice == {7: 4, 8: 4}
+    d.shutdown()
+
+
 def test_sighup_rereads_quotas_the_fingerprint_cannot_see(engine):
     d, clock, _c, _e, sent = make(engine, lambda i: [proc(7, 1001, 1.0)])
     d.start()

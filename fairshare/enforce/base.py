@@ -57,7 +57,9 @@ class LnodeTarget:
     """One lnode to enforce: `e_share` (fraction of the machine), `nrun` its
     runnable processes, `pids` the processes to place, `runnable` those of
     them that were runnable at the sample, `nice` the UDB's nice of its user or
-    account (a floor for its processes' nice, fairshare.enforce.renice)."""
+    account (a floor for its processes' nice, fairshare.enforce.renice), `starts`
+    the start times of `pids` in order (ProcessSample.create_time; empty: not known),
+    which tell a pid given since the sample to another process (fairshare.actions)."""
 
     name: str
     pids: tuple[int, ...]
@@ -66,6 +68,11 @@ class LnodeTarget:
     background: bool = False
     runnable: frozenset[int] = field(default_factory=frozenset)
     nice: int = 0
+    starts: tuple[float, ...] = ()
+
+    def processes(self) -> zip:
+        """(pid, start time or None) of every process of `pids`."""
+        return zip(self.pids, self.starts or (None,) * len(self.pids), strict=True)
 
 
 class Enforcer(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from fairshare.actions import OsActions
+from fairshare.actions import OsActions, same_process
 from fairshare.enforce.base import Enforcer, LnodeTarget
 from fairshare.enforce.renice import Renicer
 
@@ -54,12 +54,18 @@ class Enforcement:
         if not self.enforcer.capabilities.udb_nice:
             return
         self.user_nice.forget({pid for t in targets for pid in t.pids})
+        actions = self.user_nice.actions
         for t in targets:
-            for pid in t.pids:
+            for pid, started in t.processes():
                 # UDB nice 0 changes nothing, unless we set this process before (the
-                # entry's nice was reset since): then its own nice comes back.
-                if t.nice or pid in self.user_nice.changed:
+                # entry's nice was reset since): then its own nice comes back.  A pid
+                # sampled cycles ago may be another process's now: it is left alone.
+                if not (t.nice or pid in self.user_nice.changed):
+                    continue
+                if same_process(actions, pid, started):
                     self.user_nice.renice(pid, udb_nice=t.nice)
+                else:
+                    self.user_nice.changed.pop(pid, None)
 
     def undo(self) -> None:
         """Undo everything the enforcer and the UDB's nice did (when set up)."""

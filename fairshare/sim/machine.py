@@ -351,6 +351,11 @@ class SimOs:
         if sig in STOPPING_SIGNALS:
             self.world.killed.add(pid)
 
+    def started(self, pid: int) -> float:
+        """When simulated process `pid` started: its workload's start (epoch s), as the
+        simulator's collector (fairshare.collect.sim) reports it."""
+        return self.world.clock.epoch + self.world.workloads[self.world.workload_of(pid)].start
+
     def get_nice(self, pid: int) -> int:
         """The nice of simulated process `pid`."""
         return self.world.nice_of(self.world.workload_of(pid))
