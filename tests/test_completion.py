@@ -15,6 +15,8 @@ SCRIPTS = tomllib.loads((ROOT_DIR / "pyproject.toml").read_text())["project"]["s
 
 def command(target: str):
     module, attr = target.split(":")
+    if module == "fairshare.cli.start":  # a display's script: it runs fairshare.cli.<attr>
+        module, attr = f"fairshare.cli.{attr}", "main"
     return getattr(importlib.import_module(module), attr)
 
 

@@ -142,10 +142,12 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
     req.sort = parse_sort(sort)
     if continuous and (repeat or as_json):
         raise OptionError("-c (continuous) goes with neither -r nor --json")
-    if not continuous:
+    if continuous:  # runs on: the collector its script turned off comes back (cli.start)
+        gc.enable()
+    else:
         # A display is built and printed, then the process ends: the cyclic garbage
         # collector would only rescan 100,000 rows' objects again and again (a third of
-        # -dm's time at that size).  Continuous mode runs on and keeps it.
+        # -dm's time at that size).
         gc.disable()
     source = Source(Reader(udb, socket_), host, now)
     snap = source.take()

@@ -169,7 +169,8 @@ def view_columns(published: Columns | Sequence, own: Collection[int]) -> Columns
     node = np.asarray(f["node"], dtype=np.int64)
     parent = np.asarray(f["parent"], dtype=np.int64)
     labels = sorted(set(kind))
-    code = np.searchsorted(labels, np.array(kind, dtype=object)) if n else np.zeros(0, int)
+    index = {label: i for i, label in enumerate(labels)}
+    code = np.fromiter(map(index.__getitem__, kind), dtype=np.int64, count=n)
     by_label = np.array(labels, dtype=object)
     leaf = ~np.isin(by_label, ("group", "root"))[code] if n else np.zeros(0, bool)
     idle = (by_label == "idle")[code] if n else np.zeros(0, bool)

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -88,9 +89,13 @@ def make_udb(path: Path, users: int, groups: int) -> None:
     dispose_all()
 
 
-def command(name: str) -> list[str]:
-    # This checkout's code (an installed script may point at another).
-    return [sys.executable, "-m", f"fairshare.cli.{name}"]
+def command(name: str, checkout: Path) -> list[str]:
+    """Command `name` as its installed script runs it (pyproject.toml's entry point in
+    `checkout`), on `checkout`'s code (an installed script may point at another)."""
+    scripts = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["scripts"]
+    module, func = scripts[name].split(":")
+    code = f"import sys; from {module} import {func}; sys.argv[0] = {name!r}; sys.exit({func}())"
+    return [sys.executable, "-c", code]
 
 
 def child_env(checkout: str, pycache: str) -> dict:
@@ -200,10 +205,11 @@ def main() -> None:
 
         def cases(side: str) -> dict[str, list[str]]:
             udb = ["--udb", str(udbs[side])]
+            code = Path(envs[side]["PYTHONPATH"])
             return {
-                "shrtree -l --json": [*command("shrtree"), *udb, "-l", "--json", *now],
-                "shrview -dm": [*command("shrview"), *udb, "-dm", *now],
-                "shrview -dm --json": [*command("shrview"), *udb, "-dm", "--json", *now],
+                "shrtree -l --json": [*command("shrtree", code), *udb, "-l", "--json", *now],
+                "shrview -dm": [*command("shrview", code), *udb, "-dm", *now],
+                "shrview -dm --json": [*command("shrview", code), *udb, "-dm", "--json", *now],
             }
 
         bare = timed({"new": [sys.executable, "-c", "pass"]}, envs, args.repeat)["new"][1]
