@@ -3,11 +3,14 @@ section 4.4.11.3 share tree display, its -e problem listing, or the --json docum
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from fairshare.display import columns, octal, percent
 from fairshare.report.sharetree import STATUS_LETTER, NodeReport, TreeReport, visible_nodes
 from udb.check import ERROR, WARNING, count_by_kind
+
+if TYPE_CHECKING:  # only -e draws with rich (fairshare.cli.shrtree imports it then)
+    from rich.console import Console
 
 # -- text --------------------------------------------------------------------------------
 
