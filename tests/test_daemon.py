@@ -99,11 +99,15 @@ def engine(udb_url):
     return e
 
 
-def make(engine, plan, idle=0.0, **kw):
+def make(engine, plan, idle=0.0, actions=None, udb_nice=False, **kw):
+    """A daemon on `plan` (Script) with a Recorder enforcer over `actions` (default a
+    new RecordedOs); `udb_nice`: the enforcer leaves the UDB's nice to the daemon, as
+    the cgroup enforcers do."""
     clock = SimClock(EPOCH)
     col = Script(clock, plan, idle)
-    actions = RecordedOs()
+    actions = actions or RecordedOs()
     enf = Recorder(actions)
+    enf.capabilities = Capabilities(udb_nice=udb_nice)
     d = Daemon(
         engine,
         col,
@@ -412,20 +416,9 @@ def test_a_pid_given_to_another_process_since_the_sample_is_neither_signalled_no
             .where(Entry.name == "alice")
             .values(cpuquota=1.0, cpuquotaused=1.0, nice=4)
         )
-    clock = SimClock(EPOCH)
     actions = RecordedOs(starts={7: EPOCH, 8: EPOCH + 30.0})
-    enf = Recorder(actions)
-    enf.capabilities = Capabilities(udb_nice=True)  # as the cgroup enforcers
     plan = [proc(7, 1001, 1.0), proc(8, 1001, 1.0)]
-    d = Daemon(
-        engine,
-        Script(clock, lambda i: plan),
-        enf,
-        LnodeStore(engine, host="test"),
-        actions,
-        clock=clock,
-        options=Options(enforce_min_uid=1000),
-    )
+    d, clock, *_ = make(engine, lambda i: plan, actions=actions, udb_nice=True)
     d.start()
     cycle(d, clock)
     assert actions.sent == [(7, signal.SIGXCPU)]
@@ -459,19 +452,8 @@ def test_the_udb_nice_is_applied_beside_a_cgroup_enforcer_and_undone(engine):
     with write_session(engine) as s:
         s.execute(update(Entry).where(Entry.name == "alice").values(nice=4))
     plan = [proc(7, 1001, 1.0), proc(8, 1001, 1.0, nice=9), proc(9, 1002, 1.0), proc(3, 0)]
-    clock = SimClock(EPOCH)
     actions = RecordedOs({8: 9})
-    enf = Recorder(actions)
-    enf.capabilities = Capabilities(udb_nice=True)  # as the cgroup enforcers
-    d = Daemon(
-        engine,
-        Script(clock, lambda i: plan),
-        enf,
-        LnodeStore(engine, host="test"),
-        actions,
-        clock=clock,
-        options=Options(enforce_min_uid=1000),
-    )
+    d, clock, *_ = make(engine, lambda i: plan, actions=actions, udb_nice=True)
     d.start()
     cycle(d, clock)
     assert actions.nice == {7: 4, 8: 9}  # 9 (bob) and 3 (root) never set
