@@ -16,12 +16,6 @@ import select
 import sys
 import time
 from collections.abc import Callable, Iterator
-
-# A display multiplies no matrices: without this numpy's import starts OpenBLAS's thread
-# pool (0.05 s of a 100,000-lnode -dm's time, and CPU on every core).  Before numpy is
-# imported; a value set in the environment wins.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
 from typing import TYPE_CHECKING
 
 import click

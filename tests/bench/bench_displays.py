@@ -5,24 +5,36 @@ UDB of bench_tree's site (100,000 users in 2,000 groups over 3 levels), publishe
 table with every user active (as a stopped daemon would leave it), then times as
 separate processes, medians of --repeat runs with output to /dev/null:
 
-- ``shrtree -l --json``            goal < 1 s
+- ``shrtree -l --json``            goal < 1 s (every user is a Dp error: too deep for
+  the default Maxgroups 4)
+- ``shrtree -l --json``, -G 5      the same site as a valid tree (no problem rows)
 - ``shrview -dm``                  goal < 0.5 s
 - ``shrview -dm --json``           goal < 0.5 s
 - ``shrview -dm | head -1``: time to the first line of a large display (a pager).
 
-The timed commands' bytecode is compiled once, outside the checkouts (as an installed
-command's is), and with --baseline the two checkouts alternate within each repeat, each
-on the same site (a copy taken down to the baseline's schema revision if it is older).
+Each command runs as its installed script does (the checkout's pyproject.toml entry
+point), its bytecode compiled once outside the checkouts (as an installed command's
+is); with --baseline the two checkouts alternate within each repeat, each on the same
+site (a copy taken down to the baseline's schema revision if it is older).
 
-Measured 2026-11-23 on the shared 2-CPU machine, medians of 7, CPU s, --baseline = main
-before the columnar publication (load 2.2; at load 42 the same ratios):
-shrview -dm 1.39 -> 0.60 (2.3x), -dm --json 1.57 -> 0.74 (2.1x), first line on a pipe
-0.72 -> 0.38 s wall; shrtree unchanged (1.8 s, another branch).  In process (-dm): the
-imports 0.33-0.35 s (SQLAlchemy and its ORM about 0.2 of it: a floor under every
-command that opens a UDB), reading the consts, the header and the columns 0.035 s,
-view_columns 0.025, select_rows 0.03, the names 0.01, the lines 0.07; -dm --json's
-dicts 0.23 with the same steps and orjson 0.04.  The 0.5 s goal is not met: the
-imports and the interpreter (0.035 s) leave 0.1 s for 100,000 lines.
+Measured 2026-11-24 on the shared 2-CPU machine, medians of 7, CPU s, load 0.3-1.2,
+--baseline = main at b2ffb03: shrtree -l --json 1.74 -> 1.50 (1.2x; goal not met), with
+-G 5 1.37 -> 1.11; shrview -dm 0.60-0.62 -> 0.48-0.49 (1.2-1.3x; goal met, narrowly),
+-dm --json 0.71-0.72 -> 0.59-0.61 (1.2x; goal not met); first line on a pipe 0.37 ->
+0.27 s wall.  What went: SQLAlchemy's ORM, 0.1 s of every display's imports (the
+displays read with Core statements on udb.tables); the garbage collector's passes over
+the imports, 0.03 s; and in shrtree the OpenBLAS thread pool numpy's import started,
+0.1 s of CPU on the other core (the scripts start in fairshare.cli.start, which sees to
+both).  In process (-dm): the imports 0.23-0.26 s (SQLAlchemy's core about 0.15 of it
+and numpy 0.05: a floor under every command that opens a UDB), the interpreter 0.035,
+reading the consts, the header and the columns 0.04, the lines 0.12.  What stands in
+the way of the rest: --json makes one dict per lnode (0.075 s for 100,000) and orjson
+writes them (0.04) on top of -dm's steps; shrtree reads 100,000 entries (0.17 s, of
+which SQLite's own fetch 0.12), checks each in Python (0.2 s, 100,000 Dp errors), makes
+a row per node (0.23), writes 55 MB of JSON (0.2) and frees it all at exit (0.14).
+Writing the rows' dicts straight from columns instead of NodeReports was tried: the
+dicts cost what the objects and orjson's dataclass path had (1.07 s in process either
+way).
 
 Also the bare interpreter start (``python -c pass``), the floor under every figure.
 """
@@ -50,13 +62,19 @@ from sqlalchemy import create_engine, insert
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tree import site_rows  # noqa: E402
 
+from fairshare.admin import set_constants  # noqa: E402
 from fairshare.lnode import new_table  # noqa: E402
 from fairshare.store import CycleHeader, LnodeStore  # noqa: E402
 from fairshare.tree import build_tree  # noqa: E402
 from udb.models import Entry  # noqa: E402
 from udb.session import MIGRATIONS, dispose_all, open_udb, write_session  # noqa: E402
 
-GOALS = {"shrtree -l --json": 1.0, "shrview -dm": 0.5, "shrview -dm --json": 0.5}
+GOALS = {
+    "shrtree -l --json": 1.0,
+    "shrtree -l --json, -G 5": 1.0,
+    "shrview -dm": 0.5,
+    "shrview -dm --json": 0.5,
+}
 NOW = 1_700_003_600.0
 
 
@@ -87,6 +105,17 @@ def make_udb(path: Path, users: int, groups: int) -> None:
     store.publish(tree, t, CycleHeader(NOW - 10, 4.0, "none", 1, 7, "user", NOW - 600))
     store.mark_stopped(NOW - 5)
     dispose_all()
+
+
+def valid_copy(path: Path, copy: Path) -> Path:
+    """A copy of the site's UDB with Maxgroups 5 (shradmin -G 5): at the default 4 its
+    users, under 3 levels of groups, are each one level too deep (a Dp error apiece);
+    with 5 the tree is valid, as a site's is once shrtree has been heeded."""
+    shutil.copy(path, copy)
+    with write_session(open_udb(str(copy))) as s:
+        set_constants(s, {"maxlevels": 5}, who="bench", now=NOW)
+    dispose_all()
+    return copy
 
 
 def command(name: str, checkout: Path) -> list[str]:
@@ -196,18 +225,23 @@ def main() -> None:
             make_udb(path, args.users, args.groups)
         here_dir = Path(__file__).resolve().parents[2]
         envs = {"new": child_env(str(here_dir), f"{tmp}/pycache-new")}
+        valid = valid_copy(path, Path(tmp) / "valid.sqlite")
         udbs = {"new": path}
+        valids = {"new": valid}
         if args.baseline:
             base_dir = Path(args.baseline).resolve()
             envs["old"] = child_env(str(base_dir), f"{tmp}/pycache-old")
             udbs["old"] = udb_for(path, base_dir, Path(tmp) / "baseline.sqlite")
+            valids["old"] = udb_for(valid, base_dir, Path(tmp) / "baseline-valid.sqlite")
         now = ["--now", str(NOW)]
 
         def cases(side: str) -> dict[str, list[str]]:
             udb = ["--udb", str(udbs[side])]
             code = Path(envs[side]["PYTHONPATH"])
+            tree = [*command("shrtree", code), "-l", "--json", *now]
             return {
-                "shrtree -l --json": [*command("shrtree", code), *udb, "-l", "--json", *now],
+                "shrtree -l --json": [*tree, *udb],
+                "shrtree -l --json, -G 5": [*tree, "--udb", str(valids[side])],
                 "shrview -dm": [*command("shrview", code), *udb, "-dm", *now],
                 "shrview -dm --json": [*command("shrview", code), *udb, "-dm", "--json", *now],
             }
