@@ -14,3 +14,5 @@ What the commands show of it: `report` turns the published table (and the UDB) i
 the rows, profiles and statistics of shrview, shrinfo and shrtree, without computing
 a scheduling figure again; `display` formats them; `cli` parses, calls and renders.
 """
+
+import udb  # noqa: F401 - first: it keeps numpy's OpenBLAS to one thread (see udb)
