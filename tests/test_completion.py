@@ -15,9 +15,10 @@ SCRIPTS = tomllib.loads((ROOT_DIR / "pyproject.toml").read_text())["project"]["s
 
 def command(target: str):
     module, attr = target.split(":")
-    if module == "fairshare.cli.start":  # a display's script: it runs fairshare.cli.<attr>
-        module, attr = f"fairshare.cli.{attr}", "main"
-    return getattr(importlib.import_module(module), attr)
+    entry = getattr(importlib.import_module(module), attr)
+    if hasattr(entry, "module"):  # a display's script (udb.cli.start): its command's main
+        return importlib.import_module(entry.module).main
+    return entry
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
