@@ -23,18 +23,18 @@ Measured 2026-11-24 on the shared 2-CPU machine, medians of 7, CPU s, load 0.3-1
 -dm --json 0.71-0.72 -> 0.59-0.61 (1.2x; goal not met); first line on a pipe 0.37 ->
 0.27 s wall.  What went: SQLAlchemy's ORM, 0.1 s of every display's imports (the
 displays read with Core statements on udb.tables); the garbage collector's passes over
-the imports, 0.03 s; and in shrtree the OpenBLAS thread pool numpy's import started,
-0.1 s of CPU on the other core (the scripts start in fairshare.cli.start, which sees to
-both).  In process (-dm): the imports 0.23-0.26 s (SQLAlchemy's core about 0.15 of it
-and numpy 0.05: a floor under every command that opens a UDB), the interpreter 0.035,
-reading the consts, the header and the columns 0.04, the lines 0.12.  What stands in
-the way of the rest: --json makes one dict per lnode (0.075 s for 100,000) and orjson
-writes them (0.04) on top of -dm's steps; shrtree reads 100,000 entries (0.17 s, of
-which SQLite's own fetch 0.12), checks each in Python (0.2 s, 100,000 Dp errors), makes
-a row per node (0.23), writes 55 MB of JSON (0.2) and frees it all at exit (0.14).
-Writing the rows' dicts straight from columns instead of NodeReports was tried: the
-dicts cost what the objects and orjson's dataclass path had (1.07 s in process either
-way).
+the imports, 0.03 s (the display scripts start with it off: udb.cli.start); and in
+shrtree the OpenBLAS thread pool numpy's import started, 0.1 s of CPU on the other core
+(udb's package keeps it to one thread, for every command).  In process (-dm): the
+imports 0.23-0.26 s (SQLAlchemy's core about 0.15 of it and numpy 0.05: a floor under
+every command that opens a UDB), the interpreter 0.035, reading the consts, the header
+and the columns 0.04, the lines 0.12.  What stands in the way of the rest: --json makes
+one dict per lnode (0.075 s for 100,000) and orjson writes them (0.04) on top of -dm's
+steps; shrtree reads 100,000 entries (0.17 s, of which SQLite's own fetch 0.12), checks
+each in Python (0.2 s, 100,000 Dp errors), makes a row per node (0.23), writes 55 MB of
+JSON (0.2) and frees it all at exit (0.14).  Writing the rows' dicts straight from
+columns instead of NodeReports was tried: the dicts cost what the objects and orjson's
+dataclass path had (1.07 s in process either way).
 
 Also the bare interpreter start (``python -c pass``), the floor under every figure.
 """
