@@ -452,7 +452,7 @@ def send_quota_signals(
                 "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
                 *(q.name, q.quota, q.used, len(q.pids)),
             )
-        for pid, started in zip(q.pids, q.starts or (None,) * len(q.pids), strict=True):
+        for pid, started in zip(q.pids, q.starts, strict=True):
             if not same_process(actions, pid, started):
                 log.info("%s: pid %d is no longer the process sampled: not signalled", q.name, pid)
                 continue

@@ -37,7 +37,7 @@ class QuotaSignal:
     pids: tuple[int, ...]
     used: float
     quota: float
-    starts: tuple[float, ...] = ()
+    starts: tuple[float, ...]
 
 
 def quota_signals(
