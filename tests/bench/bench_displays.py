@@ -54,10 +54,15 @@ import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
-from alembic import command as alembic
-from alembic.config import Config
-from sqlalchemy import create_engine, insert
+#: The environment the timed commands get, as it was before this script imported udb,
+#: which keeps numpy's OpenBLAS to one thread in its own process (and its children's):
+#: each checkout's commands must see to that themselves.
+ENVIRON = dict(os.environ)
+
+import numpy as np  # noqa: E402
+from alembic import command as alembic  # noqa: E402
+from alembic.config import Config  # noqa: E402
+from sqlalchemy import create_engine, insert  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tree import site_rows  # noqa: E402
@@ -132,7 +137,7 @@ def child_env(checkout: str, pycache: str) -> dict:
     compiled once into `pycache` (outside the checkout) and read afterwards, as an
     installed command's is; PYTHONDONTWRITEBYTECODE would compile every module of
     the checkout again in every run (0.04 s of each)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in ENVIRON.items() if k != "PYTHONDONTWRITEBYTECODE"}
     return env | {"PYTHONPATH": checkout, "PYTHONPYCACHEPREFIX": pycache}
 
 
