@@ -149,7 +149,10 @@ def analyse_tree(
     nodes = _tree_rows(tree, cols, top, slurm, codes)
     usage_of = (lambda e: float(aged[e]) / total) if total > 0 else (lambda e: 0.0)
     nodes += _detached_rows(cols, detached.tolist(), usage_of, codes)
-    position = {n.name: k for k, n in enumerate(nodes)}
+    # Each node's row, by name: what orders the problems, and counts Share by Account's
+    # users; a tree without problems in Share by User needs it for neither.
+    needed = problems or mode == "account"
+    position = {n.name: k for k, n in enumerate(nodes)} if needed else {}
     kind_count = Counter(n.kind for n in nodes)
     return TreeReport(
         udb=udb,
@@ -208,7 +211,10 @@ def _tree_rows(
     flags = np.asarray(cols.shflags, dtype=np.int64)
     no_codes = ()
     # Column by column in display order (C-level picks), then one NodeReport per node.
-    pick = operator.itemgetter(*order) if len(order) > 1 else (lambda seq: (seq[order[0]],))
+    pick = _picker(order)
+    below_root = tree.parent[1:].tolist(), entry[1:].tolist()  # every node but the root's
+    parents, entries = (_picker(at) for at in below_root)
+    node_codes = (tuple(codes[n]) if n in codes else no_codes for n in names[1:])
     return list(
         map(
             NodeReport,
@@ -216,8 +222,8 @@ def _tree_rows(
             pick(tree.ids.tolist()),
             pick(tree.level.tolist()),
             pick([kind_label[k] for k in tree.kinds.tolist()]),
-            pick([None, *(names[p] for p in tree.parent[1:].tolist())]),
-            pick([ROOT_UID, *(cols.resgrp[e] for e in entry[1:].tolist())]),
+            pick([None, *parents(names)]),
+            pick([ROOT_UID, *entries(cols.resgrp)]),
             pick(tree.shares.astype(np.int64).tolist()),
             pick(tree.m_shares().tolist()),
             pick(tree.group_shares().tolist()),
@@ -227,9 +233,17 @@ def _tree_rows(
             pick(slurm.effective_usage.tolist()),
             pick(slurm.fairshare_factor.tolist()),
             pick([SHF_GROUP, *flags[entry[1:]].tolist()]),
-            pick([no_codes, *(tuple(codes[n]) if n in codes else no_codes for n in names[1:])]),
+            pick([no_codes, *node_codes] if codes else [no_codes] * len(names)),
         )
     )
+
+
+def _picker(at: Sequence[int]):
+    """The function of a sequence that returns the tuple of its items at `at`, in that
+    order (operator.itemgetter, which returns an item alone for one index)."""
+    if len(at) > 1:
+        return operator.itemgetter(*at)
+    return lambda seq: tuple(seq[i] for i in at)
 
 
 def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes: Mapping):
