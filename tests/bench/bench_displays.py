@@ -17,24 +17,28 @@ point), its bytecode compiled once outside the checkouts (as an installed comman
 is); with --baseline the two checkouts alternate within each repeat, each on the same
 site (a copy taken down to the baseline's schema revision if it is older).
 
-Measured 2026-11-24 on the shared 2-CPU machine, medians of 7, CPU s, load 0.3-1.2,
---baseline = main at b2ffb03: shrtree -l --json 1.74 -> 1.50 (1.2x; goal not met), with
--G 5 1.37 -> 1.11; shrview -dm 0.60-0.62 -> 0.48-0.49 (1.2-1.3x; goal met, narrowly),
--dm --json 0.71-0.72 -> 0.59-0.61 (1.2x; goal not met); first line on a pipe 0.37 ->
-0.27 s wall.  What went: SQLAlchemy's ORM, 0.1 s of every display's imports (the
-displays read with Core statements on udb.tables); the garbage collector's passes over
-the imports, 0.03 s (the display scripts start with it off: udb.cli.start); and in
-shrtree the OpenBLAS thread pool numpy's import started, 0.1 s of CPU on the other core
-(udb's package keeps it to one thread, for every command).  In process (-dm): the
-imports 0.23-0.26 s (SQLAlchemy's core about 0.15 of it and numpy 0.05: a floor under
-every command that opens a UDB), the interpreter 0.035, reading the consts, the header
-and the columns 0.04, the lines 0.12.  What stands in the way of the rest: --json makes
-one dict per lnode (0.075 s for 100,000) and orjson writes them (0.04) on top of -dm's
-steps; shrtree reads 100,000 entries (0.17 s, of which SQLite's own fetch 0.12), checks
-each in Python (0.2 s, 100,000 Dp errors), makes a row per node (0.23), writes 55 MB of
-JSON (0.2) and frees it all at exit (0.14).  Writing the rows' dicts straight from
+Measured 2026-11-24 on the shared 2-CPU machine, medians of 9, CPU s, load 0.5,
+--baseline = main at b2ffb03 (runs of the same code vary by 2-4% here; the baseline's
+shrtree by up to 7%): shrtree -l --json 1.66 -> 1.29 (1.3x; goal not met), with -G 5
+1.32 -> 0.97 (1.4x); shrview -dm 0.57 -> 0.47 (1.2x; goal met, by 0.03 s), -dm --json
+0.70 -> 0.59 (1.2x; goal not met); first line on a pipe 0.36 -> 0.27 s wall.  What went:
+SQLAlchemy's ORM, 0.1 s of every display's imports (the displays read with Core
+statements on udb.tables); the garbage collector's passes over the imports, 0.03 s (the
+display scripts start with it off: udb.cli.start); in shrtree the OpenBLAS thread pool
+numpy's import started, 0.1 s of CPU on the other core (udb's package keeps it to one
+thread, for every command); a frozen dataclass's __init__ for each of 100,000 problems,
+and orjson's slower path for dataclasses with slots; and the Python loops that picked
+shrtree's parent names, resgrps and codes.  In process (-dm): the imports 0.23-0.26 s
+(SQLAlchemy's core about 0.15 of it and numpy 0.05: a floor under every command that
+opens a UDB), the interpreter 0.035, reading the consts, the header and the columns
+0.04, the lines 0.12.  What stands in the way of the rest: --json makes one dict per
+lnode (0.075 s for 100,000) and orjson writes them (0.04) on top of -dm's steps; shrtree
+reads 100,000 entries (0.17 s, of which SQLite's own fetch 0.12), checks each in Python
+(0.08 s, 0.14 with the site's 100,000 Dp errors), makes a row per node (0.19), writes 41
+MB of JSON (0.11; 55 MB and 0.18 with the problems) and frees it all at exit (0.09,
+0.17); the 100,000 problems cost 0.32 s in all.  Writing the rows' dicts straight from
 columns instead of NodeReports was tried: the dicts cost what the objects and orjson's
-dataclass path had (1.07 s in process either way).
+dataclass path had.
 
 Also the bare interpreter start (``python -c pass``), the floor under every figure.
 """
