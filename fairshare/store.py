@@ -147,11 +147,8 @@ class LnodeStore:
         """Label this host's published table as the last one of a daemon that stopped
         at `now` (epoch s); the rows stay for displays to show as stale."""
         with write_connection(self.engine) as s:
-            s.execute(
-                update(tables.lnode_cycles)
-                .where(tables.lnode_cycles.c.host == self.host)
-                .values(running=False, stopped=now)
-            )
+            cycles = tables.lnode_cycles
+            s.execute(update(cycles).where(self._here(cycles)).values(running=False, stopped=now))
 
     def read_published(self, columns: Sequence[str] | None = None) -> tuple[Row | None, list[Row]]:
         """This host's published header (None if nothing was published) and lnodes,
@@ -159,19 +156,21 @@ class LnodeStore:
         column; attributes by name, or by position in that order)."""
         lnodes = tables.lnodes
         picked = lnodes.c if columns is None else [lnodes.c[c] for c in columns]
-        query = select(*picked).where(lnodes.c.host == self.host).order_by(lnodes.c.node)
+        query = select(*picked).where(self._here(lnodes)).order_by(lnodes.c.node)
         with read_connection(self.engine) as s:
             head = s.execute(self._head).first()
             rows = s.execute(query).all()
         return head, list(rows)
 
+    def _here(self, table):
+        """The condition that a row of `table` (keyed by host) is this host's."""
+        return table.c.host == self.host
+
     @property
     def _head(self):
         """This host's published header but its columns (udb.tables.lnode_cycles)."""
         cycles = tables.lnode_cycles
-        return select(*(c for c in cycles.c if c.name != "columnar")).where(
-            cycles.c.host == self.host
-        )
+        return select(*(c for c in cycles.c if c.name != "columnar")).where(self._here(cycles))
 
     def read_columns(self) -> tuple[Row | None, Columns]:
         """This host's published header (None if nothing was published) and lnodes in
@@ -179,10 +178,9 @@ class LnodeStore:
         kinds as lists): one value read, no row per lnode.  Empty columns when the
         header has none (nothing published)."""
         cycles = tables.lnode_cycles
-        query = select(cycles.c.columnar).where(cycles.c.host == self.host)
-        with read_connection(self.engine) as s:
-            head = s.execute(self._head).first()
-            blob = s.execute(query).scalar()
+        with read_connection(self.engine) as s:  # the header and its columns in one row
+            head = s.execute(select(cycles).where(self._here(cycles))).first()
+        blob = None if head is None else head.columnar
         if blob is None:
             return head, row_columns((), [c for c in PUBLISHED if c != "host"])
         return head, decode_columns(blob)
@@ -191,25 +189,18 @@ class LnodeStore:
         """This host's published cycle number (None if nothing was published): a cheap
         read for displays waiting for the next cycle."""
         with read_connection(self.engine) as s:
-            return s.scalar(
-                select(tables.lnode_cycles.c.cycle).where(tables.lnode_cycles.c.host == self.host)
-            )
+            cycles = tables.lnode_cycles
+            return s.scalar(select(cycles.c.cycle).where(self._here(cycles)))
 
     def entry_states(self, uids: Iterable[int]) -> dict[int, EntryState]:
         """The usage, exit time, quota and nice fields of the entries with these uids."""
         uids = sorted(set(uids))
         if not uids:
             return {}
-        cols = (
-            tables.entries.c.uid,
-            tables.entries.c.shusage,
-            tables.entries.c.shextime,
-            tables.entries.c.cpuquota,
-            tables.entries.c.cpuquotaused,
-            tables.entries.c.nice,
-        )
+        e = tables.entries.c
+        cols = (e.uid, e.shusage, e.shextime, e.cpuquota, e.cpuquotaused, e.nice)
         with read_connection(self.engine) as s:
-            rows = s.execute(select(*cols).where(tables.entries.c.uid.in_(uids))).all()
+            rows = s.execute(select(*cols).where(e.uid.in_(uids))).all()
         return {r.uid: EntryState(*r) for r in rows}
 
     # -- write-back, checkpoint, recovery ----------------------------------------------------
@@ -224,10 +215,10 @@ class LnodeStore:
             _write_back(s, released, halflife)
             uids = sorted({uid for uid, _wb in released})
             pg = self.engine.dialect.name == "postgresql"
+            checkpoints = tables.lnode_checkpoints
             s.execute(
-                delete(tables.lnode_checkpoints).where(
-                    tables.lnode_checkpoints.c.host == self.host,
-                    _uid_in(tables.lnode_checkpoints.c.uid, uids, pg),
+                delete(checkpoints).where(
+                    self._here(checkpoints), _uid_in(checkpoints.c.uid, uids, pg)
                 )
             )
         return len(released)
@@ -300,12 +291,11 @@ class LnodeStore:
             }
             for n in leaves
         ]
+        checkpoints = tables.lnode_checkpoints
         with write_connection(self.engine) as s:
-            s.execute(
-                delete(tables.lnode_checkpoints).where(tables.lnode_checkpoints.c.host == self.host)
-            )
+            s.execute(delete(checkpoints).where(self._here(checkpoints)))
             if rows:
-                s.execute(insert(tables.lnode_checkpoints), rows)
+                s.execute(insert(checkpoints), rows)
         return len(rows)
 
     def recover(self, halflife: float) -> list[Recovered]:
@@ -314,19 +304,15 @@ class LnodeStore:
         `halflife` (s) ages the stored usage (see `write_back`)."""
         with write_connection(self.engine) as s:
             checkpoints = tables.lnode_checkpoints
-            query = select(checkpoints).where(checkpoints.c.host == self.host)
-            rows = s.execute(query).all()
+            rows = s.execute(select(checkpoints).where(self._here(checkpoints))).all()
             out = [Recovered(r.uid, r.name, r.usage, r.charge, r.cpu_seconds, r.time) for r in rows]
             _write_back(
                 s,
                 [(r.uid, WriteBack(r.usage, r.time, r.charge, r.cpu_seconds)) for r in out],
                 halflife,
             )
-            s.execute(
-                delete(tables.lnode_checkpoints).where(tables.lnode_checkpoints.c.host == self.host)
-            )
-            s.execute(delete(tables.lnodes).where(tables.lnodes.c.host == self.host))
-            s.execute(delete(tables.lnode_cycles).where(tables.lnode_cycles.c.host == self.host))
+            for table in (checkpoints, tables.lnodes, tables.lnode_cycles):
+                s.execute(delete(table).where(self._here(table)))
         return out
 
 
