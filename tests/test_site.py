@@ -413,15 +413,20 @@ def test_two_shrdaemons_on_postgresql(pg_db, tmp_path):
     assert r.exit_code == 0, r.output
     for host, user in (("a", "x"), ("b", "y")):  # scenarios naming no directives
         (tmp_path / f"{host}.toml").write_text(
-            f'cpus = 2\nduration = "30m"\n[[workload]]\nname = "{user}"\nprocs = 4\n'
+            f'cpus = 2\nduration = "2h"\n[[workload]]\nname = "{user}"\nprocs = 4\n'
             '[[workload]]\nname = "z"\nprocs = 4\n'
         )
     procs = [
         shrdaemon("--udb", pg_db, "--simulate", str(tmp_path / f"{h}.toml"), "--host", h)
         for h in ("a", "b")
     ]
-    # A second daemon for host a, while the first runs, is refused.
-    time.sleep(1.0)
+    # A second daemon for host a, while the first runs, is refused.  The first has
+    # published (so it runs) and has most of its 1,800 cycles to go (a few seconds: 450
+    # took under 2 s, and a twin started after a fixed second found host a done).
+    store = LnodeStore(open_udb(pg_db), "a")
+    deadline = time.monotonic() + 60
+    while store.published_cycle() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     twin = shrdaemon("--udb", pg_db, "--simulate", str(tmp_path / "a.toml"), "--host", "a")
     out, err = twin.communicate(timeout=120)
     outs = [p.communicate(timeout=300) for p in procs]
