@@ -246,7 +246,7 @@ def check_columns(
     role_of_uid = dict(zip(uids, roles, strict=True))
     name_of_uid = dict(zip(uids, names, strict=True))
 
-    below: dict[int, Placement] = {}
+    below: dict[int, list] = {}  # resgrp -> the tree faults of a leaf under it
     problems = _missing_entries(all_uids, names)
     columns = (names, uids, resgrps, cols.shares, cols.shflags, cols.acids, cols.passwd)
     for name, uid, resgrp, shares, flags, acids, passwd, r, node in zip(
@@ -255,12 +255,13 @@ def check_columns(
         found: list[tuple[str, str, str]] = []  # (code, message, detail)
         if node:
             if uid in groups:
-                where = walk.placed[uid]
+                found += _tree_faults(walk.placed[uid], resgrp, maxlevels)
             else:  # a leaf's place depends on its resgrp only: work it out once per group
-                where = below.get(resgrp)
-                if where is None:
-                    where = below[resgrp] = place_entry(uid, resgrp, groups, walk, all_uids)
-            found += _tree_faults(where, resgrp, maxlevels)
+                faults = below.get(resgrp)
+                if faults is None:
+                    where = place_entry(uid, resgrp, groups, walk, all_uids)
+                    faults = below[resgrp] = _tree_faults(where, resgrp, maxlevels)
+                found += faults
             if r == "group" and uid not in referenced:
                 found.append(("Nc", "Group has no references", ""))
             if shares == 0 and r != "idle":
