@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,6 +196,24 @@ def test_errors_exit_1_and_the_error_listing(tmp_path):
     assert rows[0][:3] == ["**ERROR**", "Idle", "-"]  # UDB-wide problems first
     kinds = {r[1]: r[0] for r in rows}
     assert kinds["onroot"] == "**WARN***" and kinds["orphan"] == "**ERROR**"
+
+
+def test_its_script_exits_with_the_status_and_whole_output_on_a_pipe(tmp_path):
+    """The installed script leaves without the interpreter's teardown (udb.cli.start):
+    what it printed still arrives whole on a pipe, with the command's exit status; a
+    reader already gone (a pager quit, head) costs no error message."""
+    crowd = [entry(f"c{k}", 5000 + k, 333, 1) for k in range(3000)]  # more than a pipe holds
+    path = make_udb(tmp_path / "bad.sqlite", broken_entries() + crowd)
+    code = "import sys; from fairshare.cli.start import shrtree; sys.argv[0] = 'shrtree'; shrtree()"
+    command = [sys.executable, "-c", code, "--udb", str(path), "--now", str(NOW), "-l", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (1, "")
+    assert json.loads(done.stdout) == as_json(path, "-l")[1]
+    gone, pipe = os.pipe()
+    os.close(gone)
+    done = subprocess.run(command, stdout=pipe, stderr=subprocess.PIPE, check=False)
+    os.close(pipe)
+    assert (done.returncode, done.stderr) == (0, b"")
 
 
 def test_detached_entries_in_json(tmp_path):

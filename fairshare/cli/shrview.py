@@ -176,6 +176,9 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
             click.echo(stale_message(snap, local_time), err=True)
             warned = True
         click.echo(out)
+    # Not a return: the exception keeps this frame and the display's 100,000 rows alive
+    # to the end, which its script reaches without freeing them (udb.cli.start).
+    sys.exit(0)
 
 
 def show_site(engine, now: float | None, as_json: bool) -> None:
