@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 import click
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
+from udb import jsonout
 from udb.jsonout import dumps, echo_json
 
 
@@ -48,3 +50,28 @@ def test_echo_json_prints_one_document_and_a_newline():
     out = CliRunner().invoke(cmd).output
     assert out == '{\n  "a": [\n    1\n  ]\n}\n'
     assert json.loads(out) == {"a": [1]}
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 10_000])
+def test_a_document_with_long_lists_goes_out_in_pieces_spelled_as_one(monkeypatch, piece):
+    """echo_json writes a compact document's long lists a piece at a time: the text is
+    the whole document's, after what was printed before it, whatever the piece size."""
+    monkeypatch.setattr(jsonout, "PIECE", piece)
+    doc = {
+        "udb": "site",
+        "nodes": [Point(f"u{k}", k / 7) for k in range(10_007)],
+        "codes": [["Dp"], [], np.float64(0.5)],
+        "problems": [],
+        "none": None,
+        "tail": list(range(piece + 1)),
+    }
+
+    @click.command()
+    def cmd():
+        click.echo("heading")
+        echo_json(doc)
+        echo_json({"next": [1] * (piece + 1)})
+
+    out = CliRunner().invoke(cmd).stdout_bytes
+    first = b"heading\n" + dumps(doc) + b"\n"
+    assert out == first + dumps({"next": [1] * (piece + 1)}) + b"\n"

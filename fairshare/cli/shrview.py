@@ -10,6 +10,7 @@ stderr and shows the last published state without waiting.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import select
@@ -37,7 +38,7 @@ from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Snapshot, Source, caller_own, load_site, tree_leaves
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import OptionError
-from udb.jsonout import dumps, echo_json
+from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
 from udb.rules import MAX_EPOCH
 
@@ -163,7 +164,7 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
         if snap.running and source.wait_for_cycle(snap.cycle, WAIT_DELTAS * snap.delta):
             snap = source.take()
         if as_json:
-            out = dumps(display_json(snap, req))  # bytes: echoed as they are
+            show = functools.partial(echo_json, display_json(snap, req))
         else:
             # The heading goes out at once, so a pager shows something while the
             # table of a large site is built (a bad -s is found before it).
@@ -171,11 +172,12 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
             head = header_lines(snap, req, local_time) + [""]
             click.echo(("\f" if i else "") + "\n".join(head))
             sys.stdout.flush()
-            out = "\n".join(display_lines(snap, req, local_time)[len(head) :])
+            rest = "\n".join([*display_lines(snap, req, local_time)[len(head) :], ""])
+            show = functools.partial(click.echo, rest, nl=False)  # adding a newline copies
         if not snap.running and not warned:  # after the display is built: bad -s first
             click.echo(stale_message(snap, local_time), err=True)
             warned = True
-        click.echo(out)
+        show()
     # Not a return: the exception keeps this frame and the display's 100,000 rows alive
     # to the end, which its script reaches without freeing them (udb.cli.start).
     sys.exit(0)
