@@ -10,10 +10,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import insert
 
 from fairshare.cli.shrtree import main
+from fairshare.report.sharetree import _shown_problems
 from udb import models
+from udb.check import WARNING, Problem
 from udb.models import SHF_ACCOUNT, SHF_GROUP
 from udb.session import dispose_all, open_udb, write_session
 
@@ -359,3 +363,22 @@ def test_empty_udb_shows_root_and_the_missing_idle_and_unknown(tmp_path):
     assert status == 1
     assert [n["name"] for n in doc["nodes"]] == ["ROOT"]
     assert [(p["code"], p["uid"]) for p in doc["problems"]] == [("Id", None), ("Uk", None)]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcdef"), st.one_of(st.none(), st.integers(0, 3))),
+        max_size=30,
+    ),
+    st.lists(st.sampled_from("abcdef"), unique=True),
+)
+def test_problems_are_shown_udb_wide_first_then_by_row_then_by_name(found, rows):
+    """The order of the problem listing: a stable sort on (of an entry, the row of its
+    entry or after every row, its name)."""
+    problems = [Problem("Zs", WARNING, name, uid, "m") for name, uid in found]
+    position = {name: k for k, name in enumerate(rows)}
+    expected = sorted(
+        problems, key=lambda p: (p.uid is not None, position.get(p.name, len(rows)), p.name)
+    )
+    got = _shown_problems(problems, position, True)
+    assert [id(p) for p in got] == [id(p) for p in expected]

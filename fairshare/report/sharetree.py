@@ -28,10 +28,11 @@ listed after the tree with level None.  To add a per-node figure: a field of
 from __future__ import annotations
 
 import operator
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 
 import numpy as np
 
@@ -142,10 +143,10 @@ def analyse_tree(
     detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
     aged = decayed_usage(cols.shusage, cols.shextime, now, halflife)
     slurm, total = stored_sshare(tree, cols, aged, detached, dampening)
-    codes: dict[str, list[str]] = defaultdict(list)
+    codes: dict[str, tuple[str, ...]] = {}  # an entry's name -> its problems' codes
     for p in problems:
         if p.uid is not None:
-            codes[p.name].append(p.code)
+            codes[p.name] = (*codes.get(p.name, ()), p.code)
     nodes = _tree_rows(tree, cols, top, slurm, codes)
     usage_of = (lambda e: float(aged[e]) / total) if total > 0 else (lambda e: 0.0)
     nodes += _detached_rows(cols, detached.tolist(), usage_of, codes)
@@ -214,7 +215,7 @@ def _tree_rows(
     pick = _picker(order)
     below_root = tree.parent[1:].tolist(), entry[1:].tolist()  # every node but the root's
     parents, entries = (_picker(at) for at in below_root)
-    node_codes = (tuple(codes[n]) if n in codes else no_codes for n in names[1:])
+    node_codes = map(codes.get, names[1:], repeat(no_codes))
     return list(
         map(
             NodeReport,
@@ -265,7 +266,7 @@ def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes:
             usage_of(e),
             0.0,
             cols.shflags[e],
-            tuple(codes.get(cols.name[e], ())),
+            codes.get(cols.name[e], ()),
         )
         for e in detached
     ]
@@ -277,14 +278,16 @@ def _shown_problems(problems: list[Problem], position: Mapping[str, int], whole:
     shown = problems if whole else [p for p in problems if p.uid is not None and p.name in position]
     if not shown:
         return shown
-    # sorted(shown, key=(uid is not None, position, name)), by a stable lexsort.
+    # sorted(shown, key=(uid is not None, position, name)), by a stable lexsort: the
+    # name orders only the problems of no row (one row's problems share its name).
     last = len(position)
-    keys = (
-        np.array([p.name for p in shown]),
-        np.array([position.get(p.name, last) for p in shown], dtype=np.int64),
-        np.array([p.uid is not None for p in shown]),
-    )
-    return [shown[k] for k in np.lexsort(keys).tolist()]
+    names = list(map(operator.attrgetter("name"), shown))
+    at = np.fromiter(map(position.get, names, repeat(last)), np.int64, len(names))
+    of_entry = np.fromiter((p.uid is not None for p in shown), bool, len(shown))
+    rank = np.zeros(len(shown), np.int64)
+    rowless = np.flatnonzero(at == last).tolist()
+    rank[sorted(rowless, key=names.__getitem__)] = np.arange(len(rowless))
+    return list(_picker(np.lexsort((rank, at, of_entry)).tolist())(shown))
 
 
 def _user_count(cols, nodes, kind_count, position, mode: str, node: str | None) -> int:
