@@ -110,11 +110,15 @@ class TreeReport:
 
     @cached_property  # asked by the header, the JSON document and the exit status
     def warnings(self) -> int:
-        return sum(p.severity == WARNING for p in self.problems)
+        return self._severities[WARNING]
 
     @cached_property
     def errors(self) -> int:
-        return sum(p.severity == ERROR for p in self.problems)
+        return self._severities[ERROR]
+
+    @cached_property
+    def _severities(self) -> Counter:
+        return Counter(map(operator.attrgetter("severity"), self.problems))
 
 
 def analyse_tree(
@@ -154,7 +158,7 @@ def analyse_tree(
     # users; a tree without problems in Share by User needs it for neither.
     needed = problems or mode == "account"
     position = {n.name: k for k, n in enumerate(nodes)} if needed else {}
-    kind_count = Counter(n.kind for n in nodes)
+    kind_count = Counter(map(operator.attrgetter("kind"), nodes))
     return TreeReport(
         udb=udb,
         mode=mode,
