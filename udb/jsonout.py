@@ -52,7 +52,8 @@ def echo_json(doc: object, *, indent: bool = False) -> None:
             out.write(b":[")
             for i in range(0, len(value), PIECE):
                 text = orjson.dumps(value[i : i + PIECE], option=_COMPACT)
-                out.write(b"," if i else b"")
+                if i:
+                    out.write(b",")
                 out.write(memoryview(text)[1:-1])  # the items, without the brackets
             out.write(b"]")
         else:
