@@ -286,8 +286,10 @@ def column_values(c: Column, table: Columns, shown: np.ndarray) -> list:
     vals = np.asarray(table[c.attr])[shown]
     if c.pct:
         return round6(100 * vals.astype(float)).tolist()
-    if c.fmt == "{:o}":  # Flags: the octal text is the value
-        return list(map(c.fmt.format, vals.tolist()))
+    if c.fmt == "{:o}":  # Flags: the octal text is the value, of a few distinct ones
+        distinct, at = np.unique(vals, return_inverse=True)
+        texts = list(map(c.fmt.format, distinct.tolist()))
+        return list(map(texts.__getitem__, at.tolist()))
     return vals.tolist()
 
 
