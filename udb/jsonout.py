@@ -40,12 +40,11 @@ def echo_json(doc: object, *, indent: bool = False) -> None:
     goes out in pieces of `PIECE` items, as `dumps` would spell it whole: a pager
     shows its start at once, and the process never holds all of its text (55 MB for
     shrtree -l --json at 100,000 users)."""
-    out = getattr(sys.stdout, "buffer", None)  # the bytes under the text, as click.echo's
-    long = isinstance(doc, dict) and any(_long(v) for v in doc.values())
-    if indent or not long or out is None:
+    if indent or not isinstance(doc, dict) or not any(_long(v) for v in doc.values()):
         click.echo(dumps(doc, indent=indent, newline=True), nl=False)
         return
     sys.stdout.flush()  # what went out as text before
+    out = sys.stdout.buffer  # the bytes under it, where click.echo writes bytes
     for k, (key, value) in enumerate(doc.items()):
         out.write(b"{" if k == 0 else b",")
         out.write(orjson.dumps(key))
