@@ -41,21 +41,22 @@ columns instead of NodeReports was tried: the dicts cost what the objects and or
 dataclass path had.
 
 Measured 2026-11-25 on a slower day of the same machine (python -c pass 0.05-0.08 s CPU
-against 0.035; the same code ran 1.8-2x as long as on 11-24, and runs vary by 10-15%
-from minute to minute): medians of 15, CPU s, --baseline = main at fd0faea (the
-figures above): shrtree -l --json 2.28 -> 1.94 (1.17x), with -G 5 1.85 -> 1.56 (1.18x),
-shrview -dm 0.92 -> 0.75 (1.23x), -dm --json 1.18 -> 0.99 (1.19x); scaled to 11-24's
-machine by those ratios: 1.10, 0.82, 0.38 and 0.50 s.  What went: the teardown (the
-display scripts leave once the output is out: udb.cli.start.leave), the copy of the
-text that adding a newline made (orjson writes it), the whole JSON text at once
-(udb.jsonout.echo_json writes long lists in pieces: 55 MB less for shrtree, 92,000 ->
-64,000 page faults, which cost 3-10 us each on this virtual machine), a leaf's Dp
-worked out for each of 100,000 users instead of once per group, and the problems'
-codes, order and counts made by C-level maps.  Building -dm --json's dicts a piece at a
-time as well was tried: fewer page faults, no faster.  Against 3bbb275, the code when
-issue 17 was filed (medians of 7, that day): shrtree -l --json 3.63 -> 2.26 s (1.6x),
-with -G 5 2.21 -> 1.50 (1.5x), shrview -dm 5.81 -> 0.78 (7.4x), -dm --json 4.82 -> 0.91
-(5.3x), the first line on a pipe 6.0 -> 0.57 s wall.
+against 0.035; the same code ran 1.8-2.2x as long as on 11-24, and runs vary by 10-15%
+from minute to minute): two runs of medians of 15, CPU s, --baseline = main at fd0faea
+(the figures above): shrtree -l --json 1.17x and 1.25x faster, with -G 5 1.18x and
+1.18x, shrview -dm 1.23x and 1.16x, -dm --json 1.19x and 1.20x; scaled to 11-24's
+machine by those ratios: 1.03-1.10, 0.82, 0.38-0.40 and 0.49-0.50 s.  What went: the
+teardown (the display scripts leave once the output is out: udb.cli.start.leave), the
+copy of the text that adding a newline made (orjson writes it), the whole JSON text at
+once (udb.jsonout.echo_json writes long lists in pieces: 55 MB less for shrtree, 92,000
+-> 64,000 page faults, which cost 3-10 us each on this virtual machine), a leaf's Dp
+worked out for each of 100,000 users instead of once per group, the problems' codes,
+order and counts made by C-level maps, and Flags' octal text made once per value.
+Building -dm --json's dicts a piece at a time as well was tried: fewer page faults, no
+faster.  Against 3bbb275, the code when issue 17 was filed (medians of 7, that day):
+shrtree -l --json 3.63 -> 2.26 s (1.6x), with -G 5 2.21 -> 1.50 (1.5x), shrview -dm 5.81
+-> 0.78 (7.4x), -dm --json 4.82 -> 0.91 (5.3x), the first line on a pipe 6.0 -> 0.57 s
+wall.
 
 Also the bare interpreter start (``python -c pass``), the floor under every figure.
 """
