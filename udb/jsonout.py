@@ -47,11 +47,11 @@ def echo_json(doc: object, *, indent: bool = False) -> None:
     out = sys.stdout.buffer  # the bytes under it, where click.echo writes bytes
     for k, (key, value) in enumerate(doc.items()):
         out.write(b"{" if k == 0 else b",")
-        out.write(orjson.dumps(key))
+        out.write(dumps(key))
         if _long(value):
             out.write(b":[")
             for i in range(0, len(value), PIECE):
-                text = orjson.dumps(value[i : i + PIECE], option=_COMPACT)
+                text = dumps(value[i : i + PIECE])
                 if i:
                     out.write(b",")
                 out.write(memoryview(text)[1:-1])  # the items, without the brackets
