@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given
@@ -378,7 +379,21 @@ def test_problems_are_shown_udb_wide_first_then_by_row_then_by_name(found, rows)
     problems = [Problem("Zs", WARNING, name, uid, "m") for name, uid in found]
     position = {name: k for k, name in enumerate(rows)}
     expected = sorted(
-        problems, key=lambda p: (p.uid is not None, position.get(p.name, len(rows)), p.name)
+        problems,
+        key=lambda p: (
+            p.uid is not None,
+            position.get(p.name, len(rows)) if p.uid is not None else len(rows),
+            p.name,
+        ),
     )
-    got = _shown_problems(problems, position, True)
+    entry = np.array([-1 if p.uid is None else "abcdef".index(p.name) for p in problems])
+    row = np.array(
+        [len(rows) if p.uid is None else position.get(p.name, len(rows)) for p in problems]
+    )
+    got = _shown_problems(problems, entry, row, len(rows), True)
     assert [id(p) for p in got] == [id(p) for p in expected]
+    # With --node, only the problems of the rows shown, in the same order.
+    shown = _shown_problems(problems, entry, row, len(rows), False)
+    assert [id(p) for p in shown] == [
+        id(p) for p in expected if p.uid is not None and p.name in position
+    ]

@@ -37,6 +37,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import String, inspect, select, type_coerce
@@ -237,14 +238,15 @@ def check_columns(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     names, uids, resgrps = cols.name, cols.uid, cols.resgrp
-    roles = [role_of(f, u) for f, u in zip(cols.shflags, uids, strict=True)]
-    nodes = [in_tree(r, n, mode) for r, n in zip(roles, names, strict=True)]
+    roles = list(map(role_of, cols.shflags, uids))
+    nodes = list(map(in_tree, roles, names, repeat(mode)))
     all_uids = set(uids)
     groups = {u: g for u, g, r in zip(uids, resgrps, roles, strict=True) if r == "group"}
     walk = walk_groups(groups, all_uids)
     referenced = set(g for u, g, node in zip(uids, resgrps, nodes, strict=True) if node and u != g)
-    role_of_uid = dict(zip(uids, roles, strict=True))
-    name_of_uid = dict(zip(uids, names, strict=True))
+    if mode == "account":  # who a user's default acid names (Sh)
+        role_of_uid = dict(zip(uids, roles, strict=True))
+        name_of_uid = dict(zip(uids, names, strict=True))
 
     below: dict[int, list] = {}  # resgrp -> the tree faults of a leaf under it
     problems = _missing_entries(all_uids, names)

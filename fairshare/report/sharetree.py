@@ -147,17 +147,24 @@ def analyse_tree(
     detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
     aged = decayed_usage(cols.shusage, cols.shextime, now, halflife)
     slurm, total = stored_sshare(tree, cols, aged, detached, dampening)
-    codes: dict[str, tuple[str, ...]] = {}  # an entry's name -> its problems' codes
-    for p in problems:
-        if p.uid is not None:
-            codes[p.name] = (*codes.get(p.name, ()), p.code)
-    nodes = _tree_rows(tree, cols, top, slurm, codes)
+    # Each problem's entry (its index in cols; -1 for a problem of the whole UDB), and
+    # each entry's problems' codes.
+    entry_of_uid = dict(zip(cols.uid, range(len(cols)), strict=True))
+    uids = map(operator.attrgetter("uid"), problems)
+    at = np.fromiter(map(entry_of_uid.get, uids, repeat(-1)), np.int64, len(problems))
+    codes: list[tuple[str, ...]] = [()] * len(cols)
+    for e, p in zip(at.tolist(), problems, strict=True):
+        if e >= 0:
+            codes[e] = (*codes[e], p.code)
+    order = tree.preorder(top)
+    nodes = _tree_rows(tree, cols, order, slurm, codes)
     usage_of = (lambda e: float(aged[e]) / total) if total > 0 else (lambda e: 0.0)
     nodes += _detached_rows(cols, detached.tolist(), usage_of, codes)
-    # Each node's row, by name: what orders the problems, and counts Share by Account's
-    # users; a tree without problems in Share by User needs it for neither.
-    needed = problems or mode == "account"
-    position = {n.name: k for k, n in enumerate(nodes)} if needed else {}
+    # Each entry's row, len(nodes) for none (and in the extra last place, for no entry):
+    # what orders the problems, and counts Share by Account's users.
+    row_of = np.full(len(cols) + 1, len(nodes), np.int64)
+    shown = np.concatenate((tree.source[order], detached))  # each row's entry (ROOT's -1)
+    row_of[shown[shown >= 0]] = np.flatnonzero(shown >= 0)
     kind_count = Counter(map(operator.attrgetter("kind"), nodes))
     return TreeReport(
         udb=udb,
@@ -165,10 +172,10 @@ def analyse_tree(
         maxgroups=maxlevels,
         node=node,
         nodes=nodes,
-        problems=_shown_problems(problems, position, node is None),
+        problems=_shown_problems(problems, at, row_of[at], len(nodes), node is None),
         group_count=kind_count["group"],
         account_count=kind_count["account"],
-        user_count=_user_count(cols, nodes, kind_count, position, mode, node),
+        user_count=_user_count(cols, nodes, kind_count, row_of[:-1] < len(nodes), mode, node),
     )
 
 
@@ -204,22 +211,21 @@ def _top_node(tree: ShareTree, node: str | None, mode: str) -> tuple[int, str | 
 
 
 def _tree_rows(
-    tree: ShareTree, cols: EntryColumns, top: int, slurm: Sshare, codes: Mapping
+    tree: ShareTree, cols: EntryColumns, order: list[int], slurm: Sshare, codes: Sequence
 ) -> list[NodeReport]:
-    """One NodeReport per node under `top`, depth first (`slurm`: the sshare figures by
-    node, whose normalized usage is the system usage)."""
+    """One NodeReport per node of `order` (a subtree depth first: ShareTree.preorder);
+    `slurm`: the sshare figures by node, whose normalized usage is the system usage;
+    `codes`: each entry's problems' codes, by entry of `cols`."""
     entry = tree.source
-    order = tree.preorder(top)
     kind_label = {int(k): k.label for k in Kind}
     kind_label[int(Kind.ROOT)] = "group"
     names = [ROOT_NAME, *tree.names[1:]]
     flags = np.asarray(cols.shflags, dtype=np.int64)
-    no_codes = ()
     # Column by column in display order (C-level picks), then one NodeReport per node.
     pick = _picker(order)
     below_root = tree.parent[1:].tolist(), entry[1:].tolist()  # every node but the root's
     parents, entries = (_picker(at) for at in below_root)
-    node_codes = map(codes.get, names[1:], repeat(no_codes))
+    usage = pick(slurm.normalized_usage.tolist())
     return list(
         map(
             NodeReport,
@@ -232,13 +238,13 @@ def _tree_rows(
             pick(tree.shares.astype(np.int64).tolist()),
             pick(tree.m_shares().tolist()),
             pick(tree.group_shares().tolist()),
-            pick(slurm.normalized_usage.tolist()),
+            usage,
             pick(slurm.normalized_shares.tolist()),
-            pick(slurm.normalized_usage.tolist()),
+            usage,
             pick(slurm.effective_usage.tolist()),
             pick(slurm.fairshare_factor.tolist()),
             pick([SHF_GROUP, *flags[entry[1:]].tolist()]),
-            pick([no_codes, *node_codes] if codes else [no_codes] * len(names)),
+            pick([(), *entries(codes)]),
         )
     )
 
@@ -251,8 +257,9 @@ def _picker(at: Sequence[int]):
     return lambda seq: tuple(seq[i] for i in at)
 
 
-def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes: Mapping):
-    """One NodeReport (level None) per detached entry index; `usage_of(e)`: its system usage."""
+def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes: Sequence):
+    """One NodeReport (level None) per detached entry index; `usage_of(e)`: its system usage;
+    `codes`: each entry's problems' codes."""
     return [
         NodeReport(
             cols.name[e],
@@ -270,41 +277,44 @@ def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes:
             usage_of(e),
             0.0,
             cols.shflags[e],
-            codes.get(cols.name[e], ()),
+            codes[e],
         )
         for e in detached
     ]
 
 
-def _shown_problems(problems: list[Problem], position: Mapping[str, int], whole: bool):
-    """The problems in display order (UDB-wide first, then by row); with --node (not
-    `whole`) only those of the subtree's entries."""
-    shown = problems if whole else [p for p in problems if p.uid is not None and p.name in position]
-    if not shown:
-        return shown
-    # sorted(shown, key=(uid is not None, position, name)), by a stable lexsort: the
-    # name orders only the problems of no row (one row's problems share its name).
-    last = len(position)
-    names = list(map(operator.attrgetter("name"), shown))
-    at = np.fromiter(map(position.get, names, repeat(last)), np.int64, len(names))
-    of_entry = np.fromiter((p.uid is not None for p in shown), bool, len(shown))
-    rank = np.zeros(len(shown), np.int64)
-    rowless = np.flatnonzero(at == last).tolist()
-    rank[sorted(rowless, key=names.__getitem__)] = np.arange(len(rowless))
-    return list(_picker(np.lexsort((rank, at, of_entry)).tolist())(shown))
+def _shown_problems(
+    problems: list[Problem], entry: np.ndarray, row: np.ndarray, rows: int, whole: bool
+) -> list[Problem]:
+    """The problems in display order: UDB-wide first, then by row, then by name.
+
+    `entry`: each problem's entry (-1 for a problem of the whole UDB); `row`: the row of
+    its entry, `rows` (the number of rows) where it has none.  With --node (not `whole`)
+    only the problems of the rows shown."""
+    if not whole:
+        kept = np.flatnonzero((entry >= 0) & (row < rows))
+        problems, entry, row = [problems[k] for k in kept.tolist()], entry[kept], row[kept]
+    if not problems:
+        return problems
+    # sorted(problems, key=(of an entry, row, name)), by a stable lexsort: the name
+    # orders only the problems of no row (one row's problems share its name).
+    rank = np.zeros(len(problems), np.int64)
+    rowless = np.flatnonzero(row == rows).tolist()
+    rank[sorted(rowless, key=lambda k: problems[k].name)] = np.arange(len(rowless))
+    return list(_picker(np.lexsort((rank, row, entry >= 0)).tolist())(problems))
 
 
-def _user_count(cols, nodes, kind_count, position, mode: str, node: str | None) -> int:
+def _user_count(cols, nodes, kind_count, has_row, mode: str, node: str | None) -> int:
     """Users (and Idle) shown; in Share by Account mode also the users (not in the tree)
-    whose default account is shown."""
+    whose default account is shown (`has_row`: whether each entry has a row)."""
     user_count = kind_count["user"] + kind_count["idle"]
     if mode == "account":
         in_view = {n.id for n in nodes if n.kind == "account"}
         user_count += sum(
             1
-            for f, acids, name in zip(cols.shflags, cols.acids, cols.name, strict=True)
+            for f, acids, shown in zip(cols.shflags, cols.acids, has_row.tolist(), strict=True)
             if not f & (SHF_GROUP | SHF_ACCOUNT)
-            and name not in position
+            and not shown
             and (node is None or default_acid(acids) in in_view)
         )
     return user_count
