@@ -61,6 +61,9 @@ from udb.session import display_name, read_connection, resolve_url
 #: The name the root of the share tree goes by in displays and JSON.
 ROOT_NAME = "ROOT"
 
+#: The kind a row shows for each Kind value (ROOT is a group).
+KIND_LABELS = np.array(["group", *(k.label for k in list(Kind)[1:])], dtype=object)
+
 #: Status letter per kind (the guide prints G for groups).
 STATUS_LETTER = {"group": "G", "user": "U", "account": "A", "idle": "I"}
 
@@ -211,40 +214,37 @@ def _top_node(tree: ShareTree, node: str | None, mode: str) -> tuple[int, str | 
 
 
 def _tree_rows(
-    tree: ShareTree, cols: EntryColumns, order: list[int], slurm: Sshare, codes: Sequence
+    tree: ShareTree, cols: EntryColumns, order: np.ndarray, slurm: Sshare, codes: Sequence
 ) -> list[NodeReport]:
     """One NodeReport per node of `order` (a subtree depth first: ShareTree.preorder);
     `slurm`: the sshare figures by node, whose normalized usage is the system usage;
     `codes`: each entry's problems' codes, by entry of `cols`."""
-    entry = tree.source
-    kind_label = {int(k): k.label for k in Kind}
-    kind_label[int(Kind.ROOT)] = "group"
+    # Column by column in row order, then one NodeReport per row: numbers picked by
+    # numpy and listed, Python objects by a C-level itemgetter.  A column read by entry
+    # or by parent node has ROOT's value appended, which ROOT's -1 (none) picks.
+    entry = tree.source[order]
+    by_entry = _picker(entry.tolist())
     names = [ROOT_NAME, *tree.names[1:]]
-    flags = np.asarray(cols.shflags, dtype=np.int64)
-    # Column by column in display order (C-level picks), then one NodeReport per node.
-    pick = _picker(order)
-    below_root = tree.parent[1:].tolist(), entry[1:].tolist()  # every node but the root's
-    parents, entries = (_picker(at) for at in below_root)
-    usage = pick(slurm.normalized_usage.tolist())
+    usage = slurm.normalized_usage[order].tolist()
     return list(
         map(
             NodeReport,
-            pick(names),
-            pick(tree.ids.tolist()),
-            pick(tree.level.tolist()),
-            pick([kind_label[k] for k in tree.kinds.tolist()]),
-            pick([None, *parents(names)]),
-            pick([ROOT_UID, *entries(cols.resgrp)]),
-            pick(tree.shares.astype(np.int64).tolist()),
-            pick(tree.m_shares().tolist()),
-            pick(tree.group_shares().tolist()),
+            _picker(order.tolist())(names),
+            tree.ids[order].tolist(),
+            tree.level[order].tolist(),
+            KIND_LABELS[tree.kinds[order]].tolist(),
+            _picker(tree.parent[order].tolist())([*names, None]),
+            np.append(np.asarray(cols.resgrp, np.int64), ROOT_UID)[entry].tolist(),
+            tree.shares[order].astype(np.int64).tolist(),
+            tree.m_shares()[order].tolist(),
+            tree.group_shares()[order].tolist(),
             usage,
-            pick(slurm.normalized_shares.tolist()),
+            slurm.normalized_shares[order].tolist(),
             usage,
-            pick(slurm.effective_usage.tolist()),
-            pick(slurm.fairshare_factor.tolist()),
-            pick([SHF_GROUP, *flags[entry[1:]].tolist()]),
-            pick([(), *entries(codes)]),
+            slurm.effective_usage[order].tolist(),
+            slurm.fairshare_factor[order].tolist(),
+            np.append(np.asarray(cols.shflags, np.int64), SHF_GROUP)[entry].tolist(),
+            by_entry([*codes, ()]),
         )
     )
 
