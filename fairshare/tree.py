@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import cached_property
+from itertools import compress
 from typing import Protocol
 
 import numpy as np
@@ -101,8 +103,6 @@ class ShareTree:
     #: detached entry (in `detached` order): how callers join their own columns.
     source: np.ndarray | None = None
     detached_source: np.ndarray | None = None
-    _by_name: dict[str, int] = field(default_factory=dict, repr=False)
-    _by_id: dict[int, int] = field(default_factory=dict, repr=False)
 
     @property
     def size(self) -> int:
@@ -126,6 +126,15 @@ class ShareTree:
 
     def find_id(self, uid: int) -> int | None:
         return self._by_id.get(uid)
+
+    # Made on first use: a display that looks up no node skips 100,000 entries' maps.
+    @cached_property
+    def _by_name(self) -> dict[str, int]:
+        return dict(zip(self.names[1:], range(1, self.size), strict=True))
+
+    @cached_property
+    def _by_id(self) -> dict[int, int]:
+        return dict(zip(self.ids[1:].tolist(), range(1, self.size), strict=True))
 
     def kind(self, node: int) -> Kind:
         return Kind(int(self.kinds[node]))
@@ -380,7 +389,7 @@ def build_tree_columns(
     m_node, n_parent, n_member, levels = _number_levels(m_rg == ROOT_UID, m_parent, m_kind)
 
     entry_of_node = members[np.concatenate(n_member)[1:]]
-    node_names = ["", *(names[i] for i in entry_of_node.tolist())]
+    node_names = ["", *map(names.__getitem__, entry_of_node.tolist())]
     ids = np.concatenate(([ROOT_UID], uid[entry_of_node]))
     kinds = np.concatenate(([Kind.ROOT], kind[entry_of_node])).astype(np.int8)
     node_shares = np.concatenate(([0.0], np.asarray(shares, dtype=float)[entry_of_node]))
@@ -398,8 +407,6 @@ def build_tree_columns(
         source=np.concatenate(([-1], entry_of_node)).astype(np.int64),
         detached_source=lost.astype(np.int64),
     )
-    tree._by_name = dict(zip(node_names[1:], range(1, len(node_names)), strict=True))
-    tree._by_id = dict(zip(ids[1:].tolist(), range(1, len(node_names)), strict=True))
     return tree
 
 
@@ -416,9 +423,8 @@ def _tree_nodes(kind: np.ndarray, names: Sequence[str], mode: str) -> np.ndarray
     """Which entries are nodes in `mode` (udb.rules.in_tree, vectorised over the roles of
     TREE_ROLES; the few entries with an unknown name asked one by one)."""
     is_node = np.isin(kind, [Kind[r.upper()] for r in TREE_ROLES[mode]])
-    for i, name in enumerate(names):
-        if name in UNKNOWN_NAMES:
-            is_node[i] = in_tree(Kind(int(kind[i])).label, name, mode)
+    for i in compress(range(len(names)), map(UNKNOWN_NAMES.__contains__, names)):
+        is_node[i] = in_tree(Kind(int(kind[i])).label, names[i], mode)
     return is_node
 
 
