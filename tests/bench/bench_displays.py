@@ -58,22 +58,24 @@ shrtree -l --json 3.63 -> 2.26 s (1.6x), with -G 5 2.21 -> 1.50 (1.5x), shrview 
 -> 0.78 (7.4x), -dm --json 4.82 -> 0.91 (5.3x), the first line on a pipe 6.0 -> 0.57 s
 wall.
 
-Measured 2026-11-26, the machine still slow (python -c pass 0.060-0.077 s CPU; main at
-fd0faea ran shrtree -l --json in 2.7-2.9 s against 1.29 on 11-24): two runs of medians
-of 15, CPU s, --baseline = main at fd0faea: shrtree -l --json 2.01 s, 1.34x and 1.46x
-faster, with -G 5 1.26x and 1.23x, shrview -dm 1.12x and 1.09x, -dm --json 1.21x and
-1.27x; scaled to 11-24's machine by those ratios: 0.88-0.96, 0.77-0.79, 0.42-0.43 and
-0.46-0.49 s (shrview's code did not change since 11-25: its ratio moves 5-10% from
-day to day).  What went: shrtree's maps keyed by name over 100,000 entries (each
-problem's codes, each row's position) for entry indices and numpy, and its rows' number
-columns taken by numpy before listing them (the analysis in process, each step against
-the one before: 1.02 -> 0.87 s, then 0.84 -> 0.74 s).
-Tried and left: shrview --json's rows as instances of a dataclass made for the
-display's keys (half the memory of 100,000 dicts, but no faster as a process), the
-check's loop with its lookups hoisted.  Against 3bbb275 (medians of 7, same day):
-shrtree -l --json 3.79 -> 2.01 s (1.9x), with -G 5 1.6x, shrview -dm 6.41 -> 0.78 s
-(8.3x), -dm --json 5.6x, first line on a pipe 6.44 -> 0.57 s wall.  Of shrview -dm's
-0.8 s today, the imports are 0.3-0.45 (SQLAlchemy 0.23-0.32 of it, numpy 0.09-0.11).
+Measured 2026-11-26, the machine still slow (python -c pass 0.069-0.073 s CPU; main at
+fd0faea ran shrtree -l --json in 2.6 s against 1.29 on 11-24): two runs of medians of
+15, CPU s, --baseline = main at fd0faea: shrtree -l --json 1.72 and 1.82 s, 1.51x and
+1.45x faster, with -G 5 1.21x and 1.33x, shrview -dm 1.15x and 1.17x, -dm --json 1.24x
+and 1.24x; scaled to 11-24's machine by those ratios: 0.85-0.89, 0.73-0.80, 0.40-0.41
+and 0.48 s (shrview's code did not change since 11-25: the ratio of one piece of code
+moves 5-10% from day to day).  What went: shrtree's maps keyed by name over 100,000
+entries (each problem's codes, each row's position) for entry indices and numpy, its
+rows' number columns taken by numpy before listing them, and in build_tree_columns a
+Python loop over every name and the name -> node and uid -> node maps, now made on
+first use (in process, each step against the one before: the analysis 1.02 -> 0.87 s,
+0.84 -> 0.74 s, the tree 0.16 -> 0.08 s).  Tried and left: shrview --json's rows as
+instances of a dataclass made for the display's keys (half the memory of 100,000
+dicts, but no faster as a process), the check's loop with its lookups hoisted.
+Against 3bbb275 (medians of 7, before the tree's step): shrtree -l --json 3.79 ->
+2.01 s (1.9x), with -G 5 1.6x, shrview -dm 6.41 -> 0.78 s (8.3x), -dm --json 5.6x,
+first line on a pipe 6.44 -> 0.57 s wall.  Of shrview -dm's 0.8 s today, the imports
+are 0.3-0.45 (SQLAlchemy 0.23-0.32 of it, numpy 0.09-0.11).
 
 Also the bare interpreter start (``python -c pass``), the floor under every figure.
 """
