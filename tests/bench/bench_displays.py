@@ -58,24 +58,27 @@ shrtree -l --json 3.63 -> 2.26 s (1.6x), with -G 5 2.21 -> 1.50 (1.5x), shrview 
 -> 0.78 (7.4x), -dm --json 4.82 -> 0.91 (5.3x), the first line on a pipe 6.0 -> 0.57 s
 wall.
 
-Measured 2026-11-26, the machine still slow (python -c pass 0.069-0.073 s CPU; main at
-fd0faea ran shrtree -l --json in 2.6 s against 1.29 on 11-24): two runs of medians of
-15, CPU s, --baseline = main at fd0faea: shrtree -l --json 1.72 and 1.82 s, 1.51x and
-1.45x faster, with -G 5 1.21x and 1.33x, shrview -dm 1.15x and 1.17x, -dm --json 1.24x
-and 1.24x; scaled to 11-24's machine by those ratios: 0.85-0.89, 0.73-0.80, 0.40-0.41
-and 0.48 s (shrview's code did not change since 11-25: the ratio of one piece of code
-moves 5-10% from day to day).  What went: shrtree's maps keyed by name over 100,000
+Measured 2026-11-26, the machine still slow (python -c pass 0.069-0.078 s CPU; main at
+fd0faea ran shrtree -l --json in 2.5-2.7 s against 1.29 on 11-24), the ratio of one piece
+of code moving 5-10% from day to day: two runs of medians of 15, CPU s, --baseline = main
+at fd0faea: shrtree -l --json 1.75 and 1.76 s, 1.40x and 1.56x faster, with -G 5 1.25x
+and 1.32x, shrview -dm 1.21x and 1.15x, -dm --json 1.31x and 1.33x; scaled to 11-24's
+machine by those ratios: 0.83-0.92, 0.73-0.78, 0.39-0.41 and 0.44-0.45 s.  Instructions
+(valgrind's callgrind: the same count run after run, but blind to the page faults and
+cache misses that most of the gains were), fd0faea -> now: 8.00 -> 6.49 G, 6.27 -> 5.62,
+2.63 -> 2.52 and 3.66 -> 3.13.  What went: shrtree's maps keyed by name over 100,000
 entries (each problem's codes, each row's position) for entry indices and numpy, its
 rows' number columns taken by numpy before listing them, and in build_tree_columns a
 Python loop over every name and the name -> node and uid -> node maps, now made on
 first use (in process, each step against the one before: the analysis 1.02 -> 0.87 s,
-0.84 -> 0.74 s, the tree 0.16 -> 0.08 s).  Tried and left: shrview --json's rows as
-instances of a dataclass made for the display's keys (half the memory of 100,000
-dicts, but no faster as a process), the check's loop with its lookups hoisted.
-Against 3bbb275 (medians of 7, before the tree's step): shrtree -l --json 3.79 ->
-2.01 s (1.9x), with -G 5 1.6x, shrview -dm 6.41 -> 0.78 s (8.3x), -dm --json 5.6x,
-first line on a pipe 6.44 -> 0.57 s wall.  Of shrview -dm's 0.8 s today, the imports
-are 0.3-0.45 (SQLAlchemy 0.23-0.32 of it, numpy 0.09-0.11).
+0.84 -> 0.74 s, the tree 0.16 -> 0.08 s); shrview --json's dicts, one per lnode, for
+instances of a dataclass made for the display's keys, which share their keys (maxrss
+200 -> 181 MB, page faults 48,900 -> 44,300, instructions 3.38 -> 3.13 G).  Tried and
+left: the check's loop with its lookups hoisted.  Against 3bbb275 (medians of 7, before
+the tree's step): shrtree -l --json 3.79 -> 2.01 s (1.9x), with -G 5 1.6x, shrview -dm
+6.41 -> 0.78 s (8.3x), -dm --json 5.6x, first line on a pipe 6.44 -> 0.57 s wall.  Of
+shrview -dm's 0.8 s today, the imports are 0.3-0.45 (SQLAlchemy 0.23-0.32 of it, 0.81 G
+of its 2.52 G instructions; numpy 0.09-0.11).
 
 Also the bare interpreter start (``python -c pass``), the floor under every figure.
 """
