@@ -15,7 +15,9 @@ separate processes, medians of --repeat runs with output to /dev/null:
 Each command runs as its installed script does (the checkout's pyproject.toml entry
 point), its bytecode compiled once outside the checkouts (as an installed command's
 is); with --baseline the two checkouts alternate within each repeat, each on the same
-site (a copy taken down to the baseline's schema revision if it is older).
+site (a copy taken down to the baseline's schema revision if it is older).  With
+--baseline at main of 2026-11-24 (fd0faea, REFERENCE_CPU), each figure is also given
+scaled to that day's machine, which ran twice as fast as on some later days.
 
 Measured 2026-11-24 on the shared 2-CPU machine, medians of 9, CPU s, load 0.5,
 --baseline = main at b2ffb03 (runs of the same code vary by 2-4% here; the baseline's
@@ -125,6 +127,20 @@ GOALS = {
     "shrview -dm --json": 0.5,
 }
 NOW = 1_700_003_600.0
+
+#: Main at fd0faea as measured on 2026-11-24 (medians of 9, CPU s), when this machine ran
+#: `python -c pass` in 0.035 s.  Its speed has drifted up to 2x from day to day since,
+#: while the ratio of two checkouts timed in alternation holds within 5-10%; so with
+#: --baseline at this commit each figure is also given scaled to that day's machine:
+#: the reference divided by the speed-up measured now.
+REFERENCE_COMMIT = "fd0faea7472894cac97e32afd918090880da22d2"
+REFERENCE_DAY = "2026-11-24"
+REFERENCE_CPU = {
+    "shrtree -l --json": 1.29,
+    "shrtree -l --json, -G 5": 0.97,
+    "shrview -dm": 0.47,
+    "shrview -dm --json": 0.59,
+}
 
 
 def make_udb(path: Path, users: int, groups: int) -> None:
@@ -254,6 +270,14 @@ def udb_for(path: Path, checkout: Path, copy: Path) -> Path:
     return copy
 
 
+def commit_of(checkout: Path) -> str | None:
+    """The commit checked out in `checkout` (None if it is not a git work tree)."""
+    got = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return got.stdout.strip() if got.returncode == 0 else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--users", type=int, default=100_000)
@@ -277,8 +301,10 @@ def main() -> None:
         valid = valid_copy(path, Path(tmp) / "valid.sqlite")
         udbs = {"new": path}
         valids = {"new": valid}
+        reference = False
         if args.baseline:
             base_dir = Path(args.baseline).resolve()
+            reference = commit_of(base_dir) == REFERENCE_COMMIT
             envs["old"] = child_env(str(base_dir), f"{tmp}/pycache-old")
             udbs["old"] = udb_for(path, base_dir, Path(tmp) / "baseline.sqlite")
             valids["old"] = udb_for(valid, base_dir, Path(tmp) / "baseline-valid.sqlite")
@@ -304,12 +330,16 @@ def main() -> None:
             got = timed({side: cases(side)[label] for side in envs}, envs, args.repeat)
             wall, cpu = got["new"]
             line = (
-                f"  {label:20s} {wall:6.3f} s wall {cpu:6.3f} s CPU  goal {goal} s  "
-                f"ratio {wall / goal:.2f} (wall) {cpu / goal:.2f} (CPU)"
+                f"  {label:20s} {wall:6.3f} s wall {cpu:6.3f} s CPU  "
+                f"goal {goal} s ({cpu / goal:.2f}x it in CPU)"
             )
             if "old" in got:
                 bwall, bcpu = got["old"]
-                line += f"  baseline {bwall:.3f} s wall {bcpu:.3f} s CPU: {bcpu / cpu:.1f}x"
+                line += f"  baseline {bwall:.3f} s wall {bcpu:.3f} s CPU: {bcpu / cpu:.2f}x faster"
+                if reference:
+                    line += (
+                        f"; on {REFERENCE_DAY}'s machine {REFERENCE_CPU[label] * cpu / bcpu:.2f} s"
+                    )
             print(line)
         t = first_line(cases("new")["shrview -dm"], args.repeat, envs["new"])
         line = f"  shrview -dm, first line on a pipe after {t:.3f} s"
