@@ -62,10 +62,10 @@ wall.
 
 Measured 2026-11-26, the machine still slow (python -c pass 0.069-0.078 s CPU; main at
 fd0faea ran shrtree -l --json in 2.5-2.7 s against 1.29 on 11-24), the ratio of one piece
-of code moving 5-10% from day to day: two runs of medians of 15, CPU s, --baseline = main
-at fd0faea: shrtree -l --json 1.75 and 1.76 s, 1.40x and 1.56x faster, with -G 5 1.25x
-and 1.32x, shrview -dm 1.21x and 1.15x, -dm --json 1.31x and 1.33x; scaled to 11-24's
-machine by those ratios: 0.83-0.92, 0.73-0.78, 0.39-0.41 and 0.44-0.45 s.  Instructions
+of code moving 5-10% from day to day: three runs of medians of 15, CPU s, --baseline =
+main at fd0faea: shrtree -l --json 1.75-1.93 s, 1.40-1.56x faster, with -G 5
+1.25-1.37x, shrview -dm 1.15-1.21x, -dm --json 1.31-1.33x; scaled to 11-24's machine by
+those ratios: 0.83-0.92, 0.71-0.78, 0.39-0.41 and 0.44-0.45 s.  Instructions
 (valgrind's callgrind: the same count run after run, but blind to the page faults and
 cache misses that most of the gains were), fd0faea -> now: 8.00 -> 6.49 G, 6.27 -> 5.62,
 2.63 -> 2.52 and 3.66 -> 3.13.  What went: shrtree's maps keyed by name over 100,000
