@@ -667,8 +667,9 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
     views: list[ViewLnode] = []
     # Column by column, then one record per lnode: an instance of a dataclass whose
     # fields are this display's keys, in the documented order, which orjson writes as
-    # that object.  Instances share their keys, so 100,000 take a third less memory
-    # and time than dicts (keys are our own columns' names: identifiers).
+    # that object.  Instances share their keys: 100,000 take a third less memory than
+    # dicts, and a fifth less time to build and write (keys are our own columns' names:
+    # identifiers).
     keys = ["name", "level", "uid", "kind", "own"]
     values = [_picked(table[k], shown) for k in keys]
     for c in cols[1:]:
