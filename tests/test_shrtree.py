@@ -177,6 +177,29 @@ def broken_entries():
     return rows
 
 
+def test_the_error_listing_is_coloured_by_severity_on_a_terminal(tmp_path):
+    path = make_udb(tmp_path / "bad.sqlite", broken_entries())
+    plain = run(path, "-e").stdout.splitlines()
+    env = {"FORCE_COLOR": "1", "NO_COLOR": None, "TERM": "xterm-256color", "COLORTERM": None}
+    coloured = (
+        CliRunner()
+        .invoke(main, ["--udb", str(path), "--now", str(NOW), "-e"], env=env)
+        .stdout.splitlines()
+    )
+    assert len(coloured) == len(plain)
+    kinds = set()
+    for p, c in zip(plain, coloured, strict=True):
+        kind = p.split(None, 1)[0] if p else ""
+        if kind == "**ERROR**":
+            assert c == f"\x1b[1;31m{p}\x1b[0m"
+        elif kind == "**WARN***":
+            assert c == f"\x1b[33m{p}\x1b[0m"
+        else:  # the header and the table's heading
+            assert c == p
+        kinds.add(kind)
+    assert {"**ERROR**", "**WARN***", "Type"} <= kinds
+
+
 def test_errors_exit_1_and_the_error_listing(tmp_path):
     path = make_udb(tmp_path / "bad.sqlite", broken_entries())
     result = run(path, "-e")

@@ -104,10 +104,24 @@ def display_lines(report: TreeReport, long: bool = False) -> list[str]:
 
 
 def render_problems(report: TreeReport, console: Console, long: bool = False) -> None:
-    """Print the -e display: the header, then one line per problem."""
-    console.out("\n".join(header_lines(report, long)), highlight=False)
-    for line, severity in problem_lines(report):
-        console.out(line, style=_STYLE[severity] or None, highlight=False)
+    """Print the -e display: the header, then one line per problem in its severity's
+    colour where `console` colours.  Each severity's escape codes are the console's own
+    (a marker captured in that style) and the lines go out in one write, as console.out
+    would have printed them one by one: that took 10 s for 100,000 problems."""
+    from rich.control import strip_control_codes  # what rich strips from a line it prints
+
+    marks = {}
+    for severity, style in _STYLE.items():
+        with console.capture() as captured:
+            console.out("\0", style=style or None, highlight=False, end="")
+        marks[severity] = captured.get().split("\0")
+    lines = header_lines(report, long) + [
+        f"{before}{line}{after}"
+        for line, severity in problem_lines(report)
+        for before, after in (marks[severity],)
+    ]
+    console.file.write(strip_control_codes("\n".join(lines)) + "\n")
+    console.file.flush()
 
 
 # -- JSON --------------------------------------------------------------------------------
