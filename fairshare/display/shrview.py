@@ -331,32 +331,38 @@ def _attr_pct(heading: str, key: str, attr: str) -> Column:
     return Column(heading, key, text, value, True, attr, "{:.2f}", pct=True)
 
 
-def _band(v: ViewLnode, consts: Consts) -> tuple[float, float] | None:
-    """(floor, limit) of `v`'s e_share as LIMSHARE keeps it (fractions of the machine;
-    None for an lnode that demands nothing): `limshare_band` x its due share."""
+def _shown_band(consts: Consts) -> tuple[float, float]:
+    """(floor, limit): the band -dl shows, as LIMSHARE would keep every demanding lnode's
+    e_share, in multiples of its due share (fairshare.cycle.limshare_band), whether
+    LIMSHARE is on or not."""
     from fairshare.cycle import limshare_band
 
-    if v.due is None:
-        return None
-    floor, limit = limshare_band(consts.replace(flags=consts.flags | LIMSHARE))
-    return floor * v.due, limit * v.due
+    return limshare_band(consts.replace(flags=consts.flags | LIMSHARE))
 
 
-def _bound(v: ViewLnode, consts: Consts, which: int) -> float | None:
-    band = _band(v, consts)
-    return None if band is None else band[which]
+def _limshare_cells(consts: Consts) -> tuple[Callable, Callable, Callable]:
+    """-dl's per-lnode cells, the band worked out once: its floor and its limit as
+    fractions of the machine (None for an lnode that demands nothing), and "max" or
+    "min" when LIMSHARE holds the lnode at its limit or floor, else ""."""
+    floor, limit = _shown_band(consts)
+    held = consts.has(LIMSHARE)
 
+    def lowest(v: ViewLnode) -> float | None:
+        return None if v.due is None else floor * v.due
 
-def _at_bound(v: ViewLnode, consts: Consts) -> str:
-    """ "max" or "min" when LIMSHARE holds `v` at its limit or floor, else ""."""
-    band = _band(v, consts)
-    if not consts.has(LIMSHARE) or band is None:
+    def highest(v: ViewLnode) -> float | None:
+        return None if v.due is None else limit * v.due
+
+    def at_bound(v: ViewLnode) -> str:
+        if not held or v.due is None:
+            return ""
+        if v.e_share >= limit * v.due * (1 - 1e-9):
+            return "max"
+        if v.e_share <= floor * v.due * (1 + 1e-9):
+            return "min"
         return ""
-    if v.e_share >= band[1] * (1 - 1e-9):
-        return "max"
-    if v.e_share <= band[0] * (1 + 1e-9):
-        return "min"
-    return ""
+
+    return lowest, highest, at_bound
 
 
 def _name_col() -> Column:
@@ -399,20 +405,15 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
             _attr_pct("Pri%", "pri_pct", "pri"),
         ]
     if display == "limshare":
+        lowest, highest, at_bound = _limshare_cells(consts)
         return [
             _name_col(),
             _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
             _col_pct("Due%", "due_pct", lambda v: v.due),
             _col_pct("Eshr%", "eshr_pct", lambda v: v.e_share),
-            _col_pct("Floor%", "floor_pct", lambda v: _bound(v, consts, 0)),
-            _col_pct("Limit%", "limit_pct", lambda v: _bound(v, consts, 1)),
-            Column(
-                "Lim",
-                "lim",
-                lambda v: _at_bound(v, consts),
-                lambda v: _at_bound(v, consts) or None,
-                right=False,
-            ),
+            _col_pct("Floor%", "floor_pct", lowest),
+            _col_pct("Limit%", "limit_pct", highest),
+            Column("Lim", "lim", at_bound, lambda v: at_bound(v) or None, right=False),
         ]
     raise ValueError(display)
 
@@ -566,10 +567,8 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
         leaves = int((~table["group"]).sum())
         return lines + graph_lines(rows_of(table, shown), top, leaves)
     if req.display == "limshare":
-        from fairshare.cycle import limshare_band
-
         c = snap.consts
-        floor, limit = limshare_band(c.replace(flags=c.flags | LIMSHARE))
+        floor, limit = _shown_band(c)
         state = "on" if c.has(LIMSHARE) else "off (the band shown as it would be)"
         lines += [
             f"LIMSHARE {state}, maxushare = {c.maxushare:g}: Eshr kept between Due/"
