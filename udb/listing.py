@@ -80,6 +80,11 @@ def select_entries(session: Session, names: Sequence[str] | None = None) -> list
     return [found[n] for n in names]
 
 
+def entries_with_uid(session: Session, uid: int) -> list[Entry]:
+    """The entries whose uid is `uid`, in UDB order (read by uid: not every entry)."""
+    return list(session.scalars(select(Entry).where(Entry.uid == uid).order_by(Entry.id)))
+
+
 def select_accounts(session: Session) -> list[tuple[str, int]]:
     """The account registry as (name, acid) pairs, by acid."""
     return [tuple(r) for r in session.execute(select(Account.name, Account.acid).order_by("acid"))]

@@ -66,7 +66,7 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
         elif names:
             entries = listing.select_entries(s, list(names))
         else:
-            entries = [e for e in listing.select_entries(s) if e.uid == os.getuid()]
+            entries = listing.entries_with_uid(s, os.getuid())
             if not entries:
                 raise NotFound(f"no entry has your uid {os.getuid()}; give a NAME or -a")
         shown = fields_for(reader, fields)
