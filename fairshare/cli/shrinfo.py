@@ -103,8 +103,9 @@ def _show_every(engine, info: Info, verbose: bool, as_json: bool) -> None:
         _print_json({**snapshot_json(snap), "users": figure7_json(leaves)}, info, active, verbose)
         return
     _print_settings(info, active, snap.mode, verbose)
-    for line in figure7_lines(leaves):
-        click.echo(line)
+    lines = figure7_lines(leaves)
+    if lines:  # one write: an echo a line took 0.6 s at 100,000 users
+        click.echo("\n".join(lines))
 
 
 def _print_json(doc: dict, info: Info, active: tuple, verbose: bool) -> None:

@@ -184,8 +184,9 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
         if as_json:
             echo_json(changes.as_json(), indent=True)
         else:
-            for line in changes.as_directives():
-                click.echo(line)
+            lines = list(changes.as_directives())
+            if lines:  # one write: an echo a line took 0.6 s at 100,000 entries
+                click.echo("\n".join(lines))
             click.echo(f"udbgen: test mode, nothing written: {changes.summary()}", err=True)
     elif verbose:
         click.echo(f"udbgen: {display_name(resolve_url(udb))}: {changes.summary()}", err=True)
