@@ -12,6 +12,10 @@ separate processes, medians of --repeat runs with output to /dev/null:
 - ``shrview -dm --json``           goal < 0.5 s
 - ``shrview -dm | head -1``: time to the first line of a large display (a pager).
 
+With --more, also the other displays that list 100,000 lines or read every entry (no
+goals; the ones that took seconds for a per-line cost): shrtree -e, shrview -dl and
+--site, shrinfo -a, udbsee -a, and udbsee for the caller's entry (here, none).
+
 Each command runs as its installed script does (the checkout's pyproject.toml entry
 point), its bytecode compiled once outside the checkouts (as an installed command's
 is); with --baseline the two checkouts alternate within each repeat, each on the same
@@ -126,6 +130,15 @@ GOALS = {
     "shrview -dm": 0.5,
     "shrview -dm --json": 0.5,
 }
+#: With --more, the other displays that list 100,000 lines (or read every entry).
+MORE = (
+    "shrtree -e",
+    "shrview -dl",
+    "shrview --site",
+    "shrinfo -a",
+    "udbsee -a",
+    "udbsee (no entry of yours)",
+)
 NOW = 1_700_003_600.0
 
 #: Main at fd0faea as measured on 2026-11-24 (medians of 9, CPU s), when this machine ran
@@ -291,6 +304,12 @@ def main() -> None:
         help="also time another checkout's code (PYTHONPATH=DIR), alternating with this "
         "one's, and print the ratios: the fair comparison on a loaded machine",
     )
+    ap.add_argument(
+        "--more",
+        action="store_true",
+        help="also time the other long displays at this scale, which have no goal: "
+        + ", ".join(MORE),
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.udb or args.keep or Path(tmp) / "udb.sqlite").resolve()
@@ -314,11 +333,18 @@ def main() -> None:
             udb = ["--udb", str(udbs[side])]
             code = Path(envs[side]["PYTHONPATH"])
             tree = [*command("shrtree", code), "-l", "--json", *now]
+            view = [*command("shrview", code), *udb, *now]
             return {
                 "shrtree -l --json": [*tree, *udb],
                 "shrtree -l --json, -G 5": [*tree, "--udb", str(valids[side])],
-                "shrview -dm": [*command("shrview", code), *udb, "-dm", *now],
-                "shrview -dm --json": [*command("shrview", code), *udb, "-dm", "--json", *now],
+                "shrview -dm": [*view, "-dm"],
+                "shrview -dm --json": [*view, "-dm", "--json"],
+                "shrtree -e": [*command("shrtree", code), *udb, "-e", *now],
+                "shrview -dl": [*view, "-dl"],
+                "shrview --site": [*view, "--site"],
+                "shrinfo -a": [*command("shrinfo", code), *udb, "-a", *now],
+                "udbsee -a": [*command("udbsee", code), *udb, "-a"],
+                "udbsee (no entry of yours)": [*command("udbsee", code), *udb],
             }
 
         bare = timed({"new": [sys.executable, "-c", "pass"]}, envs, args.repeat)["new"][1]
@@ -326,17 +352,17 @@ def main() -> None:
             f"{args.users} users; medians of {args.repeat} runs, load average "
             f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; python -c pass {bare:.3f} s CPU"
         )
-        for label, goal in GOALS.items():
+        for label in [*GOALS, *(MORE if args.more else [])]:
             got = timed({side: cases(side)[label] for side in envs}, envs, args.repeat)
             wall, cpu = got["new"]
-            line = (
-                f"  {label:20s} {wall:6.3f} s wall {cpu:6.3f} s CPU  "
-                f"goal {goal} s ({cpu / goal:.2f}x it in CPU)"
+            goal = GOALS.get(label)
+            line = f"  {label:20s} {wall:6.3f} s wall {cpu:6.3f} s CPU  " + (
+                "no goal" if goal is None else f"goal {goal} s ({cpu / goal:.2f}x it in CPU)"
             )
             if "old" in got:
                 bwall, bcpu = got["old"]
                 line += f"  baseline {bwall:.3f} s wall {bcpu:.3f} s CPU: {bcpu / cpu:.2f}x faster"
-                if reference:
+                if reference and label in REFERENCE_CPU:
                     line += (
                         f"; on {REFERENCE_DAY}'s machine {REFERENCE_CPU[label] * cpu / bcpu:.2f} s"
                     )
