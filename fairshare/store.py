@@ -531,7 +531,7 @@ def read_site(
     hosts = [SiteHost(h.host, h.cpus, bool(h.running), h.time) for h in heads]
     key_of = {(host, node): (kind, uid) for host, node, _, _, uid, kind, *_ in rows}
     acc: dict[tuple[str, int], dict] = {}
-    for host, _, parent, name, uid, kind, level, shares, used, stored, nrun, cpu, us, t in rows:
+    for host, _, parent, name, uid, kind, level, shares, used, written, nrun, cpu, us, t in rows:
         key = (kind, uid)
         a = acc.get(key)
         if a is None:
@@ -540,13 +540,13 @@ def read_site(
                 "parent": key_of.get((host, parent)), "shares": shares, "owed": 0.0, "nrun": 0,
                 "cpus": {}, "stored": (0.0, now) if us is None else (us, t),
             }  # fmt: skip
-        a["owed"] += max(used - (used if stored is None else stored), 0.0)
+        a["owed"] += max(used - (used if written is None else written), 0.0)
         a["nrun"] += nrun
         a["cpus"][host] = cpu * delivered.get(host, 0.0)
     leaves = [key for key, a in acc.items() if a["kind"] not in ("root", "group")]
-    stored = np.array([acc[key]["stored"] for key in leaves], dtype=float).reshape(-1, 2)
+    kept = np.array([acc[key]["stored"] for key in leaves], dtype=float).reshape(-1, 2)
     owed = np.array([acc[key]["owed"] for key in leaves], dtype=float)
-    aged = stored[:, 0] * decay(now - stored[:, 1], halflife) + owed
+    aged = kept[:, 0] * decay(now - kept[:, 1], halflife) + owed
     usage = dict(zip(leaves, aged.tolist(), strict=True))
     # Groups and the root: the sum of their leaves', children listed after their parent.
     for key, u in list(usage.items()):
