@@ -29,13 +29,12 @@ from fairshare.report.published import (
     default_account,
     find_entry,
     load_published,
-    share_tree,
 )
 from fairshare.report.sharetree import stored_sshare
 from fairshare.repository import load_consts
 from fairshare.store import SiteLnode, published_hosts, read_site
 from fairshare.tree import ShareTree, build_tree_columns
-from udb.check import load_entry_columns
+from udb.check import EntryColumns, load_entry_columns
 from udb.errors import NotFound
 from udb.rules import SHF_ACCOUNT, SHF_GROUP
 from udb.session import read_connection
@@ -90,9 +89,10 @@ def load_profile(
             account = default_account(s, entry)
             notes.append(f"{entry.name} is charged to its default account {account.name}")
             entry = account
-    tree = share_tree(engine, mode)
+        cols = load_entry_columns(s)  # the entries read once, for the tree and the figures
+    tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
     lnodes = own_lnodes(snap)
-    slurm = stored_figures(engine, entry.name, mode, consts, now)
+    slurm = stored_figures(tree, cols, entry.name, consts, now)
     if any(v.name == entry.name and v.parent >= 0 for v in lnodes):
         flat = not consts.flags & ADJGROUPS
         profile = active_profile(lnodes, entry.name, consts.halflife, flat)
@@ -114,13 +114,13 @@ def load_profile(
     return dataclasses.replace(profile, **slurm), notes, tree, lnodes
 
 
-def stored_figures(engine: Engine, name: str, mode: str, consts: Consts, now: float) -> dict:
-    """Slurm's sshare figures of entry `name` from the usage stored in the UDB, aged to
-    `now` (fairshare.report.sharetree.stored_sshare; the dampening factor in force), as
+def stored_figures(
+    tree: ShareTree, cols: EntryColumns, name: str, consts: Consts, now: float
+) -> dict:
+    """Slurm's sshare figures of entry `name` in `tree` (built from the entries `cols`,
+    which carry shusage and shextime) from the usage stored in the UDB, aged to `now`
+    (fairshare.report.sharetree.stored_sshare; the dampening factor in force), as
     Profile's fields; {} when the entry is not in the share tree."""
-    with read_connection(engine) as s:
-        cols = load_entry_columns(s)
-    tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
     node = tree.find(name)
     if node is None:
         return {}
