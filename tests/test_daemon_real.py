@@ -15,6 +15,7 @@ runs of the suite on one host take turns (tests/machine_lock.py).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -332,6 +333,28 @@ def fork_heavy(uid: int, loops: int) -> subprocess.Popen:
     )
 
 
+@contextlib.contextmanager
+def paused(p: subprocess.Popen, uid: int):
+    """The fork-heavy loops stopped (SIGSTOP to their process group) while a charge and
+    the kernel's total are read: running between the two reads on a loaded machine, the
+    loops would gain more than the 10% the tests allow."""
+    os.killpg(p.pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(
+            q.info["uids"].real == uid and q.info["status"] not in STILL
+            for q in psutil.process_iter(["uids", "status"])
+        ):
+            time.sleep(0.01)
+        yield
+    finally:
+        os.killpg(p.pid, signal.SIGCONT)
+
+
+#: The states of a process that no longer runs.
+STILL = (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
 def stop_fork_heavy(p: subprocess.Popen) -> None:
     try:
         os.killpg(p.pid, signal.SIGKILL)
@@ -350,14 +373,16 @@ def test_per_process_sampling_charges_reaped_children(tmp_path):
     try:
         time.sleep(1.0)
         c = ProcfsCollector()
-        c.sample(io=False, syscalls=False)
-        before = uid_total(UID_A)
+        with paused(loops, UID_A):
+            c.sample(io=False, syscalls=False)
+            before = uid_total(UID_A)
         charged, truth, deadline = 0.0, 0.0, time.monotonic() + 60
         while truth < 2.0 and time.monotonic() < deadline:  # 2 CPU s, however loaded
             time.sleep(0.5)
-            s = c.sample(io=False, syscalls=False)
+            with paused(loops, UID_A):
+                s = c.sample(io=False, syscalls=False)
+                truth = uid_total(UID_A) - before
             charged += sum(p.cpu for p in s.processes if p.uid == UID_A)
-            truth = uid_total(UID_A) - before
     finally:
         stop_fork_heavy(loops)
     print(f"\nfork-heavy uid, per-process sampling: charged {charged:.2f} s of {truth:.2f} s")
@@ -395,13 +420,15 @@ def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
         d.step()  # places the loops in ta's cgroup: their children are born there
         node = d.lnodes.tree.find("ta")
         time.sleep(0.5)
-        d.step()
-        start, before = float(d.lnodes.table.cpu_seconds[node]), uid_total(UID_A)
+        with paused(loops, UID_A):
+            d.step()
+            start, before = float(d.lnodes.table.cpu_seconds[node]), uid_total(UID_A)
         truth, deadline = 0.0, time.monotonic() + 60
         while truth < 2.0 and time.monotonic() < deadline:  # 2 CPU s, however loaded
             time.sleep(0.5)
-            d.step()
-            truth = uid_total(UID_A) - before
+            with paused(loops, UID_A):
+                d.step()
+                truth = uid_total(UID_A) - before
         charged = float(d.lnodes.table.cpu_seconds[node]) - start
         groups = enforcer.read_groups()
     finally:
