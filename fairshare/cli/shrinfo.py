@@ -26,7 +26,7 @@ from fairshare.report.info import (
 )
 from fairshare.report.profile import every_leaf
 from fairshare.report.published import share_tree
-from udb.cli.common import FiniteFloat, handle_errors, udb_option
+from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option
 from udb.errors import NotFound, OptionError
 from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
@@ -103,9 +103,7 @@ def _show_every(engine, info: Info, verbose: bool, as_json: bool) -> None:
         _print_json({**snapshot_json(snap), "users": figure7_json(leaves)}, info, active, verbose)
         return
     _print_settings(info, active, snap.mode, verbose)
-    lines = figure7_lines(leaves)
-    if lines:  # one write: an echo a line took 0.6 s at 100,000 users
-        click.echo("\n".join(lines))
+    echo_lines(figure7_lines(leaves))
 
 
 def _print_json(doc: dict, info: Info, active: tuple, verbose: bool) -> None:

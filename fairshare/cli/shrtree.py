@@ -10,7 +10,7 @@ import click
 
 from fairshare.display.shrtree import display_lines, render_problems, report_json
 from fairshare.report.sharetree import load_tree_report
-from udb.cli.common import FiniteFloat, handle_errors, udb_option
+from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option
 from udb.jsonout import echo_json
 from udb.remote import socket_option
 from udb.rules import MAX_EPOCH
@@ -71,7 +71,7 @@ def main(udb, socket_, long_, errors_only, by_account, node, now, as_json):
 
         render_problems(report, Console(highlight=False, soft_wrap=True), long_)
     else:
-        click.echo("\n".join(display_lines(report, long_)))
+        echo_lines(display_lines(report, long_))
     sys.exit(1 if report.errors else 0)
 
 

@@ -36,7 +36,7 @@ from fairshare.display.shrview import (
 from fairshare.display.site import site_json, site_lines
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Snapshot, Source, caller_own, load_site, tree_leaves
-from udb.cli.common import FiniteFloat, handle_errors, udb_option
+from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option
 from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
@@ -190,7 +190,7 @@ def show_site(engine, now: float | None, as_json: bool) -> None:
     if as_json:
         echo_json(site_json(hosts, lnodes, now))
     else:
-        click.echo("\n".join(site_lines(hosts, lnodes, now)))
+        echo_lines(site_lines(hosts, lnodes, now))
 
 
 def frame_lines(snap: Snapshot, req: ViewRequest) -> list[str]:

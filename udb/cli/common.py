@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+from collections.abc import Sequence
 
 import click
 from sqlalchemy.exc import DBAPIError
@@ -25,6 +26,13 @@ udb_option = click.option(
     help="The UDB: a SQLite file or a PostgreSQL URL "
     "(default ~/.local/share/fairshare/udb.sqlite; udbgen creates it).",
 )
+
+
+def echo_lines(lines: Sequence[str]) -> None:
+    """Print `lines` on standard output in one write (nothing for none): a click.echo a
+    line cost 0.6 s of a 100,000-line listing."""
+    if lines:
+        click.echo("\n".join(lines))
 
 
 class FiniteFloat(click.FloatRange):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import click
 
 from udb import listing
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import echo_lines, handle_errors, udb_option
 from udb.errors import NotFound, OptionError
 from udb.fields import FIELDS
 from udb.image import PRIVATE
@@ -78,9 +78,7 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
             echo_json(out, indent=True)
             return
         lines = [listing.format_account(name, acid) for name, acid in registry]
-        lines += [listing.format_entry(e, shown(e), verb) for e in entries]
-        if lines:  # one write: an echo per entry took 0.6 s of -a's time at 100,000
-            click.echo("\n".join(lines))
+        echo_lines(lines + [listing.format_entry(e, shown(e), verb) for e in entries])
 
 
 def fields_for(reader: Reader, fields: list[str] | None) -> Callable[[Entry], list[str] | None]:
