@@ -333,6 +333,10 @@ def fork_heavy(uid: int, loops: int) -> subprocess.Popen:
     )
 
 
+#: The states of a process that no longer runs.
+STILL = (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
 @contextlib.contextmanager
 def paused(p: subprocess.Popen, uid: int):
     """The fork-heavy loops stopped (SIGSTOP to their process group) while a charge and
@@ -349,10 +353,6 @@ def paused(p: subprocess.Popen, uid: int):
         yield
     finally:
         os.killpg(p.pid, signal.SIGCONT)
-
-
-#: The states of a process that no longer runs.
-STILL = (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
 def stop_fork_heavy(p: subprocess.Popen) -> None:
