@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from udb.session import dispose_all
 
-#: Test uids with no passwd entry: their login name is their number (fairshare.dist).
+#: Test uids with no passwd entry: their login name is their number (fairshare.admin.shrdist).
 UIDS = (62001, 62002, 62003)
 
 needs_root = pytest.mark.skipif(

@@ -5,7 +5,7 @@ if each had used one CPU the whole time since the last sample.  A test may put
 other processes in `procs` between samples, even from another thread (the list
 is read once per sample); `given` totals the CPU seconds handed to each pid.
 
-`RecordedOs()` is the OsActions (fairshare.actions) of those made-up processes: it
+`RecordedOs()` is the OsActions (fairshare.enforce.actions) of those made-up processes: it
 records the signals sent and keeps each pid's nice, and has no kernel files, so a
 daemon given it never reaches a real process.  It knows a pid's start time only when a
 test says (`starts`: a pid given since to another process), else cannot tell.

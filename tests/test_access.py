@@ -41,11 +41,11 @@ from fairshare.cli.shrsync import main as shrsync
 from fairshare.cli.shrtree import main as shrtree
 from fairshare.cli.shrview import main as shrview
 from fairshare.cli.shrview import run_continuous
-from fairshare.consts import consts_from_mapping
+from fairshare.core.consts import consts_from_mapping
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Source
-from fairshare.repository import load_consts, save_consts
-from fairshare.server import Server
+from fairshare.server.server import Server
+from fairshare.store.config import load_consts, save_consts
 from udb import directives
 from udb.cli.udbsee import main as udbsee
 from udb.errors import UdbError

@@ -1,6 +1,6 @@
 """The daemon's OS actions: `shrdaemon --simulate` never reaches the real OS, a simulated
 SIGKILL stops the simulated process, and the UDB's nice is applied through the actions
-(fairshare.actions, fairshare.enforce.renice)."""
+(fairshare.enforce.actions, fairshare.enforce.renice)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ import pytest
 from busy import RecordedOs
 from sqlalchemy import select
 
-from fairshare.actions import REAL_OS
-from fairshare.consts import NOSCHED
-from fairshare.daemon import Daemon
+from fairshare.core.consts import NOSCHED
+from fairshare.daemon.daemon import Daemon
+from fairshare.enforce.actions import REAL_OS
 from fairshare.enforce.base import LnodeTarget
 from fairshare.enforce.nice import LONG_SLICE_NS, NiceEnforcer
 from fairshare.enforce.renice import Renicer, user_floor
-from fairshare.repository import load_consts, save_consts
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import PID_BASE, SimOs
+from fairshare.store.config import load_consts, save_consts
 from udb.models import Entry
 from udb.session import open_udb, read_session, write_session
 
@@ -339,10 +339,10 @@ def test_sim_os_is_the_enforcers_actions(tmp_path, udb_url):
 
 
 def test_same_process_tells_a_pid_from_the_process_that_had_it():
-    """fairshare.actions.same_process on the real machine: the start time the collector
+    """fairshare.enforce.actions.same_process on the real machine: the start time the collector
     reads is the process's own; another start, or a process gone, is not it."""
-    from fairshare.actions import same_process
     from fairshare.collect.procfs import ProcfsCollector
+    from fairshare.enforce.actions import same_process
 
     child = subprocess.Popen(["/bin/sleep", "30"])
     try:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, insert, text
 
-from fairshare.lnode import activate, new_table
-from fairshare.repository import tree_rows
-from fairshare.store import PUBLISHED, CycleHeader, LnodeStore
-from fairshare.tree import build_tree
+from fairshare.core.lnode import activate, new_table
+from fairshare.core.tree import build_tree
+from fairshare.store.config import tree_rows
+from fairshare.store.published import PUBLISHED, CycleHeader, LnodeStore
 from udb.columnar import decode, encode, row_columns
 from udb.models import SHF_GROUP, Entry, LnodeCycle, PublishedLnode
 from udb.session import dispose_all, open_udb, read_session, upgrade, write_session

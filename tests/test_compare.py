@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fairshare import consts as consts_module
-from fairshare import cycle
 from fairshare.cli.shrsim import main as shrsim
-from fairshare.consts import ADJGROUPS
+from fairshare.core import consts as consts_module
+from fairshare.core import policies
+from fairshare.core.consts import ADJGROUPS
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
 TABLE_ONE = str(SCENARIOS / "05_table_one.toml")
@@ -33,13 +33,13 @@ class FlatUnicos:
     def cycle(self, tree, table, consumption, consts, elapsed):
         FlatUnicos.seen.append(consts.policy)
         flat = consts.replace(flags=consts.flags & ~ADJGROUPS)
-        return cycle.DEFAULT_POLICY.cycle(tree, table, consumption, flat, elapsed)
+        return policies.DEFAULT_POLICY.cycle(tree, table, consumption, flat, elapsed)
 
 
 @pytest.fixture
 def registered(monkeypatch):
-    monkeypatch.setitem(cycle.POLICIES, "flatunicos", FlatUnicos())
-    monkeypatch.setitem(consts_module.CHOICES, "policy", (*cycle.POLICIES,))
+    monkeypatch.setitem(policies.POLICIES, "flatunicos", FlatUnicos())
+    monkeypatch.setitem(consts_module.CHOICES, "policy", (*policies.POLICIES,))
     FlatUnicos.seen.clear()
 
 
@@ -115,7 +115,7 @@ def test_bad_policy_names_are_refused(value, message):
 def test_every_registered_policy_compares():
     # Whatever policies main registers (unicos, feedback, slurm ...): one document each,
     # over the same lnodes and groups, every share delivered to someone.
-    names = list(cycle.POLICIES)
+    names = list(policies.POLICIES)
     r = run("--compare", ",".join(names), "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from fairshare.consts import (
+from fairshare.core.consts import (
     ADJGROUPS,
     LIMSHARE,
     NOSCHED,
@@ -19,7 +19,7 @@ from fairshare.consts import (
     parse_flags,
     validate,
 )
-from fairshare.repository import load_consts, save_consts
+from fairshare.store.config import load_consts, save_consts
 from udb.check import configured_maxlevels
 from udb.errors import OptionError
 from udb.models import Const
@@ -184,7 +184,7 @@ def test_migration_0002_keeps_entries(tmp_path):
 def test_every_constant_has_a_documented_range():
     from pathlib import Path
 
-    from fairshare.consts import CHOICES, FIELDS, RANGES
+    from fairshare.core.consts import CHOICES, FIELDS, RANGES
 
     # flags: the known bits (parse_flags); a choice: its names
     assert set(FIELDS) - set(RANGES) == {"flags", *CHOICES}

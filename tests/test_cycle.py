@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trees import random_trees, table_one
 
-from fairshare.consts import ADJGROUPS, K5, LIMSHARE, Consts
-from fairshare.cycle import (
+from fairshare.core.consts import ADJGROUPS, K5, LIMSHARE, Consts
+from fairshare.core.cycle import (
     PRIORITY_MAX,
     Consumption,
     apply_sharemin,
@@ -21,15 +21,14 @@ from fairshare.cycle import (
     group_adjustment,
     leaf_charges,
     limshare_band,
-    machine_shares,
     near_future_shares,
     priority,
     raise_usage,
-    run_cycle,
-    tree_index,
 )
-from fairshare.lnode import activate, new_table
-from fairshare.tree import Kind, build_tree
+from fairshare.core.lnode import activate, new_table
+from fairshare.core.policies import run_cycle
+from fairshare.core.split import machine_shares
+from fairshare.core.tree import Kind, build_tree, tree_index
 from udb.models import IDLE_UID
 
 G = 0o40000
@@ -521,8 +520,8 @@ def test_water_fill_is_the_common_ratio_clipped_to_each_band(nodes, parent):
     """One sibling set: the demanding nodes get clip(t x w, floor, cap) for one t that
     makes the set sum to its parent's e_share (when the bands allow it), the others 0;
     the capped ones are marked."""
-    from fairshare.cycle import _water_fill_level
-    from fairshare.tree import tree_index
+    from fairshare.core.cycle import _water_fill_level
+    from fairshare.core.tree import tree_index
 
     tree = flat(*[1] * len(nodes))
     idx = tree_index(tree)

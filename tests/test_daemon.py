@@ -17,15 +17,15 @@ from busy import RecordedOs
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
-from fairshare.accounts import AccountsOf
 from fairshare.cli.shrdaemon import main
 from fairshare.collect import ProcessSample, Sample
-from fairshare.consts import NOSCHED, SHAREBYACCT, TICKS_PER_SECOND, Consts
-from fairshare.daemon import Daemon, Options
+from fairshare.core.consts import NOSCHED, SHAREBYACCT, TICKS_PER_SECOND, Consts
+from fairshare.daemon.accounts import AccountsOf
+from fairshare.daemon.daemon import Daemon, Options
 from fairshare.enforce.base import Capabilities
-from fairshare.repository import save_consts
 from fairshare.sim.machine import SimClock
-from fairshare.store import LnodeStore
+from fairshare.store.config import save_consts
+from fairshare.store.published import LnodeStore
 from udb.models import SHF_ACCOUNT, SHF_GROUP, Entry, LnodeCheckpoint
 from udb.session import open_udb, read_session, write_session
 

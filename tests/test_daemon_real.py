@@ -34,10 +34,10 @@ from machine_lock import (
 )
 from sqlalchemy import select
 
-from fairshare.consts import Consts
+from fairshare.core.consts import Consts
 from fairshare.enforce.detect import detect
 from fairshare.enforce.nice import autogroup_enabled
-from fairshare.repository import save_consts
+from fairshare.store.config import save_consts
 from udb.models import Entry, LnodeCheckpoint
 from udb.session import open_udb, read_session, write_session
 
@@ -393,11 +393,11 @@ def test_per_process_sampling_charges_reaped_children(tmp_path):
 def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
     """With the cgroup enforcer, the fork-heavy user's lnode is charged from its cgroup's
     kernel counter: within 10% of the kernel's per-process total for that uid."""
-    from fairshare.actions import REAL_OS
     from fairshare.collect.procfs import ProcfsCollector
-    from fairshare.daemon import Daemon, Options
+    from fairshare.daemon.daemon import Daemon, Options
+    from fairshare.enforce.actions import REAL_OS
     from fairshare.enforce.detect import make_enforcer
-    from fairshare.store import LnodeStore
+    from fairshare.store.published import LnodeStore
 
     skip_if_a_daemon_runs()
     choice = detect("auto")

@@ -18,9 +18,10 @@ import pytest
 from busy import RecordedOs
 from machine_lock import machine_lock, skip_if_a_daemon_runs
 
-from fairshare.actions import REAL_OS
 from fairshare.cli.shrdaemon import enforcer_line
 from fairshare.collect import GroupReading
+from fairshare.daemon.lock import AlreadyRunning, DaemonLock
+from fairshare.enforce.actions import REAL_OS
 from fairshare.enforce.base import LnodeTarget, safe_name
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 from fairshare.enforce.cgroup2 import Cgroup2Enforcer
@@ -32,7 +33,6 @@ from fairshare.enforce.nice import (
     read_autogroup,
     read_slice,
 )
-from fairshare.lock import AlreadyRunning, DaemonLock
 from udb.errors import OptionError
 
 ROOT = os.geteuid() == 0
@@ -523,7 +523,7 @@ def test_make_enforcer_names():
 HOLD = """
 import sys, time
 from pathlib import Path
-from fairshare.lock import DaemonLock
+from fairshare.daemon.lock import DaemonLock
 lock = DaemonLock("sqlite:///x", "x", Path(sys.argv[1]))
 lock.acquire()
 print("held", flush=True)

@@ -27,7 +27,7 @@ from fairshare.cli.shrsim import main as shrsim
 from fairshare.cli.shrsync import main as shrsync
 from fairshare.cli.shrtree import main as shrtree
 from fairshare.cli.shrview import main as shrview
-from fairshare.lock import AlreadyRunning, DaemonLock
+from fairshare.daemon.lock import AlreadyRunning, DaemonLock
 from udb import directives as d
 from udb import listing
 from udb.cli.udbgen import main as udbgen
@@ -508,8 +508,8 @@ def test_huge_and_non_finite_numbers_in_every_option(tmp_path, template, cmd, be
             assert len(lines) == 1 or (len(lines) == 3 and lines[-1].startswith("Error:")), lines
     dispose_all()
     with read_session(open_udb(str(path))) as s:  # whatever was accepted is in range
-        from fairshare.consts import validate
-        from fairshare.repository import load_consts
+        from fairshare.core.consts import validate
+        from fairshare.store.config import load_consts
 
         validate(load_consts(s))
 
@@ -518,7 +518,7 @@ def test_huge_and_non_finite_numbers_in_every_option(tmp_path, template, cmd, be
 
 
 def edge_values():
-    from fairshare.consts import ALL_FLAGS, RANGES, SHAREBYACCT
+    from fairshare.core.consts import ALL_FLAGS, RANGES, SHAREBYACCT
 
     # Every flag but SHAREBYACCT, which changes whose lnodes there are, not the arithmetic.
     out = [("flags", 0), ("flags", ALL_FLAGS & ~SHAREBYACCT)]
@@ -592,7 +592,7 @@ def test_a_non_finite_value_is_logged_and_the_last_finite_one_kept(tmp_path, tem
     # A usage near the largest float, written behind udbgen's back (an old UDB): the
     # priority overflows to infinity.  The daemon logs the lnode and keeps scheduling.
     from fairshare.sim.daemon import simulated_daemon
-    from fairshare.store import LnodeStore
+    from fairshare.store.published import LnodeStore
     from udb.models import Entry
 
     path = tmp_path / "udb.sqlite"
@@ -623,8 +623,8 @@ def test_a_non_finite_value_is_logged_and_the_last_finite_one_kept(tmp_path, tem
 def test_a_stored_constant_out_of_range_is_ignored_with_a_warning(tmp_path, template, caplog):
     # shradmin 1e308 used to be accepted, and then every daemon start failed.  A value
     # stored before ranges were checked no longer stops anything.
-    from fairshare.consts import Consts
-    from fairshare.repository import load_consts
+    from fairshare.core.consts import Consts
+    from fairshare.store.config import load_consts
     from udb.models import Const
 
     path = tmp_path / "udb.sqlite"
@@ -632,7 +632,8 @@ def test_a_stored_constant_out_of_range_is_ignored_with_a_warning(tmp_path, temp
     engine = open_udb(str(path))
     with write_session(engine) as s:
         s.add_all([Const(name="cost_tick", value=1e308), Const(name="delta", value=1e-300)])
-    with caplog.at_level(logging.WARNING, logger="fairshare.consts"), read_session(engine) as s:
+    log = caplog.at_level(logging.WARNING, logger="fairshare.core.consts")
+    with log, read_session(engine) as s:
         c = load_consts(s)
     assert (c.cost_tick, c.delta) == (Consts().cost_tick, Consts().delta)
     assert "stored constant ignored, set it again with shradmin: cost_tick" in caplog.text

@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trees import random_trees
 
-from fairshare.consts import Consts, consts_from_mapping
-from fairshare.cycle import POLICIES, Consumption, run_cycle, tree_index
-from fairshare.lnode import FEEDBACK_STATE, activate, new_table, release
-from fairshare.policies.feedback import (
+from fairshare.core.consts import Consts, consts_from_mapping
+from fairshare.core.cycle import Consumption
+from fairshare.core.lnode import FEEDBACK_STATE, activate, new_table, release
+from fairshare.core.policies import POLICIES, run_cycle
+from fairshare.core.policies.feedback import (
     MAX_CORRECTION,
     REACH,
     centred,
@@ -28,7 +29,7 @@ from fairshare.policies.feedback import (
     sibling_max,
     transient_shares,
 )
-from fairshare.tree import build_tree
+from fairshare.core.tree import build_tree, tree_index
 from udb.errors import OptionError
 
 G = 0o40000
@@ -457,7 +458,7 @@ def test_a_reloaded_tree_keeps_the_groups_feedback_state():
     """The daemon rebuilds the tree when entries change (a user added): the groups'
     own usage (with a departed member's part), corrections and transient shares, and
     the redistribution's clock, are carried over by name with the leaves'."""
-    from fairshare.state import carry_over, lnodes_for
+    from fairshare.daemon.state import carry_over, lnodes_for
 
     tree = two_orgs()
     old = lnodes_for(tree, {}, ())

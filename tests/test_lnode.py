@@ -7,10 +7,11 @@ from types import SimpleNamespace as Row
 import numpy as np
 import pytest
 
-from fairshare.consts import Consts
-from fairshare.cycle import Consumption, run_cycle
-from fairshare.lnode import accrued, activate, add_usage, aged_usage, new_table, release
-from fairshare.tree import build_tree
+from fairshare.core.consts import Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.lnode import accrued, activate, add_usage, aged_usage, new_table, release
+from fairshare.core.policies import run_cycle
+from fairshare.core.tree import build_tree
 
 G = 0o40000
 

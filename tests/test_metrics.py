@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_daemon import run_daemon, wait_for
 
 from fairshare.cli.shrdaemon import main
-from fairshare.consts import Consts
-from fairshare.metrics import LNODE_METRICS, Metrics, Snapshot, lnode_text, parse_address
-from fairshare.repository import save_consts
+from fairshare.core.consts import Consts
+from fairshare.daemon.metrics import LNODE_METRICS, Metrics, Snapshot, lnode_text, parse_address
 from fairshare.sim.daemon import simulated_daemon
+from fairshare.store.config import save_consts
 from udb.errors import OptionError
 from udb.models import SHF_GROUP, Entry
 from udb.session import open_udb, write_session

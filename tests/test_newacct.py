@@ -16,14 +16,14 @@ from click.testing import CliRunner
 from fairshare.cli.newacct import main as newacct
 from fairshare.collect import ProcessSample, Sample
 from fairshare.collect.procfs import ProcfsCollector
-from fairshare.consts import SHAREBYACCT, TICKS_PER_SECOND, Consts
-from fairshare.daemon import Daemon, Options
+from fairshare.core.consts import SHAREBYACCT, TICKS_PER_SECOND, Consts
+from fairshare.daemon.daemon import Daemon, Options
+from fairshare.daemon.sessions import SessionAccounts, session_request
 from fairshare.enforce.none import NoEnforcer
-from fairshare.newacct import SessionAccounts, session_request
-from fairshare.repository import save_consts
-from fairshare.server import Server
+from fairshare.server.server import Server
 from fairshare.sim.machine import SimClock
-from fairshare.store import LnodeStore
+from fairshare.store.config import save_consts
+from fairshare.store.published import LnodeStore
 from udb import directives
 from udb.errors import UdbError
 from udb.session import open_udb, read_session, write_session

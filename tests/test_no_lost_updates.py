@@ -23,16 +23,16 @@ from conftest import ACME, ROOT, load
 from sqlalchemy import select, text
 from test_session import pg_url  # noqa: F401 - the throwaway PostgreSQL fixture
 
+from fairshare.admin.shrdist import Caller, redistribute
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.collect import ProcessSample
-from fairshare.consts import Consts
-from fairshare.daemon import Daemon, Options
-from fairshare.dist import Caller, redistribute
+from fairshare.core.consts import Consts
+from fairshare.daemon.daemon import Daemon, Options
 from fairshare.enforce.none import NoEnforcer
-from fairshare.repository import save_consts
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import SimClock
-from fairshare.store import LnodeStore
+from fairshare.store.config import save_consts
+from fairshare.store.published import LnodeStore
 from udb import directives
 from udb.cli.udbgen import main as udbgen
 from udb.models import Entry, ShareChange

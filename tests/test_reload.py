@@ -1,6 +1,6 @@
 """A running daemon takes share and constant changes from the UDB: at once when a
 command made them, within the periodic reload when they were made behind the commands'
-back.  It learns of them from one poll a cycle (fairshare.reload.poll)."""
+back.  It learns of them from one poll a cycle (fairshare.daemon.reload.poll)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from fairshare.admin import remove_schedule, set_constants, set_schedule
-from fairshare.reload import RELOAD_EVERY, poll
+from fairshare.admin.shradmin import remove_schedule, set_constants, set_schedule
+from fairshare.daemon.reload import RELOAD_EVERY, poll
 from fairshare.sim.daemon import simulated_daemon
 from udb import directives
 from udb.models import Const, Entry, SyncRequest

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fairshare.consts import K5
+from fairshare.core.consts import K5
 from fairshare.sim.record import SimResult
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import load_scenario, parse_scenario

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fairshare.service import JournalFormatter, Notifier, log_formatter, under_journal
+from fairshare.daemon.service import JournalFormatter, Notifier, log_formatter, under_journal
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT_DIR / "examples" / "scenarios" / "02_shares_2_to_1.toml"

@@ -179,7 +179,7 @@ def test_postgresql_round_trip(pg_url, acme_acct):
 def test_postgresql_daemon_lock_is_an_advisory_lock_keyed_by_host(pg_url, acme_acct):
     # Issue 11.13: the lock is the database's, not the URL's spelling: two URLs of one
     # PostgreSQL database (one with a needless option) find the same lock.
-    from fairshare.lock import AlreadyRunning, DaemonLock
+    from fairshare.daemon.lock import AlreadyRunning, DaemonLock
 
     engine = open_udb(pg_url, create=True)
     other = open_udb(pg_url + "&application_name=second")

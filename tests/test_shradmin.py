@@ -11,18 +11,16 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
 
-from fairshare.admin import (
+from fairshare.cli.shradmin import main as shradmin
+from fairshare.core.consts import ADJGROUPS, LIMSHARE, Consts
+from fairshare.core.schedule import (
     describe_days,
     describe_hours,
     effective_consts,
-    history,
     parse_days,
     parse_hours,
-    schedules,
 )
-from fairshare.cli.shradmin import main as shradmin
-from fairshare.consts import ADJGROUPS, LIMSHARE, Consts
-from fairshare.repository import load_consts
+from fairshare.store.config import history, load_consts, schedules
 from udb.errors import OptionError
 from udb.models import ConstChange, Schedule
 from udb.session import open_udb, read_session
@@ -271,8 +269,8 @@ def test_slurm_policy_and_its_dampening_factor_are_set_shown_and_recorded(udb_ur
 def test_a_running_daemon_takes_up_a_new_policy_within_one_cycle(udb_url, monkeypatch):
     """`shradmin --policy` is stored, recorded and shown, and the daemon's next cycle runs
     the policy it names (a recording policy registered beside unicos for the test)."""
-    from fairshare import consts as consts_module
-    from fairshare import cycle
+    from fairshare.core import consts as consts_module
+    from fairshare.core import policies
     from fairshare.sim.daemon import simulated_daemon
 
     class Recording:
@@ -281,9 +279,9 @@ def test_a_running_daemon_takes_up_a_new_policy_within_one_cycle(udb_url, monkey
 
         def cycle(self, tree, table, consumption, consts, elapsed):
             Recording.cycles += 1
-            return cycle.DEFAULT_POLICY.cycle(tree, table, consumption, consts, elapsed)
+            return policies.DEFAULT_POLICY.cycle(tree, table, consumption, consts, elapsed)
 
-    monkeypatch.setitem(cycle.POLICIES, "recording", Recording())
+    monkeypatch.setitem(policies.POLICIES, "recording", Recording())
     monkeypatch.setitem(consts_module.CHOICES, "policy", ("unicos", "recording"))
     scenario = (
         Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "01_equal_shares.toml"

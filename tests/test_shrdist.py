@@ -22,16 +22,22 @@ from conftest import ACME, load
 from sqlalchemy import func, select
 from textual.widgets import Input, Label
 
+from fairshare.admin.shrdist import (
+    Caller,
+    NotAuthorised,
+    parse_assignments,
+    parse_auth,
+    untrusted_reason,
+)
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.collect import ProcessSample
-from fairshare.consts import SHAREBYACCT, Consts
-from fairshare.daemon import Daemon, Options
-from fairshare.dist import Caller, NotAuthorised, parse_assignments, parse_auth, untrusted_reason
+from fairshare.core.consts import SHAREBYACCT, Consts
+from fairshare.daemon.daemon import Daemon, Options
 from fairshare.enforce.none import NoEnforcer
-from fairshare.repository import save_consts
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import SimClock
-from fairshare.store import LnodeStore
+from fairshare.store.config import save_consts
+from fairshare.store.published import LnodeStore
 from fairshare.tui.shrdist import make_app
 from udb.errors import OptionError
 from udb.models import SHF_GROUP, Entry, ShareChange

@@ -16,9 +16,10 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
+from fairshare.admin.shrsync import NoDaemon, pending, submit, wait
 from fairshare.cli.shrsync import main as shrsync
+from fairshare.daemon.sync import QUOTA, UPDATE
 from fairshare.sim.daemon import simulated_daemon
-from fairshare.sync import QUOTA, UPDATE, NoDaemon, pending, submit, wait
 from udb.cli.udbgen import main as udbgen
 from udb.models import Entry, SyncRequest
 from udb.session import open_udb, read_session

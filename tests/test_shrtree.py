@@ -359,7 +359,7 @@ def test_the_guide_example_header_and_codes(tmp_path):
 
 
 def test_aged_usage_halves_every_halflife_and_never_grows():
-    from fairshare.lnode import decayed_usage
+    from fairshare.core.lnode import decayed_usage
 
     got = decayed_usage([800.0, 800.0, 800.0], [NOW - HOUR, NOW - 3 * HOUR, NOW + HOUR], NOW, HOUR)
     assert got.tolist() == pytest.approx([400.0, 100.0, 800.0])

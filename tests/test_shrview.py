@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from fairshare.cli.shrview import main, run_continuous
-from fairshare.consts import Consts
+from fairshare.core.consts import Consts
 from fairshare.display import columns
 from fairshare.display.shrview import (
     _fixed_lines,
@@ -48,7 +48,7 @@ from fairshare.report.lnodes import ViewRequest, rows_of, select_rows, view_colu
 from fairshare.report.nice import nice_table
 from fairshare.report.published import Source, pick_host
 from fairshare.sim.daemon import simulated_daemon
-from fairshare.store import LnodeStore
+from fairshare.store.published import LnodeStore
 from udb.errors import NotFound
 from udb.models import PublishedLnode
 from udb.remote import Reader

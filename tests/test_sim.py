@@ -10,12 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from fairshare.cli.shrsim import main as shrsim
-from fairshare.consts import ADJGROUPS, Consts
+from fairshare.core.consts import ADJGROUPS, Consts
 from fairshare.enforce.mapping import NICE_TO_WEIGHT
-from fairshare.repository import save_consts
 from fairshare.sim.machine import SimMachine, enforcer_weights, water_fill
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import ScenarioError, parse_scenario
+from fairshare.store.config import save_consts
 from udb.session import open_udb, write_session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ def test_lnodes_come_and_go_with_usage_aged():
 
 def test_a_returning_lnode_comes_back_with_all_it_used(monkeypatch):
     # alice leaves twice.  As in the daemon, each release adds her increment to her stored
-    # usage (fairshare.lnode.add_usage), so each return starts from all the usage she
+    # usage (fairshare.core.lnode.add_usage), so each return starts from all the usage she
     # left with, aged: not from her last session's increment alone.
     import fairshare.sim.run as run
 

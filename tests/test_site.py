@@ -24,13 +24,13 @@ from conftest import ROOT
 from pgserver import throwaway_server
 from sqlalchemy import create_engine, select, text
 
-import fairshare.steps as steps
+import fairshare.core.steps as steps
 from fairshare.cli.shrsim import main as shrsim
-from fairshare.lnode import WriteBack
+from fairshare.core.lnode import WriteBack
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import ScenarioError, load_scenario, parse_scenario
-from fairshare.store import LnodeStore
+from fairshare.store.published import LnodeStore
 from udb import directives
 from udb.models import Entry
 from udb.session import dispose_all, open_udb, read_session
@@ -66,7 +66,7 @@ def test_without_globalusage_each_host_is_fair_on_its_own():
 
 def test_summed_usage_alone_settles_short_of_the_target(monkeypatch):
     # The site factors switched off: each host splits by m^2 / site usage only, which
-    # settles where the module docstring of fairshare.site says (29/29/41).
+    # settles where the module docstring of fairshare.core.site says (29/29/41).
     monkeypatch.setattr(
         steps, "update_factors", lambda tree, table, state, consts, cpus: state.factor
     )
@@ -509,9 +509,9 @@ def test_shrview_site_and_shrinfo_show_usage_on_other_hosts(udb_url, tmp_path):
 
 
 def test_checkpoints_and_recovery_stay_per_host(udb_url):
-    from fairshare.lnode import activate, new_table
-    from fairshare.repository import tree_rows
-    from fairshare.tree import build_tree
+    from fairshare.core.lnode import activate, new_table
+    from fairshare.core.tree import build_tree
+    from fairshare.store.config import tree_rows
 
     engine = open_udb(udb_url)
     directives.run(engine, directives.parse(USERS, "site"))

@@ -16,12 +16,13 @@ from hypothesis import strategies as st
 from trees import random_trees
 
 from fairshare.cli import shradmin, shrinfo, shrsim, shrtree
-from fairshare.consts import Consts
-from fairshare.cycle import POLICIES, Consumption, policy_for, run_cycle, tree_index
-from fairshare.lnode import activate, new_table
-from fairshare.policies.slurm import SlurmPolicy, slurm_e_shares
-from fairshare.sshare import share_ratios, sshare
-from fairshare.tree import build_tree
+from fairshare.core.consts import Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.lnode import activate, new_table
+from fairshare.core.policies import POLICIES, policy_for, run_cycle
+from fairshare.core.policies.slurm import SlurmPolicy, slurm_e_shares
+from fairshare.core.sshare import share_ratios, sshare
+from fairshare.core.tree import build_tree, tree_index
 from udb.cli import udbgen
 from udb.models import IDLE_UID
 from udb.session import dispose_all

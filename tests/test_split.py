@@ -1,4 +1,4 @@
-"""fairshare.split: the flat model (ADJGROUPS off) and where an idle member's share goes
+"""fairshare.core.split: the flat model (ADJGROUPS off) and where an idle member's share goes
 (idleshare), with numbers from the seeds: Kay-Lauder's Table I and Elmroth and
 Gardfjall's Figures 4 and 13."""
 
@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trees import table_one
 
-from fairshare.consts import ADJGROUPS, K5, Consts
-from fairshare.cycle import Consumption, near_future_shares, run_cycle
-from fairshare.lnode import activate, new_table
-from fairshare.split import even_targets, flat_index, spread, to_tree
-from fairshare.tree import build_tree, machine_shares, tree_index
+from fairshare.core.consts import ADJGROUPS, K5, Consts
+from fairshare.core.cycle import Consumption, near_future_shares
+from fairshare.core.lnode import activate, new_table
+from fairshare.core.policies import run_cycle
+from fairshare.core.split import even_targets, flat_index, machine_shares, spread, to_tree
+from fairshare.core.tree import build_tree, tree_index
 
 G = 0o40000
 

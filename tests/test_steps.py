@@ -1,6 +1,6 @@
-"""The daemon's pure steps alone: which leaf a process is charged to (fairshare.charges,
-fairshare.accounts), the quota signals and enforcer targets (fairshare.decisions), and
-the write-back's release of the lnodes that are gone (fairshare.state)."""
+"""The daemon's pure steps alone: which leaf a process is charged to (fairshare.daemon.charges,
+fairshare.daemon.accounts), the quota signals and enforcer targets (fairshare.daemon.decisions), and
+the write-back's release of the lnodes that are gone (fairshare.daemon.state)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from fairshare.accounts import AccountsOf, account_of, default_acid
-from fairshare.charges import consumption, leaf_of
 from fairshare.collect import ProcessSample, Sample
-from fairshare.decisions import enforcer_targets, quota_signals
-from fairshare.lnode import activate
-from fairshare.state import leave, lnodes_for
-from fairshare.store import EntryState
-from fairshare.tree import build_tree
+from fairshare.core.lnode import activate
+from fairshare.core.tree import build_tree, default_acid
+from fairshare.daemon.accounts import AccountsOf, account_of
+from fairshare.daemon.charges import consumption, leaf_of
+from fairshare.daemon.decisions import enforcer_targets, quota_signals
+from fairshare.daemon.state import leave, lnodes_for
+from fairshare.store.published import EntryState
 from udb.models import IDLE_UID, SHF_ACCOUNT, SHF_GROUP
 
 

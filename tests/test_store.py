@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from sqlalchemy import select, update
 
-from fairshare.lnode import WriteBack, activate, new_table
-from fairshare.repository import tree_rows
-from fairshare.store import CycleHeader, LnodeStore
-from fairshare.tree import build_tree
+from fairshare.core.lnode import WriteBack, activate, new_table
+from fairshare.core.tree import build_tree
+from fairshare.store.config import tree_rows
+from fairshare.store.published import CycleHeader, LnodeStore
 from udb.models import SHF_GROUP, Entry, LnodeCheckpoint, LnodeCycle, PublishedLnode
 from udb.session import open_udb, read_session, write_session
 

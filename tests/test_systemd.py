@@ -267,9 +267,9 @@ def test_the_daemon_applies_the_udb_nice_beside_systemd(bus, tmp_path, udb_url):
     from busy import RecordedOs
     from test_daemon import EPOCH, Script, proc
 
-    from fairshare.daemon import Daemon, Options
+    from fairshare.daemon.daemon import Daemon, Options
     from fairshare.sim.machine import SimClock
-    from fairshare.store import LnodeStore
+    from fairshare.store.published import LnodeStore
     from udb.models import Entry
     from udb.session import open_udb, write_session
 

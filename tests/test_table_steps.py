@@ -1,4 +1,4 @@
-"""The daemon's steps on the lnode table (fairshare.steps), which shrdaemon and shrsim share."""
+"""The daemon's steps on the lnode table (fairshare.core.steps): shrdaemon and shrsim share them."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ from types import SimpleNamespace as Row
 import numpy as np
 import pytest
 
-from fairshare.consts import GLOBALUSAGE, Consts
-from fairshare.cycle import Consumption, run_cycle
-from fairshare.lnode import new_table
-from fairshare.site import SiteState
-from fairshare.steps import activate_stored, advance
-from fairshare.tree import build_tree
+from fairshare.core.consts import GLOBALUSAGE, Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.lnode import new_table
+from fairshare.core.policies import run_cycle
+from fairshare.core.site import SiteState
+from fairshare.core.steps import activate_stored, advance
+from fairshare.core.tree import build_tree
 
 G = 0o40000
 

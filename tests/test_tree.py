@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairshare.tree import Kind, build_tree
+from fairshare.core.tree import Kind, build_tree
 from udb.models import SHF_ACCOUNT, SHF_GROUP
 
 

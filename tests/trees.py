@@ -7,7 +7,7 @@ from types import SimpleNamespace as Row
 
 from hypothesis import strategies as st
 
-from fairshare.tree import ShareTree, build_tree
+from fairshare.core.tree import ShareTree, build_tree
 
 #: shflags of a resource group.
 G = 0o40000

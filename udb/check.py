@@ -25,7 +25,7 @@ Sh    error    Share by Account: a user's default acid has no shareholder entry
 ====  =======  ===========================================================
 
 Which entries form the tree, and the chain faults Mg, Ng, Cy and Or, are
-`udb.rules`' (the same rules build `fairshare.tree`'s share tree): groups and Idle
+`udb.rules`' (the same rules build `fairshare.core.tree`'s share tree): groups and Idle
 always; users in Share by User mode ("user"); shareholder (account) entries and
 the unknown entry in Share by Account mode ("account").  The tree rules (Nc, Zs,
 Rt, Mg, Ng, Cy, Or, Dp) apply to those entries only.

@@ -34,53 +34,17 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from udb.errors import DirectiveError
-from udb.fields import FIELD_OF, FIELDS, NAME_RE, VERBS, parse_uint
+from udb.fields import FIELD_OF, FIELDS, NAME_RE, VERBS, Directive, parse_uint, token_column
 from udb.plan import Changes, Plan, refuse_emptying
 from udb.rules import MAX_COMMENT, MAX_ID, MAX_PASSWD
 from udb.session import mark_entries_changed, write_session
 
 # -- parsing ----------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Directive:
-    """One parsed directive and where it came from.
-
-    `fields` holds (field name, value, token index) triples with values already
-    converted (resgrp and acids may still hold names, resolved when applied);
-    for ``acid`` the number is `fields[0]`'s value.  `text` is the whole source
-    line, kept so that columns are only worked out for an error.
-    """
-
-    verb: str
-    name: str
-    fields: list[tuple[str, object, int]]
-    source: str
-    line: int
-    token: int
-    text: str
-    seq: int = 0  # its place in the run, set when applied; orders errors
-
-    def col(self, token: int | None = None) -> int:
-        """The 1-based column of token `token` of the line (the verb by default)."""
-        return _col(self.text, self.token if token is None else token)
-
-    def error(self, message: str, token: int | None = None) -> DirectiveError:
-        """A DirectiveError at this directive (or one of its tokens), naming it."""
-        return DirectiveError(
-            self.source, self.line, self.col(token), f"{self.verb}:{self.name}: {message}"
-        )
-
-    @property
-    def key(self) -> int:
-        """Sort key: its place in the run (files, then -c, then --passwd, in order)."""
-        return self.seq
 
 
 _VERB_LIST = ", ".join(VERBS)
@@ -92,15 +56,6 @@ _PARSERS = {n: f.parse for n, f in FIELDS.items()}
 #: Each distinct value text is parsed once per run, so value objects (lists too) are
 #: shared between directives and must never be mutated.
 _MISS = object()
-
-
-def _col(text: str, token: int) -> int:
-    parts = text.split(":")
-    col = sum(len(p) + 1 for p in parts[:token]) + 1
-    if token < len(parts):
-        part = parts[token]
-        col += len(part) - len(part.lstrip())
-    return col
 
 
 @contextmanager
@@ -181,7 +136,7 @@ def _parse_line(
     i = 0
 
     def fail(token: int, message: str) -> DirectiveError:
-        return DirectiveError(source, lineno, _col(line, token), message)
+        return DirectiveError(source, lineno, token_column(line, token), message)
 
     while i < n:
         verb = parts[i].strip()

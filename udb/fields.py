@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from udb.errors import DirectiveError
 from udb.rules import (
     MAX_COMMENT,
     MAX_CPU_SECONDS,
@@ -181,3 +182,51 @@ DEFAULTS = {n: f.default for n, f in FIELDS.items() if n != "uid"}
 def shown_passwd(passwd: str) -> str | None:
     """The passwd as udbsee may show it: ``*`` or empty as they are, None for a hash."""
     return passwd if passwd in ("", "*") else None
+
+
+# -- a parsed directive (udb.directives parses, udb.plan applies) ----------------------
+
+
+@dataclass(slots=True)
+class Directive:
+    """One parsed directive and where it came from.
+
+    `fields` holds (field name, value, token index) triples with values already
+    converted (resgrp and acids may still hold names, resolved when applied);
+    for ``acid`` the number is `fields[0]`'s value.  `text` is the whole source
+    line, kept so that columns are only worked out for an error.
+    """
+
+    verb: str
+    name: str
+    fields: list[tuple[str, object, int]]
+    source: str
+    line: int
+    token: int
+    text: str
+    seq: int = 0  # its place in the run, set when applied; orders errors
+
+    def col(self, token: int | None = None) -> int:
+        """The 1-based column of token `token` of the line (the verb by default)."""
+        return token_column(self.text, self.token if token is None else token)
+
+    def error(self, message: str, token: int | None = None) -> DirectiveError:
+        """A DirectiveError at this directive (or one of its tokens), naming it."""
+        return DirectiveError(
+            self.source, self.line, self.col(token), f"{self.verb}:{self.name}: {message}"
+        )
+
+    @property
+    def key(self) -> int:
+        """Sort key: its place in the run (files, then -c, then --passwd, in order)."""
+        return self.seq
+
+
+def token_column(text: str, token: int) -> int:
+    """The 1-based column of token `token` (split on colons) of directive line `text`."""
+    parts = text.split(":")
+    col = sum(len(p) + 1 for p in parts[:token]) + 1
+    if token < len(parts):
+        part = parts[token]
+        col += len(part) - len(part.lstrip())
+    return col

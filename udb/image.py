@@ -1,6 +1,6 @@
 """The UDB as one caller may see it: a filtered copy, shipped as a SQLite image.
 
-shrdaemon answers a reader's `udb` request (fairshare.server) with `make_image`:
+shrdaemon answers a reader's `udb` request (fairshare.server.server) with `make_image`:
 an in-memory SQLite copy of its UDB, whatever the backend, with what the caller
 may not see removed, serialised to bytes.  The reader opens it with `open_image`
 and runs the very code it runs on a UDB it can open itself, so every display has

@@ -99,6 +99,6 @@ class SyncRequest(Base):
 
 
 class Serial(Base):
-    """A change counter (fairshare.reload.poll)."""
+    """A change counter (fairshare.daemon.reload.poll)."""
 
     __table__ = tables.serials

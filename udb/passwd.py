@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from udb.directives import NAME_RE, Directive
+from udb.directives import NAME_RE
 from udb.errors import DirectiveError
+from udb.fields import Directive
 from udb.rules import IDLE_UID, MAX_ID
 
 

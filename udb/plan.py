@@ -1,7 +1,7 @@
 """Planning a run of directives: replay them over the UDB's state in memory, check the
 final state as a whole, work out the changes and write them in a few statements.
 
-`Plan` reads every entry and account once, applies each `Directive` to its copy
+`Plan` reads every entry and account once, applies each `Directive` (udb.fields) to its copy
 (resolving names in resgrp and acids), `validate`s the final state with the share-tree
 rules of `udb.rules` (unique names and uids, every resgrp 0 or a group, no cycle of
 groups, every acid registered), diffs it against the original (`Changes`) and writes
@@ -12,20 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from udb import tables
 from udb.errors import DirectiveError, OptionError
-from udb.fields import DEFAULTS, FIELDS, VERBS, shown_passwd
+from udb.fields import DEFAULTS, FIELDS, VERBS, Directive, shown_passwd
 from udb.listing import format_entry
 from udb.models import SHF_ACCOUNT, SHF_GROUP, Account
 from udb.rules import parent_fault, walk_groups
-
-if TYPE_CHECKING:
-    from udb.directives import Directive
 
 _ENTRIES = tables.entries
 _ACCOUNTS = tables.accounts

@@ -1,7 +1,7 @@
 """The UDB's rules that need no database: flags, bounds, reserved uids and the share tree.
 
 One place for what `udb.check` (udbgen -a, shrtree's problems), `udb.directives`
-(udbgen's final-state check) and `fairshare.tree` (the daemon's share tree) must agree
+(udbgen's final-state check) and `fairshare.core.tree` (the daemon's share tree) must agree
 on, so a fault has the same name everywhere:
 
 - an entry's role (`role_of`) and which entries are nodes of the tree in each mode

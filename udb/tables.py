@@ -5,9 +5,9 @@ shareholders/accounts (shflags 01000000).  `accounts` is the account registry (t
 guide's /etc/acid): account names and their numbers, which the acids lists refer to; a
 shareholder entry's uid is its account number.  `consts` holds the scheduling constants
 (the guide's sh_consts, set by shradmin): every command and the daemon read the same
-values from here (see fairshare.consts).  `lnode_cycles`, `lnodes` and
+values from here (see fairshare.core.consts).  `lnode_cycles`, `lnodes` and
 `lnode_checkpoints` are shrdaemon's: the lnode table it publishes every cycle for
-shrview, and its checkpoint (fairshare.store).  `const_changes` and `schedules` are
+shrview, and its checkpoint (fairshare.store.published).  `const_changes` and `schedules` are
 shradmin's history and time-of-day settings, `share_changes` shrdist's change log,
 `sync_requests` shrsync's requests to the daemon, `serials` the change counters.
 
@@ -74,8 +74,8 @@ accounts = Table(
     _col("name", String(64), unique=True),
 )
 
-#: One fair-share constant (sh_consts): `name` as in fairshare.consts.Consts, a JSON
-#: value.  Absent rows mean the default; fairshare.repository reads and writes them.
+#: One fair-share constant (sh_consts): `name` as in fairshare.core.consts.Consts, a JSON
+#: value.  Absent rows mean the default; fairshare.store.config reads and writes them.
 consts = Table(
     "consts",
     metadata,
@@ -91,7 +91,7 @@ consts = Table(
 #: daemon started (cpu s, bio, sio, syscalls, mem, tty).  `cpus`: the host's CPUs, and
 #: `delivered` the CPU s per s its lnodes received over the cycle (a lnode's published
 #: `cpu` fraction times this is its CPU rate there), for a site's displays and
-#: GLOBALUSAGE (fairshare.site).  `columnar`: the published lnodes again, one array per
+#: GLOBALUSAGE (fairshare.core.site).  `columnar`: the published lnodes again, one array per
 #: column (udb.columnar), what a display reads; None in a header of nothing published yet.
 lnode_cycles = Table(
     "lnode_cycles",
@@ -112,12 +112,12 @@ lnode_cycles = Table(
     _col("columnar", LargeBinary, null=True),
 )
 
-#: One active lnode as the daemon's last cycle left it (see fairshare.lnode for units).
+#: One active lnode as the daemon's last cycle left it (see fairshare.core.lnode for units).
 #: `node` is the tree node number (0 = root), `parent` the parent's node number (-1 for
 #: the root), `kind` one of root, group, user, account, idle.  `stored`: the part of
 #: `usage` already stored in the UDB (groups: their leaves'); the rest is what this host
 #: still owes it.  `due` and `pri`: the cycle's due share and near-future proportion
-#: (fairshare.lnode.LnodeTable), None in a table published before the daemon published them.
+#: (fairshare.core.lnode.LnodeTable), None in a table published before the daemon published them.
 lnodes = Table(
     "lnodes",
     metadata,
@@ -191,7 +191,7 @@ schedules = Table(
 )
 
 #: One member's shares changed by shrdist: who, when (epoch s), in which resource group,
-#: the member's name and its shares before and after (fairshare.dist).
+#: the member's name and its shares before and after (fairshare.admin.shrdist).
 share_changes = Table(
     "share_changes",
     metadata,
@@ -204,7 +204,7 @@ share_changes = Table(
     _col("new", Integer),
 )
 
-#: A shrsync request to the shrdaemon of `host` (fairshare.sync).  `kind` is "update"
+#: A shrsync request to the shrdaemon of `host` (fairshare.daemon.sync).  `kind` is "update"
 #: (shrsync -u: write every active lnode's usage, charges and CPU seconds to the UDB) or
 #: "quota" (shrsync -q: take the UDB's cpuquotaused as the active lnodes' new base).
 #: `requested` and `done` are epoch s; `done` is NULL until the daemon has handled it,
@@ -224,7 +224,7 @@ sync_requests = Table(
 #: A change counter.  The row named "entries" is bumped by every transaction that
 #: changes entries or the account registry (udbgen, shrdist), the row named "consts" by
 #: every one that changes the stored constants or shradmin's schedules, so a running
-#: daemon sees any such change with one cheap read (fairshare.reload.poll).
+#: daemon sees any such change with one cheap read (fairshare.daemon.reload.poll).
 serials = Table(
     "serials",
     metadata,

@@ -1,7 +1,7 @@
 """newacct: change the account this login session is charged to (Share by Account).
 
 The running shrdaemon keeps the sessions' accounts; newacct asks it over its
-socket (fairshare.newacct, fairshare.server)."""
+socket (fairshare.daemon.sessions, fairshare.server.server)."""
 
 from __future__ import annotations
 

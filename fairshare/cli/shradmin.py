@@ -8,24 +8,21 @@ from datetime import datetime
 import click
 from rich.console import Console
 
-from fairshare.admin import (
+from fairshare.admin.shradmin import (
     MIN_ADVISED_HALFLIFE,
-    history,
-    load_effective_consts,
     remove_schedule,
-    schedules,
     set_constants,
     set_schedule,
 )
-from fairshare.consts import CHOICES, from_user
+from fairshare.admin.shrdist import current_caller
+from fairshare.core.consts import CHOICES, from_user
 from fairshare.display.settings import (
     history_json,
     history_lines,
     render_settings,
     settings_json,
 )
-from fairshare.dist import current_caller
-from fairshare.repository import load_consts
+from fairshare.store.config import history, load_consts, load_effective_consts, schedules
 from udb.cli.common import handle_errors, last_option, udb_option
 from udb.errors import OptionError
 from udb.jsonout import echo_json

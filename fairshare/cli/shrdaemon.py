@@ -2,7 +2,7 @@
 
 Parses options, chooses the collector, enforcer and clock (the real machine, or
 the simulator with --simulate), takes the per-UDB lock and runs
-fairshare.daemon.Daemon.  Logs go to stderr through Python's logging, so
+fairshare.daemon.daemon.Daemon.  Logs go to stderr through Python's logging, so
 journald picks them up under systemd; the first line says which enforcer is
 in force and why.
 """
@@ -16,16 +16,16 @@ import sys
 
 import click
 
-from fairshare.actions import RealOs
-from fairshare.daemon import Daemon, Options
-from fairshare.dist import auth_path
+from fairshare.admin.shrdist import auth_path
+from fairshare.daemon.daemon import Daemon, Options
+from fairshare.daemon.lock import DaemonLock
+from fairshare.daemon.service import Notifier, log_formatter
+from fairshare.enforce.actions import RealOs
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
-from fairshare.lock import DaemonLock
-from fairshare.repository import load_consts
-from fairshare.server import Server
-from fairshare.service import Notifier, log_formatter
+from fairshare.server.server import Server
 from fairshare.sim.scenario import scenario_brings_udb
-from fairshare.store import LnodeStore
+from fairshare.store.config import load_consts
+from fairshare.store.published import LnodeStore
 from udb.cli.common import handle_errors, udb_option
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
@@ -38,7 +38,7 @@ log = logging.getLogger("shrdaemon")
 
 def setup_logging(verbose: int, log_file: str | None) -> None:
     """Log to stderr (or `log_file`): INFO by default, DEBUG with -v; with a <N>
-    priority prefix per line when stderr is the journal (fairshare.service)."""
+    priority prefix per line when stderr is the journal (fairshare.daemon.service)."""
     if log_file:
         handler = logging.FileHandler(log_file)
         handler.setFormatter(log_formatter({}))
@@ -197,7 +197,7 @@ def main(
     setup_logging(verbose, log_file)
     observers = [Notifier()]
     if metrics_at:
-        from fairshare.metrics import Metrics, parse_address
+        from fairshare.daemon.metrics import Metrics, parse_address
 
         observers.append(Metrics(parse_address(metrics_at), metrics_lnodes))
     url = resolve_url(udb)
@@ -293,8 +293,8 @@ def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daem
     counters give the CPU of the processes in lnode cgroups, and the kernel's process
     events place new sessions at once."""
     from fairshare.collect.procfs import ProcfsCollector
+    from fairshare.daemon.sessions import SessionAccounts
     from fairshare.enforce.events import ProcessEvents
-    from fairshare.newacct import SessionAccounts
 
     actions = RealOs()
     enforcer = make_enforcer(choice, actions, by_account)

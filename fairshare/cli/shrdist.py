@@ -9,9 +9,7 @@ import time
 import click
 from rich.console import Console
 
-from fairshare.display.dist import change_json, change_lines, render_distribution
-from fairshare.dist import (
-    Distribution,
+from fairshare.admin.shrdist import (
     auth_path,
     current_caller,
     distribution_from_json,
@@ -21,6 +19,8 @@ from fairshare.dist import (
     preview,
     redistribute,
 )
+from fairshare.core.dist import Distribution
+from fairshare.display.dist import change_json, change_lines, render_distribution
 from udb.cli.common import handle_errors, last_option, udb_option
 from udb.cli.progress import status
 from udb.errors import OptionError

@@ -9,7 +9,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from fairshare.consts import parse_duration
+from fairshare.core.consts import parse_duration
 from fairshare.sim.compare import Comparison, parse_policies, run_compare
 from fairshare.sim.machine import ENFORCERS
 from fairshare.sim.plot import plot, plot_compare

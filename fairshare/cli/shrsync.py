@@ -7,8 +7,9 @@ import time
 
 import click
 
-from fairshare.dist import current_caller
-from fairshare.sync import QUOTA, UPDATE, Done, submit, wait
+from fairshare.admin.shrdist import current_caller
+from fairshare.admin.shrsync import Done, submit, wait
+from fairshare.daemon.sync import QUOTA, UPDATE
 from udb.cli.common import FiniteFloat, handle_errors, udb_option
 from udb.errors import OptionError
 from udb.jsonout import echo_json

@@ -5,7 +5,7 @@ process with its resource deltas since the previous sample, plus the idle CPU
 time, plus, where processes sit in per-lnode cgroups, each lnode cgroup's CPU
 from the kernel's own counter (which includes every process that ever ran
 there, however short-lived).  Two backends: `procfs.ProcfsCollector` (the real
-machine, via psutil) and `sim.SimCollector` (the simulator's machine).
+machine, via psutil) and fairshare.sim.collector.SimCollector (the simulator's machine).
 """
 
 from __future__ import annotations

@@ -5,16 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rich.console import Console
 from rich.table import Table
 
+from fairshare.core.dist import Distribution
 from fairshare.display import percent
-from fairshare.dist import Distribution
 
-if TYPE_CHECKING:
-    from udb.models import ShareChange
+
+class ShareChange(Protocol):
+    """One logged change of a member's shares (udb.models.ShareChange)."""
+
+    time: float
+    who: str
+    grp: str
+    member: str
+    old: int
+    new: int
 
 
 def render_distribution(console: Console, d: Distribution, title: str) -> None:

@@ -1,4 +1,4 @@
-"""shrdaemon --show: one host's published lnode table (fairshare.store), as a rich
+"""shrdaemon --show: one host's published lnode table (fairshare.store.published), as a rich
 table indented by tree depth or as the JSON document of shrdaemon(8).
 
 Rows are the store's published rows (anything with the published columns as

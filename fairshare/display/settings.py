@@ -4,17 +4,26 @@ with the time-of-day schedules.  Shared by shradmin (no options) and shrinfo -v.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rich.console import Console
 
-from fairshare import nicetables
-from fairshare.admin import describe_days, describe_hours
-from fairshare.consts import ADJGROUPS, LIMSHARE, Consts, flag_names
+from fairshare.core import nicetables
+from fairshare.core.consts import ADJGROUPS, LIMSHARE, Consts, flag_names
+from fairshare.core.schedule import Schedule, describe_days, describe_hours
 from fairshare.display import columns
 
-if TYPE_CHECKING:
-    from sqlalchemy import Row
+
+class ChangeRecord(Protocol):
+    """A recorded change of a constant (fairshare.store.config.history)."""
+
+    time: float
+    who: str
+    schedule: str
+    name: str
+    old: object
+    new: object
+
 
 _COSTS = (
     ("syscall", "cost_syscall"),
@@ -38,7 +47,7 @@ def _decay(decay: float) -> str:
     )
 
 
-def settings_lines(consts: Consts, rows: Sequence[Row], in_force: str) -> list[str]:
+def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> list[str]:
     """The settings display as lines of plain text."""
     names = flag_names(consts.flags)
     decays = nicetables.priority_decay(consts.nice_decay)
@@ -115,7 +124,7 @@ def _json_text(value: object) -> str:
     return str(value)
 
 
-def settings_json(consts: Consts, rows: Sequence[Row], in_force: str) -> dict:
+def settings_json(consts: Consts, rows: Sequence[Schedule], in_force: str) -> dict:
     """The settings as a JSON-ready dict (shape documented in shradmin(8))."""
     values = {name: getattr(consts, name) for name in consts.__dataclass_fields__}
     values["nice_decay"] = list(consts.nice_decay)
@@ -142,7 +151,7 @@ def render_settings(console: Console, consts: Consts, rows, in_force: str) -> No
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def history_json(changes: Sequence[Row]) -> list[dict]:
+def history_json(changes: Sequence[ChangeRecord]) -> list[dict]:
     """The change history as --json records (shape documented in shradmin(8))."""
     return [
         {
@@ -157,7 +166,7 @@ def history_json(changes: Sequence[Row]) -> list[dict]:
     ]
 
 
-def history_lines(changes: Sequence[Row], when) -> list[str]:
+def history_lines(changes: Sequence[ChangeRecord], when) -> list[str]:
     """The change history as lines: time, who, what, old -> new.  `when(epoch)` formats times."""
     table = [
         [

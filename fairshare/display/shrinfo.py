@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from fairshare.core.site import SiteLnode
 from fairshare.display import columns
 from fairshare.report.lnodes import ViewLnode
 from fairshare.report.profile import Profile
 from fairshare.report.published import Snapshot
-from fairshare.store import SiteLnode
 
 
 def duration_text(seconds: float) -> str:

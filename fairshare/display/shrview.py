@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fairshare.consts import K5, LIMSHARE, Consts
+from fairshare.core.consts import K5, LIMSHARE, Consts
 from fairshare.display import columns, octal
 from fairshare.report.lnodes import (
     Statistics,
@@ -333,9 +333,9 @@ def _attr_pct(heading: str, key: str, attr: str) -> Column:
 
 def _shown_band(consts: Consts) -> tuple[float, float]:
     """(floor, limit): the band -dl shows, as LIMSHARE would keep every demanding lnode's
-    e_share, in multiples of its due share (fairshare.cycle.limshare_band), whether
+    e_share, in multiples of its due share (fairshare.core.cycle.limshare_band), whether
     LIMSHARE is on or not."""
-    from fairshare.cycle import limshare_band
+    from fairshare.core.cycle import limshare_band
 
     return limshare_band(consts.replace(flags=consts.flags | LIMSHARE))
 

@@ -1,12 +1,12 @@
 """shrview --site: the whole site at once, every lnode's usage summed over the hosts that
-share the UDB and the hosts it runs on (the data: fairshare.store.read_site)."""
+share the UDB and the hosts it runs on (the data: fairshare.store.site.read_site)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fairshare.core.site import SiteHost, SiteLnode
 from fairshare.display import columns
-from fairshare.store import SiteHost, SiteLnode
 
 
 def site_lines(hosts: Sequence[SiteHost], lnodes: Sequence[SiteLnode], now: float) -> list[str]:

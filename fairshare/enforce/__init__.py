@@ -7,7 +7,7 @@ its cgroups count CPU).  `mapping` holds the pure arithmetic every backend share
 (cgroup v2 weights, cgroup v1 shares, nice values); the backends beside it (cgroup v2,
 cgroup v1, systemd, nice, none, simulator) apply those numbers to the OS or to the
 simulated machine, always through the OsActions object they are built with
-(fairshare.actions), the daemon's own.  `renice` holds the per-process nice
+(fairshare.enforce.actions), the daemon's own.  `renice` holds the per-process nice
 bookkeeping the nice enforcer and the UDB's nice share; `switch` turns the daemon's
 enforcer off under NOSCHED/NOSHARE and applies the UDB's nice beside it; `detect`
 chooses the backend once at start-up; `events` places new sessions between cycles.

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
-from fairshare.actions import OsActions
+from fairshare.enforce.actions import OsActions
 
 log = logging.getLogger("shrdaemon")
 
@@ -39,7 +39,7 @@ class Capabilities:
       nice values (nice), or changes nothing (none);
     - `sets_nice`: the enforcer sets the processes' nice values itself, so a nice
       value is its doing, not the user's: every process is charged, at nice 0's rate
-      (fairshare.charges);
+      (fairshare.daemon.charges);
     - `places`: it has `place(pid, lnode)`, which puts a process that has just become
       the lnode's in its place at once (fairshare.enforce.events);
     - `counts`: it has `read_groups(members=True)`, the CPU counters of its lnode
@@ -59,7 +59,7 @@ class LnodeTarget:
     them that were runnable at the sample, `nice` the UDB's nice of its user or
     account (a floor for its processes' nice, fairshare.enforce.renice), `starts`
     the start times of `pids` in order (ProcessSample.create_time; empty: not known),
-    which tell a pid given since the sample to another process (fairshare.actions)."""
+    which tell a pid given since the sample to another process (fairshare.enforce.actions)."""
 
     name: str
     pids: tuple[int, ...]
@@ -80,7 +80,7 @@ class Enforcer(Protocol):
 
     #: "cgroup2", "cgroup1", "systemd", "nice", "none" or "sim": published and logged
     name: str
-    #: Where its changes go: the daemon's own OsActions (fairshare.actions), no other.
+    #: Where its changes go: the daemon's own OsActions (fairshare.enforce.actions), no other.
     actions: OsActions
     #: What it does beyond the three methods below.
     capabilities: Capabilities

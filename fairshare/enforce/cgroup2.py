@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairshare.actions import REAL_OS, OsActions
+from fairshare.enforce.actions import REAL_OS, OsActions
 from fairshare.enforce.cgroupfs import CgroupEnforcer, parent_weight
 from fairshare.enforce.mapping import cgroup2_weights
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fairshare.actions import REAL_OS, OsActions
 from fairshare.collect import GroupReading
 from fairshare.collect.procfs import read_bytes
+from fairshare.enforce.actions import REAL_OS, OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget, arrays, safe_name
 
 log = logging.getLogger("shrdaemon")

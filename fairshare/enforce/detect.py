@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairshare.actions import OsActions
+from fairshare.enforce.actions import OsActions
 from udb.errors import OptionError
 
 ENFORCERS = ("auto", "systemd", "cgroup2", "cgroup1", "nice", "none")

@@ -37,7 +37,7 @@ weight alone, does not change.  Older kernels accept and ignore the slice.
 `teardown` restores every value this enforcer changed and that nobody has changed
 since, and the default slice of every process it gave a long one (and of children
 that inherited it).  Every change goes through the
-OsActions object the enforcer is given (fairshare.actions).
+OsActions object the enforcer is given (fairshare.enforce.actions).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairshare.actions import REAL_OS, OsActions
+from fairshare.enforce.actions import REAL_OS, OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget, arrays
 from fairshare.enforce.mapping import nice_values
 from fairshare.enforce.renice import Changed, Renicer, user_floor

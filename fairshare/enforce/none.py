@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairshare.actions import REAL_OS, OsActions
+from fairshare.enforce.actions import REAL_OS, OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget
 
 

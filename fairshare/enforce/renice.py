@@ -19,7 +19,7 @@ follows children that inherited a value it set (its `original` hook):
   slice of every process given another (the nice enforcer's long slices, see
   fairshare.enforce.nice).
 
-Every change goes through the OsActions object (fairshare.actions).
+Every change goes through the OsActions object (fairshare.enforce.actions).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fairshare.actions import OsActions
+from fairshare.enforce.actions import OsActions
 
 log = logging.getLogger("shrdaemon")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from fairshare.actions import OsActions, same_process
+from fairshare.enforce.actions import OsActions, same_process
 from fairshare.enforce.base import Enforcer, LnodeTarget
 from fairshare.enforce.renice import Renicer
 

@@ -42,8 +42,8 @@ from jeepney import DBusAddress, new_method_call
 from jeepney.io.blocking import open_dbus_connection
 from jeepney.low_level import HeaderFields, MessageType
 
-from fairshare.actions import REAL_OS, OsActions
 from fairshare.collect import GroupReading
+from fairshare.enforce.actions import REAL_OS, OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget, arrays, safe_name
 from fairshare.enforce.mapping import cgroup2_weights
 from udb.errors import OptionError

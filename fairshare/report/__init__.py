@@ -1,7 +1,7 @@
 """The report layer: what the displays show, built from what the cycle published.
 
-The cycle (fairshare.cycle) computes every scheduling figure once and the daemon
-publishes its lnode table (fairshare.store: shares, usage, e_share, the due share, the
+The cycle (fairshare.core.cycle) computes every scheduling figure once and the daemon
+publishes its lnode table (fairshare.store.published: shares, usage, e_share, the due share, the
 near-future proportion Pri, ...).  This package turns those rows, and the UDB facts
 around them, into the rows, profiles and statistics the commands print; it derives
 only presentation figures (sums over a group's leaves, fractions of a total, tree

@@ -19,9 +19,10 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from fairshare.admin import load_effective_consts, schedules
-from fairshare.consts import ADJGROUPS, GLOBALUSAGE, Consts
-from fairshare.lnode import aged_usage, decayed_usage
+from fairshare.core.consts import ADJGROUPS, GLOBALUSAGE, Consts
+from fairshare.core.lnode import aged_usage, decayed_usage
+from fairshare.core.site import SiteLnode
+from fairshare.core.tree import ShareTree, build_tree_columns
 from fairshare.report.lnodes import ViewLnode, view_lnodes
 from fairshare.report.profile import Profile, active_profile, entry_profile
 from fairshare.report.published import (
@@ -31,9 +32,8 @@ from fairshare.report.published import (
     load_published,
 )
 from fairshare.report.sharetree import stored_sshare
-from fairshare.repository import load_consts
-from fairshare.store import SiteLnode, published_hosts, read_site
-from fairshare.tree import ShareTree, build_tree_columns
+from fairshare.store.config import load_consts, load_effective_consts, schedules
+from fairshare.store.site import published_hosts, read_site
 from udb.check import EntryColumns, load_entry_columns
 from udb.errors import NotFound
 from udb.rules import SHF_ACCOUNT, SHF_GROUP

@@ -1,12 +1,12 @@
 """The published lnode table as the displays' columns and rows (pure: no UDB, no clock).
 
-`view_columns` turns the columns a daemon published (fairshare.store) into the
+`view_columns` turns the columns a daemon published (fairshare.store.published) into the
 columns shrview, shrinfo and the statistics show, one numpy array per figure, in node
 order: the published ones (the cycle's own figures: shares, usage, due share, ...) and
 those derived from them (`_subtree_sums` adds leaves' figures into their groups bottom
 up).  A display of 100,000 lnodes stays in these columns from the read to the print;
 `view_lnodes` (`rows_of`) makes one `ViewLnode` per lnode for the displays that want
-rows.  To add a per-lnode figure: publish it (fairshare.store.published_columns), or
+rows.  To add a per-lnode figure: publish it (fairshare.store.published.published_columns), or
 derive it beside the others in `view_columns`; give `ViewLnode` a field of that name
 (and `_DERIVED` its name).
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fairshare.store import COUNTED
+from fairshare.store.published import COUNTED
 from udb.columnar import Columns, row_columns
 from udb.errors import NotFound
 
@@ -157,7 +157,7 @@ def view_columns(published: Columns | Sequence, own: Collection[int]) -> Columns
     """Every published lnode's ViewLnode fields as columns (name: array, in node order,
     parents first; `name` and `kind` lists of str), and `flags`, `group` (a group or the
     root) and `pos` (the row of each row's parent, -1 for none).  `published`: the
-    columns a daemon published (fairshare.store.LnodeStore.read_columns), or rows with
+    columns a daemon published (fairshare.store.published.LnodeStore.read_columns), or rows with
     those attributes.
 
     `own`: the uids of the caller's lnodes (leaves only are marked).  The
@@ -207,7 +207,7 @@ def view_columns(published: Columns | Sequence, own: Collection[int]) -> Columns
         rate_share=leaf_rate / total_rate if total_rate > 0 else np.zeros(n),
         proj=proj,
         pri=np.nan_to_num(sums["pri"]),
-        # The cycle's due share (fairshare.cycle), shown where the lnode demands CPU.
+        # The cycle's due share (fairshare.core.cycle), shown where the lnode demands CPU.
         due=np.where(sched, np.asarray(f["due"], dtype=float), np.nan),
         children=children,
         leaves=sums["leaves"],
@@ -368,7 +368,7 @@ class Statistics:
 
 def statistics(snap: Snapshot, lnodes: Sequence[ViewLnode], total_ids: int) -> Statistics:
     """The -ds report of `snap` (`total_ids`: the leaves of the UDB's share tree)."""
-    from fairshare.cycle import PRIORITY_MAX  # the cycle's module only for -ds
+    from fairshare.core.cycle import PRIORITY_MAX  # the cycle's module only for -ds
 
     leaves = [v for v in lnodes if not v.is_group]
     users = [v for v in leaves if v.kind != "idle"]

@@ -1,12 +1,12 @@
 """shrview -dn's table (pure): the guide's nice tables from the constants, beside the
-Linux kernel's CFS weights (fairshare.nicetables, fairshare.enforce.mapping)."""
+Linux kernel's CFS weights (fairshare.core.nicetables, fairshare.enforce.mapping)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fairshare import nicetables
-from fairshare.consts import Consts
+from fairshare.core import nicetables
+from fairshare.core.consts import Consts
 from fairshare.enforce.mapping import NICE_TO_WEIGHT
 
 
@@ -28,7 +28,7 @@ class NiceRow:
 
 
 def nice_table(consts: Consts) -> list[NiceRow]:
-    """The -dn table (fairshare.nicetables): NiceD from -D as the guide builds it, the
+    """The -dn table (fairshare.core.nicetables): NiceD from -D as the guide builds it, the
     graded tick charge, the run rates with the usage half-life, the kernel's weights."""
     decays = nicetables.priority_decay(consts.nice_decay)
     rates = nicetables.run_rates(consts.halflife)

@@ -9,7 +9,7 @@ to decay to its fair level.  `entry_profile` is the same for an entry without an
 (not logged in): its static machine share (every leaf active) and its stored usage aged
 to now.  `every_leaf` orders the active leaves for Figure 7 (shrinfo -a).
 
-The fair level, split as the cycle splits (fairshare.cycle, step 5; without ADJGROUPS,
+The fair level, split as the cycle splits (fairshare.core.cycle, step 5; without ADJGROUPS,
 the flat model, its siblings are every other demanding leaf): with its demanding
 siblings j as they are, lnode i's part of its parent's share, (m_i^2/u_i) /
 (m_i^2/u_i + S) with S = sum of m_j^2/u_j, equals its due part m = m_i / (m_i + sum of
@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fairshare.cycle import USAGE_FLOOR
+from fairshare.core.cycle import USAGE_FLOOR
 from fairshare.report.lnodes import ViewLnode
 from udb.errors import NotFound
 

@@ -2,7 +2,7 @@
 around it (the edge of the report layer; everything after it is pure).
 
 `load_published` finds the host whose table to show (`pick_host`) and returns a
-`Snapshot`: the daemon's last published lnode table (fairshare.store) with its age and
+`Snapshot`: the daemon's last published lnode table (fairshare.store.published) with its age and
 whether a daemon is still publishing it.  `Source` takes snapshots again and again for
 shrview's repeat and continuous modes (through the daemon's socket or from the UDB)
 and waits for the next cycle.  `load_site` reads the whole site (shrview --site);
@@ -21,12 +21,12 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, Row, select
 
-from fairshare.accounts import default_acid
-from fairshare.admin import load_effective_consts
-from fairshare.consts import Consts
-from fairshare.repository import load_consts, load_tree
-from fairshare.store import LnodeStore, SiteHost, SiteLnode, published_hosts, read_site
-from fairshare.tree import ShareTree
+from fairshare.core.consts import Consts
+from fairshare.core.site import SiteHost, SiteLnode
+from fairshare.core.tree import ShareTree, default_acid
+from fairshare.store.config import load_consts, load_effective_consts, load_tree
+from fairshare.store.published import LnodeStore
+from fairshare.store.site import published_hosts, read_site
 from udb import tables
 from udb.columnar import Columns
 from udb.errors import NotFound
@@ -155,7 +155,7 @@ class Source:
 
 
 def load_site(engine: Engine, now: float) -> tuple[list[SiteHost], list[SiteLnode]]:
-    """The site (fairshare.store.read_site: every host that published, every lnode
+    """The site (fairshare.store.site.read_site: every host that published, every lnode
     active on any) with usage aged to `now` (epoch s); NotFound if no host published."""
     with read_connection(engine) as s:
         halflife = load_consts(s).halflife

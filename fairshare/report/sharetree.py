@@ -17,7 +17,7 @@ The figures, all fractions 0..1:
   below it) over all leaves' decayed usage, where a leaf's decayed usage is its
   shusage aged from shextime to `now`: shusage x 0.5 ** ((now - shextime) / halflife).
 - normalized_shares, normalized_usage, effective_usage, fairshare_factor: Slurm's
-  classic sshare figures (fairshare.sshare) from the same usage, with
+  classic sshare figures (fairshare.core.sshare) from the same usage, with
   the dampening factor in force, whatever the policy (normalized_usage is system_usage).
 
 Entries that belong in the tree but cannot reach ROOT (Mg, Ng, Cy, Or) are
@@ -36,11 +36,10 @@ from itertools import repeat
 
 import numpy as np
 
-from fairshare.accounts import default_acid
-from fairshare.lnode import decayed_usage
-from fairshare.repository import load_consts
-from fairshare.sshare import Sshare, sshare
-from fairshare.tree import Kind, ShareTree, build_tree_columns, tree_index
+from fairshare.core.lnode import decayed_usage
+from fairshare.core.sshare import Sshare, sshare
+from fairshare.core.tree import Kind, ShareTree, build_tree_columns, default_acid, tree_index
+from fairshare.store.config import load_consts
 from udb.check import (
     DEFAULT_MAXLEVELS,
     ERROR,
@@ -190,7 +189,7 @@ def stored_sshare(
     entry of `cols`, `tree` built from `cols`), `detached` the detached entries whose
     leaves' usage counts in the total.  A group's usage is the sum of its leaves'.  The
     one computation behind shrtree's and shrinfo's figures (the policy's runs on the
-    live usage: fairshare.policies.slurm)."""
+    live usage: fairshare.core.policies.slurm)."""
     usage = np.concatenate(([0.0], aged[tree.source[1:]]))  # the root has no entry
     below = tree.subtree_sum(np.where(tree.leaf_mask, usage, 0.0))
     detached_leaf = (np.asarray(cols.shflags, dtype=np.int64)[detached] & SHF_GROUP) == 0

@@ -3,10 +3,10 @@
 - machine.py: the simulated kernel (N CPUs shared by weight, each process at most one
   CPU, the idle class on leftovers), the enforcers' weight models, the workloads'
   processes, the simulated clock and OS actions.  The simulated collector
-  (fairshare.collect.sim) and enforcer (fairshare.enforce.sim) build on it.
+  (fairshare.sim.collector) and enforcer (fairshare.sim.enforcer) build on it.
 - scenario.py: the one scenario loader (TOML, man/shrsim.1) for shrsim and
   `shrdaemon --simulate`.
-- run.py: shrsim's run, the daemon's own steps (fairshare.steps) cycle by cycle on the
+- run.py: shrsim's run, the daemon's own steps (fairshare.core.steps) cycle by cycle on the
   machine, one host or a site of several.
 - record.py: what a run measured (entitled against delivered share) and its series.
 - plot.py: shrsim --plot.

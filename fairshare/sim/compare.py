@@ -1,6 +1,6 @@
 """shrsim --compare: one scenario under several policies, side by side.
 
-Each policy named (fairshare.cycle.POLICIES, the registry `shradmin --policy` takes
+Each policy named (fairshare.core.policies.POLICIES, the registry `shradmin --policy` takes
 its names from) runs the whole scenario on its own simulated machine, from the same
 start: only `Consts.policy` differs.  The comparison is one row per lnode and group:
 the entitled share (mean m_share, from the first policy's run) and, per policy, the
@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fairshare.cycle import POLICIES
+from fairshare.core.policies import POLICIES
 from fairshare.sim.record import SimResult
 from fairshare.sim.scenario import Scenario
 from udb.errors import OptionError

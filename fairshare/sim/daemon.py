@@ -1,10 +1,10 @@
-"""`shrdaemon --simulate`: the real daemon loop (fairshare.daemon.Daemon) on the simulated
+"""`shrdaemon --simulate`: the real daemon loop (fairshare.daemon.daemon.Daemon) on the simulated
 machine of a scenario.
 
 The scenario is loaded once (fairshare.sim.scenario.load_scenario, the loader shrsim
 uses): an empty daemon UDB is loaded from the directives it parsed, its constant
 overrides are stored, and the daemon gets the simulated collector, enforcer, clock and
-OS actions (fairshare.collect.sim, fairshare.enforce.sim, fairshare.sim.machine), so
+OS actions (fairshare.sim.collector, fairshare.sim.enforcer, fairshare.sim.machine), so
 it cannot reach a real process.
 """
 
@@ -16,16 +16,16 @@ import time
 
 from sqlalchemy import Engine, func, select
 
-from fairshare.accounts import AccountsOf
-from fairshare.collect.sim import SimCollector
-from fairshare.consts import consts_from_mapping, from_user
-from fairshare.daemon import Daemon, Options
-from fairshare.enforce.sim import SimEnforcer
-from fairshare.reload import load_lnodes
-from fairshare.repository import load_consts, save_consts
+from fairshare.core.consts import consts_from_mapping, from_user
+from fairshare.daemon.accounts import AccountsOf
+from fairshare.daemon.daemon import Daemon, Options
+from fairshare.daemon.reload import load_lnodes
+from fairshare.sim.collector import SimCollector
+from fairshare.sim.enforcer import SimEnforcer
 from fairshare.sim.machine import SimClock, SimOs, world_for
 from fairshare.sim.scenario import Scenario, load_scenario
-from fairshare.store import LnodeStore
+from fairshare.store.config import load_consts, save_consts
+from fairshare.store.published import LnodeStore
 from udb import directives
 from udb.errors import OptionError
 from udb.models import Entry

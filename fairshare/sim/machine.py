@@ -15,7 +15,7 @@ mappings the daemon's enforcers use (fairshare.enforce.mapping):
 A `Workload` is `procs` identical processes of one lnode.  `SimWorld` is the machine
 running a scenario's workloads as processes the daemon can see (fixed fake pids, the
 uid of the lnode they run for), with the weights its enforcer last set; `SimClock` is
-its clock (sleeping advances it at once) and `SimOs` its OsActions (fairshare.actions):
+its clock (sleeping advances it at once) and `SimOs` its OsActions (fairshare.enforce.actions):
 signals and nice values act on the world's processes (SIGKILL, SIGTERM, SIGINT, SIGHUP
 and SIGQUIT stop one; a simulated program takes SIGXCPU as the quota warning and keeps
 running), and there are no files to write.  Nothing here reaches the real OS.  A
@@ -23,8 +23,8 @@ workload's processes share one nice value: renicing one of them renices the work
 A workload that runs to the scenario's end is still running at its last instant, so
 the table published at the end shows the workload as it ran.
 
-This is the bottom of the simulator: the simulated collector (fairshare.collect.sim)
-and enforcer (fairshare.enforce.sim) import it, and it imports neither them nor the
+This is the bottom of the simulator: the simulated collector (fairshare.sim.collector)
+and enforcer (fairshare.sim.enforcer) import it, and it imports neither them nor the
 scenario loader (fairshare.sim.scenario) nor the runs (fairshare.sim.run).
 """
 
@@ -42,7 +42,7 @@ import numpy as np
 from fairshare.enforce.mapping import NICE_TO_WEIGHT, cgroup2_weights, nice_values
 
 if TYPE_CHECKING:
-    from fairshare.tree import ShareTree
+    from fairshare.core.tree import ShareTree
 
 ENFORCERS = ("cgroup", "nice", "none")  # the keys of WEIGHT_MODELS
 
@@ -353,7 +353,7 @@ class SimOs:
 
     def started(self, pid: int) -> float:
         """When simulated process `pid` started: its workload's start (epoch s), as the
-        simulator's collector (fairshare.collect.sim) reports it."""
+        simulator's collector (fairshare.sim.collector) reports it."""
         return self.world.clock.epoch + self.world.workloads[self.world.workload_of(pid)].start
 
     def get_nice(self, pid: int) -> int:

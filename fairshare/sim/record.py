@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fairshare.tree import ShareTree
+from fairshare.core.tree import ShareTree
 
 #: Series longer than this many cycles are averaged into bins for plotting.
 MAX_SERIES_POINTS = 10000

@@ -1,4 +1,4 @@
-"""shrsim's run: the daemon's own steps (fairshare.steps) on the simulated machine.
+"""shrsim's run: the daemon's own steps (fairshare.core.steps) on the simulated machine.
 
 `run_scenario` takes a loaded scenario (fairshare.sim.scenario) and returns what it
 measured (fairshare.sim.record.SimResult).  Each cycle of `delta` simulated seconds, on
@@ -6,21 +6,21 @@ each host:
 
 1. where workloads start or stop, lnodes come and go as in the daemon: a leaf that got
    processes is activated with its stored usage aged to now
-   (fairshare.steps.activate_stored), a leaf whose processes have all gone is released
-   (fairshare.lnode.release) and its increment added to the stored usage
-   (fairshare.lnode.add_usage, as fairshare.store adds it to the UDB); the table is
-   then re-planned at once (fairshare.steps.advance over 0 s) so newcomers have an
+   (fairshare.core.steps.activate_stored), a leaf whose processes have all gone is released
+   (fairshare.core.lnode.release) and its increment added to the stored usage
+   (fairshare.core.lnode.add_usage, as fairshare.store.published adds it to the UDB); the table is
+   then re-planned at once (fairshare.core.steps.advance over 0 s) so newcomers have an
    e_share before the machine runs;
 2. the enforcer's weights from the last cycle's e_share decide how the machine shares
    its CPUs for `delta` seconds (fairshare.sim.machine, the enforcers' own mappings);
-3. that CPU, as each lnode's charges, goes through fairshare.steps.advance.
+3. that CPU, as each lnode's charges, goes through fairshare.core.steps.advance.
 
 A site (a scenario's `hosts` table) runs every host so; every write-back interval
 each adds what its lnodes accrued to the shared stored usage and, with GLOBALUSAGE,
-takes the site-wide usage and updates its site factors (fairshare.steps.refresh_site)
-from a view of the other hosts built as fairshare.store builds it from the UDB.
+takes the site-wide usage and updates its site factors (fairshare.core.steps.refresh_site)
+from a view of the other hosts built as fairshare.store.published builds it from the UDB.
 
-Why not run fairshare.daemon.Daemon itself, as `shrdaemon --simulate` does
+Why not run fairshare.daemon.daemon.Daemon itself, as `shrdaemon --simulate` does
 (fairshare.sim.daemon)?  Speed: the daemon's cycle reads the constants and publishes
 the lnode table through the UDB and reports every process of every workload (3.5 ms
 of CPU a cycle on the site of tests/bench/bench_shrsim.py with 17 lnodes active,
@@ -31,7 +31,7 @@ per-process samples), and calls the daemon's table steps directly.  Where it sti
 differs from the daemon: an lnode is released as soon as its processes have gone
 (the daemon keeps it until the next write-back); newcomers are planned at once (the
 daemon's get their e_share at its next cycle); CPU is charged as CPU seconds (the
-daemon grades a niced process's ticks, fairshare.nicetables); on one machine
+daemon grades a niced process's ticks, fairshare.core.nicetables); on one machine
 GLOBALUSAGE has no other host and no site factors are applied.
 
 `run_scenario(sc, consts=...)` runs one scenario under other constants (e.g. another
@@ -46,10 +46,14 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from fairshare.consts import GLOBALUSAGE, Consts
-from fairshare.cycle import Consumption, machine_shares, tree_index
+from fairshare.core.consts import GLOBALUSAGE, Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.lnode import WriteBack, accrued, add_usage, aged_usage, new_table, release
+from fairshare.core.site import SiteState, SiteView
+from fairshare.core.split import machine_shares
+from fairshare.core.steps import activate_stored, advance, refresh_site
+from fairshare.core.tree import ShareTree, tree_index
 from fairshare.enforce.renice import user_floor
-from fairshare.lnode import WriteBack, accrued, add_usage, aged_usage, new_table, release
 from fairshare.sim.machine import (
     ENFORCERS,
     SimMachine,
@@ -59,9 +63,6 @@ from fairshare.sim.machine import (
 )
 from fairshare.sim.record import Recorder, SimResult
 from fairshare.sim.scenario import Scenario
-from fairshare.site import SiteState, SiteView
-from fairshare.steps import activate_stored, advance, refresh_site
-from fairshare.tree import ShareTree
 
 #: The stored usage of the entries, as the UDB holds it: node -> (shusage, shextime).
 Stored = dict[int, tuple[float, float]]
@@ -175,7 +176,7 @@ def _span(sc: Scenario, window: float | None) -> tuple[int, int]:
 
 
 def _write(stored: Stored, written: list[tuple[int, WriteBack]], halflife: float) -> None:
-    """Add the increments `written` to the stored usage, as fairshare.store does."""
+    """Add the increments `written` to the stored usage, as fairshare.store.published does."""
     for n, wb in written:
         u, ext = stored.get(n, (0.0, 0.0))
         u, ext = add_usage(u, ext, wb.shusage, wb.shextime, halflife)
@@ -256,7 +257,7 @@ def _refresh_sites(sc: Scenario, hosts: list[_Host], stored: Stored, now: float)
 def run_site(sc: Scenario, enforcer: str, window: float | None = None) -> SimResult:
     """Simulate the site scenario `sc` (a `hosts` table): each host runs the daemon's
     steps on its own machine and workloads; every write-back interval each adds what
-    its lnodes accrued to the shared stored usage (increments, as fairshare.store does)
+    its lnodes accrued to the shared stored usage (increments, as fairshare.store.published does)
     and, with GLOBALUSAGE, refreshes its site view and site factors.
 
     The result measures the site: entitled is the mean site-wide m_share (over the

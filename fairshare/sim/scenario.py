@@ -22,10 +22,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from fairshare.consts import Consts, consts_from_mapping, from_user, parse_duration
-from fairshare.repository import load_consts, tree_rows
+from fairshare.core.consts import Consts, consts_from_mapping, from_user, parse_duration
+from fairshare.core.tree import ShareTree, build_tree
 from fairshare.sim.machine import ENFORCERS, Workload
-from fairshare.tree import ShareTree, build_tree
+from fairshare.store.config import load_consts, tree_rows
 from udb.errors import DirectiveError, OptionError, UdbError
 from udb.models import Entry
 from udb.session import make_engine, open_udb, read_session, upgrade
@@ -88,7 +88,7 @@ class Scenario:
 class _UdbPart:
     """What a scenario takes from its UDB."""
 
-    rows: list  # the tree's rows (fairshare.repository.tree_rows)
+    rows: list  # the tree's rows (fairshare.store.config.tree_rows)
     shusage: dict[str, tuple[float, float]]  # name -> (shusage, shextime)
     consts: Consts  # the base constants the overrides apply to
     nice: dict[str, int]  # name -> UDB nice, where not 0
@@ -128,7 +128,7 @@ class _Text:
         return self.error(f"{key}: {message}", where)
 
     def duration(self, key: str, value: object, line: int | None = None) -> float:
-        """`value` as seconds (fairshare.consts.parse_duration), failing at `key`."""
+        """`value` as seconds (fairshare.core.consts.parse_duration), failing at `key`."""
         try:
             return parse_duration(value, key)
         except UdbError as err:

@@ -1,7 +1,7 @@
 """shrdist's interactive editor: a full-screen Textual application on one resource group.
 
 One line per member with its shares (editable) and the resulting group and machine
-shares, recomputed as you type through fairshare.dist.plan; u writes (directly, or
+shares, recomputed as you type through fairshare.admin.shrdist.plan; u writes (directly, or
 through the daemon's socket when the caller reads the UDB through it), q quits.  The
 command (fairshare.cli.shrdist) only builds it with `make_app` and runs it.
 """
@@ -16,8 +16,8 @@ from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.widgets import Footer, Input, Label, Static
 
+from fairshare.admin.shrdist import Caller, GroupView, plan, preview, redistribute
 from fairshare.display import percent
-from fairshare.dist import Caller, GroupView, plan, preview, redistribute
 from udb.errors import UdbError
 from udb.remote import Reader, call
 from udb.session import read_session, write_session

@@ -1,4 +1,4 @@
-"""Benchmark: one scheduling cycle (fairshare.cycle.run_cycle) on large trees.
+"""Benchmark: one scheduling cycle (fairshare.core.policies.run_cycle) on large trees.
 
 Run as ``python tests/bench/bench_cycle.py [--repeat N]``.  Prints the tree sizes, the
 median time of one cycle and its ratio to the goals:
@@ -13,7 +13,7 @@ runs), with ADJGROUPS and LIMSHARE set and sharemin 1e-6 (every step of the poli
 runs).  The first cycle (which builds the tree's level index) is not timed.
 
 Then the same cycles without ADJGROUPS (Kay-Lauder's flat model: one split over all
-leaves, fairshare.split) and with the even idle-share rule, each with the median of
+leaves, fairshare.core.split) and with the even idle-share rule, each with the median of
 its ratios to the first, the variants timed in turn within each repeat.
 """
 
@@ -26,10 +26,11 @@ from types import SimpleNamespace as Row
 
 import numpy as np
 
-from fairshare.consts import ADJGROUPS, LIMSHARE, Consts
-from fairshare.cycle import Consumption, run_cycle
-from fairshare.lnode import new_table
-from fairshare.tree import build_tree
+from fairshare.core.consts import ADJGROUPS, LIMSHARE, Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.lnode import new_table
+from fairshare.core.policies import run_cycle
+from fairshare.core.tree import build_tree
 from udb.models import SHF_GROUP
 
 GOALS = {10_000: 0.050, 100_000: 0.5}  # s per cycle

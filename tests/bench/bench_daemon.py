@@ -57,15 +57,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from machine_lock import machine_lock  # noqa: E402  (tests/machine_lock.py)
 
-from fairshare.actions import REAL_OS  # noqa: E402
 from fairshare.cli.shrdaemon import make_daemon  # noqa: E402
 from fairshare.collect.procfs import ProcfsCollector  # noqa: E402
-from fairshare.consts import Consts  # noqa: E402
-from fairshare.daemon import Daemon, Options  # noqa: E402
+from fairshare.core.consts import Consts  # noqa: E402
+from fairshare.daemon.daemon import Daemon, Options  # noqa: E402
+from fairshare.enforce.actions import REAL_OS  # noqa: E402
 from fairshare.enforce.detect import detect, make_enforcer  # noqa: E402
-from fairshare.repository import save_consts  # noqa: E402
-from fairshare.server import Server  # noqa: E402
-from fairshare.store import LnodeStore  # noqa: E402
+from fairshare.server.server import Server  # noqa: E402
+from fairshare.store.config import save_consts  # noqa: E402
+from fairshare.store.published import LnodeStore  # noqa: E402
 from udb.models import SHF_GROUP, Entry  # noqa: E402
 from udb.session import open_udb, write_session  # noqa: E402
 
@@ -194,7 +194,7 @@ class FakeCollector:
 
 def fake(cycles: int, repeat: int) -> int:
     """The --fake mode (see the module docstring)."""
-    import fairshare.daemon as daemon_module
+    import fairshare.daemon.daemon as daemon_module
     from fairshare.enforce.none import NoEnforcer
     from fairshare.sim.machine import SimClock
 
@@ -266,7 +266,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_daemon.py must run as root (setuid children, cgroups)", file=sys.stderr)
         return 2
-    import fairshare.daemon as daemon_module
+    import fairshare.daemon.daemon as daemon_module
 
     # Real-machine tests and this benchmark use one fair-share cgroup: take turns.
     with (

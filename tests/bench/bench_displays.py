@@ -117,10 +117,10 @@ from sqlalchemy import create_engine, insert  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tree import site_rows  # noqa: E402
 
-from fairshare.admin import set_constants  # noqa: E402
-from fairshare.lnode import new_table  # noqa: E402
-from fairshare.store import CycleHeader, LnodeStore  # noqa: E402
-from fairshare.tree import build_tree  # noqa: E402
+from fairshare.admin.shradmin import set_constants  # noqa: E402
+from fairshare.core.lnode import new_table  # noqa: E402
+from fairshare.core.tree import build_tree  # noqa: E402
+from fairshare.store.published import CycleHeader, LnodeStore  # noqa: E402
 from udb.models import Entry  # noqa: E402
 from udb.session import MIGRATIONS, dispose_all, open_udb, write_session  # noqa: E402
 

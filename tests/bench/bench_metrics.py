@@ -22,9 +22,9 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
-from fairshare.consts import ADJGROUPS, LIMSHARE, Consts
-from fairshare.cycle import run_cycle
-from fairshare.metrics import Metrics
+from fairshare.core.consts import ADJGROUPS, LIMSHARE, Consts
+from fairshare.core.policies import run_cycle
+from fairshare.daemon.metrics import Metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cycle import scene, six_level_tree  # noqa: E402

@@ -1,4 +1,4 @@
-"""Benchmark: every registered policy (fairshare.cycle.POLICIES) against the issue's
+"""Benchmark: every registered policy (fairshare.core.policies.POLICIES) against the issue's
 speed goals, side by side.
 
 Run as ``python tests/bench/bench_policies.py [--repeat N] [--days D] [--policies a,b]``.
@@ -25,8 +25,8 @@ from pathlib import Path
 from bench_cycle import scene, six_level_tree
 from bench_shrsim import GOAL, week_scenario
 
-from fairshare.consts import ADJGROUPS, LIMSHARE, Consts
-from fairshare.cycle import POLICIES, run_cycle
+from fairshare.core.consts import ADJGROUPS, LIMSHARE, Consts
+from fairshare.core.policies import POLICIES, run_cycle
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import load_scenario
 

@@ -61,9 +61,9 @@ from machine_lock import (  # noqa: E402  (tests/machine_lock.py)
     remove_fairshare_cgroups,
 )
 
-from fairshare.consts import Consts  # noqa: E402
+from fairshare.core.consts import Consts  # noqa: E402
 from fairshare.enforce.nice import read_slice  # noqa: E402
-from fairshare.repository import save_consts  # noqa: E402
+from fairshare.store.config import save_consts  # noqa: E402
 from udb.models import Entry  # noqa: E402
 from udb.session import open_udb, write_session  # noqa: E402
 

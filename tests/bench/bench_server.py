@@ -1,7 +1,7 @@
 """shrdaemon's socket: what a request costs, and what serving costs the cycle.
 
 For UDBs of 1,000, 10,000 and 100,000 users, starts the socket server
-(fairshare.server) in this process, as shrdaemon does, and prints medians of:
+(fairshare.server.server) in this process, as shrdaemon does, and prints medians of:
 a `hello` and a `cycle` request (connect, ask, answer); a `udb` request (the
 filtered image made, sent and opened by the client) with the image's size; and a
 stand-in for the scheduling cycle (numpy work in the main thread) alone and while
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fairshare.newacct import SessionAccounts
-from fairshare.server import Server
+from fairshare.daemon.sessions import SessionAccounts
+from fairshare.server.server import Server
 from udb import directives
 from udb.image import open_image
 from udb.remote import call

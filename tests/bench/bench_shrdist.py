@@ -3,7 +3,7 @@
 Run as ``python tests/bench/bench_shrdist.py [--users N] [--groups N] [--repeat N]``.
 Prints medians and their ratio to the goals:
 
-- the editor's recomputation after a keystroke (`fairshare.dist.plan` on a loaded group):
+- the editor's recomputation after a keystroke (`fairshare.admin.shrdist.plan` on a loaded group):
   < 0.05 s, so typing feels immediate;
 - ``shrdist -g GROUP -b A=..,B=..`` end to end as a process (start, UDB read, tree,
   authorisation, the write transaction, the display): < 3 s;
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_tree import median_time, site_rows  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
-from fairshare.consts import Consts  # noqa: E402
-from fairshare.dist import Caller, plan, preview, redistribute  # noqa: E402
-from fairshare.repository import (
+from fairshare.admin.shrdist import Caller, plan, preview, redistribute  # noqa: E402
+from fairshare.core.consts import Consts  # noqa: E402
+from fairshare.store.config import (
     load_tree,  # noqa: E402
     save_consts,  # noqa: E402
 )

@@ -26,7 +26,7 @@ GOAL = 60.0  # s for one simulated week
 
 
 def week_scenario(days: int = 7, policy: str = "unicos") -> str:
-    """The scenario's TOML text, under `policy` (fairshare.cycle.POLICIES)."""
+    """The scenario's TOML text, under `policy` (fairshare.core.policies.POLICIES)."""
     lines = [
         "cpus = 16",
         f'duration = "{days}d"',

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fairshare.consts import Consts
+from fairshare.core.consts import Consts
 from fairshare.display.shrview import display_json, display_lines
 from fairshare.report.lnodes import ViewRequest, select_rows, view_columns
 from fairshare.report.published import Snapshot

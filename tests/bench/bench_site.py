@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pgserver import PgServer  # noqa: E402  (tests/pgserver.py)
 from sqlalchemy import insert, select, text  # noqa: E402
 
-from fairshare.lnode import WriteBack, activate, new_table  # noqa: E402
-from fairshare.repository import tree_rows  # noqa: E402
-from fairshare.store import CycleHeader, LnodeStore  # noqa: E402
-from fairshare.tree import build_tree  # noqa: E402
+from fairshare.core.lnode import WriteBack, activate, new_table  # noqa: E402
+from fairshare.core.tree import build_tree  # noqa: E402
+from fairshare.store.config import tree_rows  # noqa: E402
+from fairshare.store.published import CycleHeader, LnodeStore  # noqa: E402
 from udb.models import SHF_GROUP, Entry  # noqa: E402
 from udb.session import open_udb, read_session, write_session  # noqa: E402
 

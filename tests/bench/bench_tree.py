@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import insert
 
-from fairshare.tree import build_tree
+from fairshare.core.tree import build_tree
 from udb import models
 from udb.models import IDLE_UID, SHF_GROUP, Entry
 from udb.session import dispose_all, open_udb, write_session

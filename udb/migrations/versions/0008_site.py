@@ -1,5 +1,5 @@
 """A site (many hosts, one UDB): each published cycle header says how many CPUs its host
-has and how much CPU its lnodes received (fairshare.site); each published lnode says how
+has and how much CPU its lnodes received (fairshare.core.site); each published lnode says how
 much of its usage is already stored in the UDB (the rest is still owed by its host).
 
 No new index: the write-back's locked SELECT and UPDATE go by entries.uid (unique), a

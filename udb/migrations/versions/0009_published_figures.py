@@ -1,5 +1,5 @@
 """The published lnode table carries the cycle's due share and near-future proportion
-(fairshare.lnode.LnodeTable.due and .pri), so displays show the figures the cycle
+(fairshare.core.lnode.LnodeTable.due and .pri), so displays show the figures the cycle
 computed instead of deriving them again.
 
 Nullable: a table published by an older daemon has none (the displays then show "-").

@@ -1,0 +1,20 @@
+"""The pure core: arithmetic over the share tree, with no OS, no clock and no database.
+
+In the order one cycle uses them:
+
+- `consts`: the fair-share constants (the guide's sh_consts) and their flags.
+- `tree`: the share tree as arrays over breadth-first numbered nodes; `index` its level
+  structure (`TreeIndex`), built once per tree.
+- `split`: how the machine is split among the lnodes: machine shares, idle siblings'
+  shares, the flat model's one-level index.
+- `lnode`: the lnode table, the scheduler's state per node, and the steps that create,
+  age and release lnodes.
+- `cycle`: the steps every policy shares (charges, group adjustment, decay, effective
+  shares, edge effects, limits) and the typed lnode table a policy returns.
+- `policies`: the policies (unicos, slurm, feedback) and `run_cycle`, the one entry point.
+- `steps`: the daemon's steps on plain values, which shrdaemon and shrsim both run.
+- `site`: GLOBALUSAGE: many hosts, one UDB, and the site's records.
+- `schedule`: shradmin's time-of-day schedules, parsed and applied.
+- `sshare`: Slurm's sshare figures; `nicetables`: the guide's nice tables; `dist`: a
+  redistribution of shares inside a group (shrdist's records).
+"""

@@ -1,0 +1,82 @@
+"""The daemon's steps on the lnode table, on plain values: shrdaemon and shrsim run these.
+
+One cycle of fairshare.daemon.daemon.Daemon, past the OS and the UDB, is:
+
+1. `activate_stored`: a leaf that got processes becomes an lnode with its stored
+   usage (shusage, as of shextime) aged to now (fairshare.core.lnode.aged_usage);
+2. `advance`: the policy's cycle (fairshare.core.policies.run_cycle) over the charges of the
+   last `elapsed` seconds; on a host of a site the CPU is counted for the site
+   factors and, with GLOBALUSAGE, the factors are applied to e_share
+   (fairshare.core.site); a value the cycle left not finite keeps its last finite value;
+3. `refresh_site` (every write-back, GLOBALUSAGE): the active leaves take their
+   site-wide usage and the host's site factors are updated from the view of the
+   other hosts;
+4. releasing an lnode whose processes have gone, or writing back what it accrued,
+   is fairshare.core.lnode.release and fairshare.core.lnode.accrued.
+
+The daemon reads the stored usage and the site view from the UDB (fairshare.store.published);
+the simulator (fairshare.sim.run) keeps them in memory, so a simulated week of
+150,000 cycles takes seconds, not the hours the UDB round trips would take.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairshare.core.consts import GLOBALUSAGE, Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.lnode import LnodeTable, activate, aged_usage, keep_finite
+from fairshare.core.policies import run_cycle
+from fairshare.core.site import SiteState, SiteView, apply_factors, refresh_usage, update_factors
+from fairshare.core.tree import ShareTree
+
+
+def activate_stored(
+    table: LnodeTable, node: int, shusage: float, shextime: float, now: float, consts: Consts
+) -> float:
+    """Create leaf `node`'s lnode (in place) with its stored usage `shusage` (as of
+    `shextime`, epoch s) aged to `now`; returns that usage (charge units)."""
+    usage = aged_usage(shusage, shextime, now, consts)
+    activate(table, node, usage)
+    return usage
+
+
+def advance(
+    tree: ShareTree,
+    table: LnodeTable,
+    consumption: Consumption,
+    consts: Consts,
+    elapsed: float,
+    site: SiteState | None = None,
+) -> tuple[LnodeTable, list[tuple[int, str]]]:
+    """The lnode table after one cycle of `elapsed` seconds of `consumption`, and the
+    (node, field) pairs that were not finite and kept their value from `table`.
+
+    With `site` (a host's GLOBALUSAGE state: the daemon always has one), the cycle's
+    CPU is counted for the site factors and, under GLOBALUSAGE, e_share is corrected
+    by them (fairshare.core.site.apply_factors).
+    """
+    new = run_cycle(tree, table, consumption, consts, elapsed)
+    if site is not None:
+        site.add(consumption.cpu, elapsed)
+        if consts.flags & GLOBALUSAGE:
+            new.e_share = apply_factors(tree, new, site.factor)
+    return new, keep_finite(table, new)
+
+
+def refresh_site(
+    tree: ShareTree,
+    table: LnodeTable,
+    site: SiteState,
+    view: SiteView,
+    usage: np.ndarray,
+    consts: Consts,
+    cpus: float,
+) -> None:
+    """GLOBALUSAGE, at a write-back: the active leaves of `table` take their site-wide
+    `usage` (per node, aged to now, charge units), `view` (the other hosts) becomes
+    the host's, and its site factors are updated for its `cpus` CPUs (in place)."""
+    mine = np.flatnonzero(table.active & tree.leaf_mask)
+    refresh_usage(table, mine, usage)
+    site.view = view
+    site.factor = update_factors(tree, table, site, consts, cpus)

@@ -1,0 +1,145 @@
+"""From a sample to charges: which leaf lnode each process is charged to, and what
+each leaf consumed (fairshare.core.cycle.Consumption), before the cycle turns it into
+charges with the shradmin costs.  Pure: the sample, the lnode state and the rules.
+
+- `leaf_of`: a process's leaf: its uid's entry (Share by User), or its account
+  (Share by Account: fairshare.daemon.accounts.account_of), Idle's own uid to Idle; a uid
+  with no entry goes to `unknown` (None when there is no unknown entry: not charged);
+- `consumption`: per leaf, the CPU, I/O, system calls and memory of its processes,
+  their count and runnable count.  A process in an lnode cgroup is charged through
+  the cgroup's kernel counter (which also saw the short-lived processes no sample
+  did), less what the guide does not charge.  Processes at the weakest nice
+  (fairshare.collect.WEAKEST_NICE) are not charged (the guide's rule) and other nice
+  values are charged per CPU tick at the guide's graded rate
+  (fairshare.core.nicetables.tick_rates), unless the enforcer sets nice values itself
+  (`enforcer_nice`): then they are its doing and all charged at nice 0's rate.
+  Idle CPU goes to the Idle lnode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from fairshare.collect import WEAKEST_NICE, ProcessSample, Sample
+from fairshare.core.consts import Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.nicetables import tick_rates
+from fairshare.daemon.accounts import AccountLookup, account_of
+from fairshare.daemon.state import Lnodes
+from udb.rules import IDLE_UID
+
+
+def resources_charged(consts: Consts) -> dict[str, bool]:
+    """Which of the collector's optional readings the costs charge: `io` (block and
+    stream I/O), `syscalls`, `mem` (the keyword arguments of Collector.sample and
+    `consumption`)."""
+    return {
+        "io": consts.cost_bio > 0 or consts.cost_sio > 0,
+        "syscalls": consts.cost_syscall > 0,
+        "mem": consts.cost_mem > 0,
+    }
+
+
+def leaf_of(ln: Lnodes, p: ProcessSample, accounts: AccountLookup | None) -> int | None:
+    """The leaf lnode process `p` is charged to (None: nowhere to charge it)."""
+    return leaf_finder(ln, accounts)(p)
+
+
+def leaf_finder(
+    ln: Lnodes, accounts: AccountLookup | None
+) -> Callable[[ProcessSample], int | None]:
+    """`leaf_of` for `ln` and `accounts` as a function of the process alone (the maps
+    looked up once, for a whole sample)."""
+    by_id, unknown = ln.leaf_of_id.get, ln.unknown
+    if ln.tree.mode != "account":
+        return lambda p: by_id(p.uid, unknown)
+    acids, idle = ln.acids, ln.idle
+
+    def find(p: ProcessSample) -> int | None:
+        acid = account_of(p, accounts, acids)
+        node = by_id(acid) if acid is not None else None
+        if node is None and p.uid == IDLE_UID:
+            node = idle
+        return unknown if node is None else node
+
+    return find
+
+
+def consumption(
+    ln: Lnodes,
+    sample: Sample,
+    accounts: AccountLookup | None = None,
+    enforcer_nice: bool = False,
+    io: bool = True,
+    syscalls: bool = True,
+    mem: bool = True,
+) -> tuple[Consumption, dict[int, list[ProcessSample]]]:
+    """Consumption per leaf of `sample` and the processes of each leaf (`io`,
+    `syscalls`, `mem` False: the collector did not read them, their totals stay 0;
+    `enforcer_nice`: the nice values are the enforcer's, every one charged)."""
+    n = ln.tree.size
+    c = Consumption.zeros(n)
+    procs: dict[int, list[ProcessSample]] = {}
+    find = leaf_finder(ln, accounts)
+    mine = [(node, p) for p in sample.processes if (node := find(p)) is not None]
+    for node, p in mine:
+        procs.setdefault(node, []).append(p)
+    counted, graded = dict(sample.groups), dict(sample.groups)
+    if mine:
+        # One column per field, then numpy: the processes are walked once per field.
+        nodes, ps = zip(*mine, strict=True)
+        idx = np.array(nodes, dtype=np.int64)
+        nice = np.array([p.nice for p in ps], dtype=np.int64)
+        cpu = np.array([p.cpu for p in ps], dtype=float)
+        in_group = np.array([bool(p.group) for p in ps])
+        charged = np.ones(len(ps), dtype=bool) if enforcer_nice else nice < WEAKEST_NICE
+        # The guide's graded tick rate of each process (nice 0's under the nice enforcer).
+        rate = tick_rates(np.zeros_like(nice) if enforcer_nice else nice)
+        _group_cpu(counted, graded, ps, cpu, in_group, charged, rate)
+
+        def total(values) -> np.ndarray:
+            return np.bincount(idx, weights=values, minlength=n)
+
+        def column(name: str) -> np.ndarray:
+            return np.where(charged, [getattr(p, name) for p in ps], 0.0)
+
+        own = np.where(charged & ~in_group, cpu, 0.0)
+        c.cpu = total(own)
+        c.cpu_charged = total(own * rate)
+        if io:
+            c.bio = total(column("bio"))
+            c.sio = total(column("sio"))
+        if syscalls:
+            c.syscalls = total(column("syscalls"))
+        if mem:
+            c.mem = total(column("mem"))
+        c.refs = np.bincount(idx, minlength=n).astype(np.int64)
+        c.nrun = np.bincount(idx, weights=[p.runnable for p in ps], minlength=n).astype(np.int64)
+    for name, used in counted.items():
+        node = ln.leaf_of_group.get(name)
+        if node is not None:
+            c.cpu[node] += used
+            if c.cpu_charged is not None:
+                c.cpu_charged[node] += graded[name]
+    if ln.idle is not None and sample.idle > 0:
+        c.cpu[ln.idle] += sample.idle
+        if c.cpu_charged is not None:
+            c.cpu_charged[ln.idle] += sample.idle
+    return c, procs
+
+
+def _group_cpu(counted: dict, graded: dict, ps, cpu, in_group, charged, rate) -> None:
+    """Take off each lnode cgroup's CPU as the kernel counted it (`counted`, and
+    `graded` at the graded rate; both in place) what the guide does not charge: all of
+    a nice-19 process's CPU, part of another niced one's (the collector re-reads such
+    processes every sample, so their own CPU is known).  Only processes in a cgroup
+    with CPU of their own that is not charged in full are looked at."""
+    for i in np.flatnonzero(in_group & (cpu > 0) & ~(charged & (rate == 1.0))).tolist():
+        p = ps[i]
+        if p.group not in counted:
+            continue
+        if not charged[i]:
+            counted[p.group] = max(counted[p.group] - p.cpu, 0.0)
+        graded[p.group] = max(graded[p.group] - p.cpu * (1 - rate[i]), 0.0)

@@ -1,0 +1,109 @@
+"""What the daemon does with a cycle's result, decided without doing it (pure).
+
+- `quota_signals`: CPU quotas (the entry's cpuquota, guide 4.6): the processes of a
+  lnode whose CPU used (the entry's cpuquotaused plus what the lnode ran since it
+  was last written back) reaches its quota get SIGXCPU, once per activation; past
+  the quota plus shradmin's `quota_threshold` they get SIGKILL, every cycle.
+  Kernel threads are never signalled.
+- `enforcer_targets`: one fairshare.enforce.base.LnodeTarget per active leaf with
+  processes the enforcer may touch (uid at least `enforce_min_uid`, not a kernel
+  thread): its processes, e_share, runnable count, background flag and UDB nice.
+
+The daemon (fairshare.daemon.daemon) sends the signals, logs them and hands the targets
+to its enforcer.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairshare.collect import ProcessSample
+from fairshare.daemon.state import Lnodes
+from fairshare.enforce.base import LnodeTarget
+
+
+@dataclass(frozen=True)
+class QuotaSignal:
+    """`signal` for the processes `pids` of leaf `node` (`name`), which used `used` CPU
+    seconds of its `quota`; `starts`: when each of `pids` started, as the sample said."""
+
+    node: int
+    name: str
+    signal: signal.Signals
+    pids: tuple[int, ...]
+    used: float
+    quota: float
+    starts: tuple[float, ...]
+
+
+def quota_signals(
+    ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], threshold: float
+) -> list[QuotaSignal]:
+    """The quota signals due now (`procs`: each leaf's processes at the last sample;
+    `threshold`: CPU seconds past the quota before SIGKILL).  A SIGXCPU is due only
+    to a leaf not in `ln.warned`; the caller adds it there once sent."""
+    out = []
+    t = ln.table
+    for node, st in ln.entry.items():
+        if st.cpuquota <= 0 or not t.active[node]:
+            continue
+        used = st.cpuquotaused + float(t.cpu_seconds[node] - t.cpu_written[node])
+        if used < st.cpuquota:
+            continue
+        mine = [p for p in procs.get(node, ()) if not p.kernel]
+        if not mine:
+            continue
+        if used >= st.cpuquota + threshold:
+            sig = signal.SIGKILL
+        elif node not in ln.warned:
+            sig = signal.SIGXCPU
+        else:
+            continue
+        pids, starts = tuple(p.pid for p in mine), tuple(p.create_time for p in mine)
+        out.append(QuotaSignal(node, ln.tree.names[node], sig, pids, used, st.cpuquota, starts))
+    return out
+
+
+def enforcer_targets(
+    ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], min_uid: int
+) -> list[LnodeTarget]:
+    """What the enforcer must do: every active leaf that has processes to place, in
+    node order (`procs`: each leaf's processes at the last sample)."""
+    t = ln.table
+    placed = []  # (node, its processes the enforcer may touch)
+    for node in sorted(procs):
+        mine = [p for p in procs[node] if p.uid >= min_uid and not p.kernel]
+        if mine:
+            placed.append((node, mine))
+    if not placed:
+        return []
+    idx = np.array([node for node, _mine in placed], dtype=np.int64)
+    keep = t.active[idx].tolist()
+    # One fancy index per field, not a numpy scalar per field and target.
+    columns = zip(
+        t.e_share[idx].tolist(), t.nrun[idx].tolist(), t.background[idx].tolist(), strict=True
+    )
+    names, entry = ln.tree.names, ln.entry
+    out = []
+    for (node, mine), active, (e_share, nrun, background) in zip(
+        placed, keep, columns, strict=True
+    ):
+        if not active:
+            continue
+        out.append(
+            LnodeTarget(
+                name=names[node],
+                pids=tuple([p.pid for p in mine]),
+                e_share=e_share,
+                nrun=nrun,
+                background=background,
+                runnable=frozenset([p.pid for p in mine if p.runnable]),
+                nice=st.nice if (st := entry.get(node)) is not None else 0,
+                starts=tuple([p.create_time for p in mine]),
+            )
+        )
+    return out

@@ -1,0 +1,283 @@
+"""Prometheus metrics for shrdaemon --metrics HOST:PORT (prometheus_client).
+
+The cycle never waits for a scrape: after each cycle the daemon's `Metrics`
+observer copies what the exposition needs into an immutable `Snapshot` (a few
+numpy fancy-index copies, milliseconds at 100,000 lnodes) and swaps one
+reference; the HTTP server's thread renders the latest snapshot when scraped.
+The daemon's own metrics go through prometheus_client's registry (a custom
+collector over the snapshot, and a Histogram); the per-lnode block, five series
+per lnode, is rendered in the same text format by `lnode_text`, once per snapshot
+and kept for the scrapes that follow: prometheus_client builds a dict and formats
+each sample one by one, about ten times slower at 100,000 lnodes
+(tests/bench/bench_metrics.py), and every second the scrape thread holds the GIL
+slows the cycle.
+
+Per lnode (labels name, kind = user|account|group|idle|root, parent; the root is
+named "root", as shrview shows it, with parent ""), active lnodes only:
+  fairshare_lnode_usage               decayed usage, charge units
+  fairshare_lnode_rate                decayed charge rate, charge units per second
+  fairshare_lnode_entitled_share_ratio  m_share (Rshr), fraction of the machine
+  fairshare_lnode_effective_share_ratio e_share (Eshr), fraction of the machine
+  fairshare_lnode_processes           processes attached (refs)
+Per daemon:
+  fairshare_cycle_duration_seconds    histogram of the wall-clock time of a cycle
+  fairshare_cycles_total, fairshare_writebacks_total (lnodes written back),
+  fairshare_checkpoints_total, fairshare_errors_total{level} (log records at
+  warning and worse), fairshare_enforcer_info{enforcer} (1 for the one in force),
+  fairshare_lnodes (active), fairshare_lnodes_exported, fairshare_last_cycle_timestamp_seconds.
+
+Cardinality: one series per exported lnode and metric, lnodes exist only while
+active, and `max_lnodes` caps how many are exported (the ones with the largest
+usage; groups count like any lnode).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from fairshare.core.tree import Kind
+from udb.errors import OptionError
+
+log = logging.getLogger("shrdaemon")
+
+#: Cycle durations (s): from a small site's milliseconds to a slow database's seconds.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+KINDS = np.array([k.label for k in Kind])
+LNODE_METRICS = (
+    ("usage", "fairshare_lnode_usage", "Decayed usage of the lnode, in charge units."),
+    ("rate", "fairshare_lnode_rate", "Decayed charge rate, charge units per second."),
+    (
+        "m_share",
+        "fairshare_lnode_entitled_share_ratio",
+        "Entitled share among the active lnodes (m_share, Rshr), fraction of the machine.",
+    ),
+    (
+        "e_share",
+        "fairshare_lnode_effective_share_ratio",
+        "Effective share the enforcer delivers next (e_share, Eshr), fraction of the machine.",
+    ),
+    ("refs", "fairshare_lnode_processes", "Processes attached to the lnode."),
+)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """(host, port) of --metrics HOST:PORT ("[::1]:9180", ":9180" = every address)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise OptionError(f"--metrics: expected HOST:PORT (e.g. 127.0.0.1:9180), not {text!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one scrape shows, copied after a cycle: per exported lnode its labels and
+    values (arrays in the same order), and the daemon's counters."""
+
+    names: list[str]
+    kinds: list[str]
+    parents: list[str]
+    values: dict[str, np.ndarray]
+    active: int
+    cycles: int
+    writebacks: int
+    checkpoints: int
+    enforcer: str
+    time: float
+
+
+def take_snapshot(daemon, max_lnodes: int | None) -> Snapshot:
+    """The lnode table and counters of `daemon` as they are now (after a cycle)."""
+    ln = daemon.lnodes
+    tree, t = ln.tree, ln.table
+    idx = np.flatnonzero(t.active)
+    active = len(idx)
+    if max_lnodes is not None and active > max_lnodes:
+        top = np.argpartition(-t.usage[idx], max_lnodes - 1)[:max_lnodes]
+        idx = np.sort(idx[top])
+    names = tree.names
+    parent = tree.parent[idx].tolist()
+    return Snapshot(
+        names=[names[i] or "root" for i in idx.tolist()],
+        kinds=KINDS[tree.kinds[idx]].tolist(),
+        parents=[(names[p] or "root") if p >= 0 else "" for p in parent],
+        values={attr: getattr(t, attr)[idx].astype(float) for attr, _n, _h in LNODE_METRICS},
+        active=active,
+        cycles=daemon.cycle,
+        writebacks=daemon.ledger.writebacks,
+        checkpoints=daemon.ledger.checkpoints,
+        enforcer=daemon.enforcer_name,
+        time=daemon.clock.time(),
+    )
+
+
+class ErrorCount(logging.Handler):
+    """Counts the daemon's log records at warning and worse, by level."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.counts = {"warning": 0, "error": 0, "critical": 0}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = record.levelname.lower()
+        self.counts[level] = self.counts.get(level, 0) + 1
+
+
+def _escape(value: str) -> str:
+    """A label value as the text format wants it (backslash, quote, newline escaped)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(v: float) -> str:
+    if v == v and abs(v) != float("inf"):
+        return repr(v)
+    return "NaN" if v != v else ("+Inf" if v > 0 else "-Inf")
+
+
+def lnode_text(s: Snapshot) -> bytes:
+    """The per-lnode gauges of `s` in Prometheus' text format (HELP, TYPE, samples)."""
+    labels = [
+        f'{{name="{_escape(n)}",kind="{k}",parent="{_escape(p)}"}} '
+        for n, k, p in zip(s.names, s.kinds, s.parents, strict=True)
+    ]
+    out = []
+    for attr, name, doc in LNODE_METRICS:
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
+        values = s.values[attr].tolist()
+        number = repr if np.isfinite(s.values[attr]).all() else _number
+        out.append("".join([f"{name}{lab}{number(v)}\n" for lab, v in zip(labels, values)]))  # noqa: B905
+    return "".join(out).encode()
+
+
+class SnapshotCollector(Collector):
+    """prometheus_client collector of the daemon's metrics in the latest `Snapshot`;
+    `lnodes_text` renders its per-lnode block (once per snapshot)."""
+
+    def __init__(self, errors: ErrorCount) -> None:
+        self.snapshot: Snapshot | None = None
+        self.errors = errors
+        self._lock = threading.Lock()
+        self._rendered: tuple[Snapshot | None, bytes] = (None, b"")
+
+    def lnodes_text(self) -> bytes:
+        """The per-lnode block of the latest snapshot (rendered at its first scrape)."""
+        s = self.snapshot
+        if s is None:
+            return b""
+        with self._lock:
+            if self._rendered[0] is not s:
+                self._rendered = (s, lnode_text(s))
+            return self._rendered[1]
+
+    def collect(self):
+        s = self.snapshot  # one reference read: the cycle may swap it meanwhile
+        errors = CounterMetricFamily(
+            "fairshare_errors", "Log records at warning and worse.", labels=["level"]
+        )
+        for level, n in self.errors.counts.items():
+            errors.add_metric([level], n)
+        yield errors
+        if s is None:
+            return
+        for name, doc, value in (
+            ("fairshare_cycles", "Cycles run since the daemon started.", s.cycles),
+            ("fairshare_writebacks", "Lnodes written back to the UDB.", s.writebacks),
+            ("fairshare_checkpoints", "Checkpoints of the active lnodes.", s.checkpoints),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
+        info = GaugeMetricFamily(
+            "fairshare_enforcer_info", "The enforcer in force (value 1).", labels=["enforcer"]
+        )
+        info.add_metric([s.enforcer], 1)
+        yield info
+        yield GaugeMetricFamily("fairshare_lnodes", "Active lnodes.", value=s.active)
+        yield GaugeMetricFamily(
+            "fairshare_lnodes_exported",
+            "Lnodes exported here (see --metrics-lnodes).",
+            len(s.names),
+        )
+        yield GaugeMetricFamily(
+            "fairshare_last_cycle_timestamp_seconds", "When the last cycle ran (epoch s).", s.time
+        )
+
+
+class Metrics:
+    """The daemon observer behind --metrics: publishes a snapshot after every cycle and
+    serves it over HTTP at `address` from prometheus_client's server thread."""
+
+    def __init__(self, address: tuple[str, int], max_lnodes: int | None = None) -> None:
+        self.address = address
+        self.max_lnodes = max_lnodes
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.errors = ErrorCount()
+        self.collector = SnapshotCollector(self.errors)
+        self.registry.register(self.collector)
+        self.duration = Histogram(
+            "fairshare_cycle_duration_seconds",
+            "Wall-clock time of one cycle.",
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.server = None
+        self.bound: tuple[str, int] | None = None
+
+    def exposition(self) -> bytes:
+        """What a scrape returns: the daemon's metrics, then the per-lnode block."""
+        return generate_latest(self.registry) + self.collector.lnodes_text()
+
+    def serve(self) -> None:
+        """Start serving at `address` from a thread (port 0: any free port; `bound`
+        says which); OptionError when the address cannot be bound."""
+        host, port = self.address
+        metrics = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path.split("?")[0] not in ("/metrics", "/"):
+                    self.send_error(404)
+                    return
+                body = metrics.exposition()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:  # scrapes are not worth a log line
+                pass
+
+        server_class = ThreadingHTTPServer
+        if ":" in host:
+            server_class = type("V6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+        try:
+            self.server = server_class((host, port), Handler)
+        except OSError as err:
+            raise OptionError(f"--metrics {host}:{port}: {err.strerror or err}") from None
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True).start()
+        self.bound = self.server.server_address[:2]
+        log.info("metrics on http://%s:%d/metrics", *self.bound)
+
+    def started(self, daemon) -> None:
+        """Count the daemon's warnings and errors from now on."""
+        log.addHandler(self.errors)
+
+    def cycled(self, daemon, seconds: float) -> None:
+        self.duration.observe(seconds)
+        self.collector.snapshot = take_snapshot(daemon, self.max_lnodes)
+
+    def stopping(self, daemon) -> None:
+        log.removeHandler(self.errors)
+        if self.server is not None:
+            threading.Thread(target=self.server.shutdown, daemon=True).start()
+            self.server.server_close()
+            self.server = None

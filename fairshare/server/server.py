@@ -1,0 +1,372 @@
+"""shrdaemon's socket: the one way users other than root read and change the UDB.
+
+The daemon listens on a Unix-domain stream socket (shrdaemon --socket, default
+/run/fairshare/shrdaemon.sock, mode 0666: anyone may ask).  The caller of each
+request is the peer the kernel names (SO_PEERCRED: pid, uid, gid), never anything
+the request says.  The protocol (newline-delimited JSON, one request and one reply
+per connection) is documented in shrdaemon-protocol(7).
+
+Serving never delays the scheduling cycle: it runs in threads of its own.  One
+selector thread accepts connections, reads requests and writes replies without
+ever blocking, holding each client to `Limits` (request size, time to send it, time
+to take the reply, clients at once, per uid); a complete request goes to a small
+pool of worker threads that answer it from the UDB (their own connections;
+SQLite's WAL lets them read while the cycle writes) and hand the reply back, so no
+client, however slow, holds a worker.  Every refused or broken request is logged
+in one line naming the peer.  The requests, and who may make them, are
+fairshare.server.answers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import socket
+import stat
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from fairshare.daemon.sessions import SessionAccounts
+from fairshare.server.answers import Answers, BadRequest, Peer, peer_of
+from udb.errors import UdbError
+from udb.remote import VERSION
+
+log = logging.getLogger("shrdaemon")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may ask of the daemon (documented in shrdaemon-protocol(7))."""
+
+    max_request: int = 64 * 1024  # bytes, the request line with its newline
+    request_timeout: float = 5.0  # s from connecting to the request's newline
+    reply_timeout: float = 10.0  # s for the client to take the whole reply
+    max_clients: int = 256  # connections held at once
+    max_per_uid: int = 64  # connections held at once for one uid other than root
+    workers: int = 4  # requests answered at once
+
+
+@dataclass
+class _Client:
+    """A connection the selector thread holds: reading its request, or writing its reply
+    (`out`, from offset `sent`), each before `deadline` (monotonic s)."""
+
+    conn: socket.socket
+    peer: Peer
+    deadline: float
+    buf: bytearray = field(default_factory=bytearray)
+    out: bytes = b""
+    sent: int = 0
+    request: str = "?"
+
+
+class Server:
+    """The socket server for one daemon: its UDB `engine`, `host` (the published
+    table's key), newacct's `accounts` and shrdist's `auth` file."""
+
+    def __init__(
+        self,
+        path: str,
+        engine: Engine,
+        host: str,
+        accounts: SessionAccounts | None,
+        auth: Path,
+        limits: Limits | None = None,
+    ) -> None:
+        self.path = path
+        self.engine = engine
+        self.host = host
+        self.accounts = accounts
+        self.auth = auth
+        self.limits = limits or Limits()
+        self.handlers = Answers(engine, host, accounts, auth).handlers()
+        self._listener: socket.socket | None = None
+        self._inode: int | None = None
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        self._busy = 0  # connections held (the selector thread's count)
+        self._per_uid: dict[int, int] = {}  # connections held per uid
+        self._replies: list[_Client] = []  # answered, waiting for the selector thread
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+
+    # -- life -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen on the socket (replacing a stale one) and start serving.
+
+        UdbError when the path is in use by a daemon that answers, or cannot be made.
+        """
+        path = Path(self.path)
+        try:
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if path.exists() or path.is_symlink():
+                if not stat.S_ISSOCK(path.lstat().st_mode):
+                    raise UdbError(f"{self.path}: exists and is not a socket: not replaced")
+                if _answers(self.path):
+                    raise UdbError(
+                        f"{self.path}: another shrdaemon is listening there: give another --socket"
+                    )
+                path.unlink()  # a stale socket left by a daemon that died
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(self.path)
+            os.chmod(self.path, 0o666)  # anyone may ask; the daemon decides what to answer
+            s.listen(self.limits.max_clients)
+        except OSError as err:
+            raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
+        s.setblocking(False)
+        self._listener = s
+        self._inode = os.stat(self.path).st_ino
+        self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="shrdaemon-serve")
+        self._thread = threading.Thread(target=self._loop, name="shrdaemon-socket", daemon=True)
+        self._thread.start()
+        log.info("serving requests on %s", self.path)
+
+    def stop(self) -> None:
+        """Stop serving and remove the socket (if it is still ours)."""
+        self._stop.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # -- the selector thread -------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._listener, selectors.EVENT_READ)
+        sel.register(self._wake_r, selectors.EVENT_READ)
+        try:
+            while not self._stop.is_set():
+                for key, _ in sel.select(self._timeout(sel)):
+                    try:
+                        self._event(sel, key)
+                    except Exception:  # a bug: drop this client, keep serving the others
+                        log.exception("socket %s: serving failed", self.path)
+                        if isinstance(key.data, _Client) and key.fileobj in sel.get_map():
+                            self._close(sel, key.data)
+                now = time.monotonic()
+                for key in list(sel.get_map().values()):
+                    c = key.data
+                    if c is None or now <= c.deadline:
+                        continue
+                    if c.out:
+                        why = f"did not take the reply to {c.request} within "
+                        self._drop(sel, c, f"{why}{self.limits.reply_timeout:g} s")
+                    else:
+                        why = f"sent no complete request within {self.limits.request_timeout:g} s"
+                        self._drop(sel, c, why)
+        finally:
+            for key in list(sel.get_map().values()):
+                key.fileobj.close()
+            sel.close()
+
+    @staticmethod
+    def _timeout(sel: selectors.BaseSelector) -> float | None:
+        """How long the selector may wait: until the nearest client's deadline, for ever
+        with no client (`_wake` interrupts it), so an idle daemon's thread sleeps."""
+        deadlines = [key.data.deadline for key in sel.get_map().values() if key.data]
+        return max(min(deadlines) - time.monotonic(), 0.0) + 0.01 if deadlines else None
+
+    def _event(self, sel: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
+        if key.fileobj is self._listener:
+            self._accept(sel)
+        elif key.fileobj is self._wake_r:
+            self._take_replies(sel)
+        elif key.data.out:
+            self._write(sel, key.data)
+        else:
+            self._read(sel, key.data)
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:
+                log.warning("socket %s: accept failed: %s", self.path, err)
+                return
+            peer = peer_of(conn)
+            mine = self._per_uid.get(peer.uid, 0)
+            if self._busy >= self.limits.max_clients:
+                why = f"{self.limits.max_clients} clients already"
+            elif peer.uid != 0 and mine >= self.limits.max_per_uid:
+                why = f"{mine} connections of this uid already"
+            else:
+                why = None
+            if why is not None:
+                log.warning("%s: refused: %s", peer, why)
+                _send_nowait(conn, _error(f"busy: {why}, try again"))
+                conn.close()
+                continue
+            self._busy += 1
+            self._per_uid[peer.uid] = mine + 1
+            conn.setblocking(False)
+            deadline = time.monotonic() + self.limits.request_timeout
+            sel.register(conn, selectors.EVENT_READ, _Client(conn, peer, deadline))
+
+    def _read(self, sel: selectors.BaseSelector, c: _Client) -> None:
+        try:
+            chunk = c.conn.recv(self.limits.max_request + 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(sel, c, "disconnected before completing a request")
+            return
+        c.buf += chunk
+        end = c.buf.find(b"\n")
+        if end < 0 and len(c.buf) < self.limits.max_request:
+            return
+        if end < 0 or end + 1 > self.limits.max_request:
+            why = f"request longer than {self.limits.max_request} bytes"
+            self._drop(sel, c, why, reply=True)
+            return
+        sel.unregister(c.conn)
+        self._pool.submit(self._answer, c, bytes(c.buf[:end]))
+
+    def _take_replies(self, sel: selectors.BaseSelector) -> None:
+        """Start writing the replies the workers have finished."""
+        try:
+            self._wake_r.recv(4096)
+        except BlockingIOError:
+            pass
+        while True:
+            with self._lock:
+                if not self._replies:
+                    return
+                c = self._replies.pop()
+            c.deadline = time.monotonic() + self.limits.reply_timeout
+            sel.register(c.conn, selectors.EVENT_WRITE, c)
+            self._write(sel, c)
+
+    def _write(self, sel: selectors.BaseSelector, c: _Client) -> None:
+        try:
+            c.sent += c.conn.send(memoryview(c.out)[c.sent :])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(sel, c, f"left before the reply to {c.request} was sent")
+            return
+        if c.sent >= len(c.out):
+            self._close(sel, c)
+
+    def _drop(self, sel, c: _Client, why: str, reply: bool = False) -> None:
+        log.warning("%s: %s: dropped", c.peer, why)
+        if reply:
+            _send_nowait(c.conn, _error(why))
+        self._close(sel, c)
+
+    def _close(self, sel, c: _Client) -> None:
+        sel.unregister(c.conn)
+        c.conn.close()
+        self._busy -= 1
+        left = self._per_uid.get(c.peer.uid, 1) - 1
+        if left:
+            self._per_uid[c.peer.uid] = left
+        else:
+            self._per_uid.pop(c.peer.uid, None)
+
+    # -- the workers ---------------------------------------------------------------------------
+
+    def _answer(self, c: _Client, line: bytes) -> None:
+        """Answer one request (a worker thread) and hand the reply to the selector thread."""
+        peer = c.peer
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise BadRequest("malformed request: not a JSON object")
+            if req.get("v") != VERSION:
+                raise BadRequest(
+                    f"protocol version {req.get('v')!r} not supported (this daemon "
+                    f"speaks {VERSION})"
+                )
+            c.request = str(req.get("request"))[:32]
+            handler = self.handlers.get(c.request)
+            if handler is None:
+                raise BadRequest(f"unknown request {c.request!r}")
+            reply = {"ok": True, **handler(peer, req)}
+            log.debug("%s: %s answered", peer, c.request)
+        except ValueError as err:
+            log.warning("%s: malformed JSON: %s", peer, err)
+            reply = _error(f"malformed request: not JSON ({err})")
+        except UdbError as err:
+            log.warning("%s (%s): %s refused: %s", peer, peer.login, c.request, err)
+            reply = _error(str(err))
+        except Exception:  # a bug: the daemon keeps serving everyone else
+            log.exception("%s: %s failed", peer, c.request)
+            reply = _error("internal error (see the daemon's log)")
+        c.out = _encode(reply)
+        with self._lock:
+            self._replies.append(c)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Cut the selector thread's wait short (a reply to send, or stopping)."""
+        try:
+            self._wake_w.send(b"x")
+        except BlockingIOError:
+            pass  # the selector thread has wake-ups pending already
+        except OSError:
+            pass  # stopped already: the pair is closed
+
+
+def _encode(reply: dict) -> bytes:
+    """The reply's line.  A bytes value (base64 text, which needs no escaping) is put in
+    as it is, so a large image is not scanned and copied by the JSON encoder while this
+    thread holds the GIL the scheduling cycle also needs."""
+    raw = {k: v for k, v in reply.items() if isinstance(v, bytes)}
+    head = json.dumps({k: v for k, v in reply.items() if k not in raw}).encode()
+    if not raw:
+        return head + b"\n"
+    parts = [head[:-1]]
+    for k, v in raw.items():
+        parts += [b", ", json.dumps(k).encode(), b': "', v, b'"']
+    parts.append(b"}\n")
+    return b"".join(parts)
+
+
+def _error(message: str) -> dict:
+    return {"ok": False, "error": message}
+
+
+def _send_nowait(conn: socket.socket, reply: dict) -> None:
+    """Best effort: a short error reply to a client we are dropping."""
+    try:
+        conn.setblocking(False)
+        conn.send(json.dumps(reply).encode() + b"\n")
+    except OSError:
+        pass
+
+
+def _answers(path: str) -> bool:
+    """Whether something accepts connections at `path`."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()

@@ -1,0 +1,7 @@
+"""Everything SQL the daemon and the reports need, on the UDB's tables (udb.tables).
+
+- `config`: the constants, their history and schedules, and the share tree's rows.
+- `published`: what the daemon remembers: the published lnode table, write-backs,
+  checkpoints and recovery (`LnodeStore`).
+- `site`: the site as the UDB holds it: every host's published lnodes summed.
+"""
