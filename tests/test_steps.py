@@ -1,6 +1,6 @@
 """The daemon's pure steps alone: which leaf a process is charged to (fairshare.daemon.charges,
 fairshare.daemon.accounts), the quota signals and enforcer targets (fairshare.daemon.decisions), and
-the write-back's release of the lnodes that are gone (fairshare.daemon.state)."""
+the write-back's modes: which lnodes each releases (fairshare.daemon.writeback)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from fairshare.core.tree import build_tree, default_acid
 from fairshare.daemon.accounts import AccountsOf, account_of
 from fairshare.daemon.charges import consumption, leaf_of
 from fairshare.daemon.decisions import enforcer_targets, quota_signals
-from fairshare.daemon.state import leave, lnodes_for
+from fairshare.daemon.state import lnodes_for
+from fairshare.daemon.writeback import WriteBackMode, leave
 from fairshare.store.published import EntryState
 from udb.models import IDLE_UID, SHF_ACCOUNT, SHF_GROUP
 
@@ -140,10 +141,39 @@ def test_leave_releases_the_gone_keeps_idle_and_moves_cpu_into_the_quota_base():
     ln.table.refs[alice] = 2  # alice still has processes; bob and Idle none
     ln.table.cpu_seconds[alice] = 3.0
     ln.entry[alice] = EntryState(1001, 0.0, 0.0, cpuquota=10.0, cpuquotaused=1.0)
-    out = dict(leave(ln, 100.0, everything=False))
+    out = dict(leave(ln, 100.0, WriteBackMode.PERIODIC))
     assert set(out) == {1001, 1002, IDLE_UID}
     assert not ln.table.active[bob] and ln.table.active[alice] and ln.table.active[ln.idle]
     assert ln.entry[alice].cpuquotaused == pytest.approx(4.0)
     assert out[1001].cpu_seconds == pytest.approx(3.0)
-    leave(ln, 101.0, everything=True)
+    leave(ln, 101.0, WriteBackMode.SHUTDOWN)
     assert not np.any(ln.table.active & ln.tree.leaf_mask)
+
+
+def test_each_write_back_mode_releases_what_it_says():
+    """PERIODIC releases the leaves with no processes but Idle, SYNC (shrsync -u) none,
+    SHUTDOWN every one; each writes what every active leaf accrued."""
+
+    def written(mode):
+        ln = user_tree()
+        alice, bob = ln.tree.node("alice"), ln.tree.node("bob")
+        for n in (alice, bob, ln.idle):
+            activate(ln.table, n, 1.0)
+            ln.table.cpu_seconds[n] = 2.0
+        ln.table.refs[alice] = 1  # alice still has processes; bob and Idle none
+        ln.entry[bob] = EntryState(1002, 0.0, 0.0, cpuquota=10.0, cpuquotaused=1.0)
+        ln.warned.add(bob)
+        out = dict(leave(ln, 100.0, mode))
+        left = {ln.tree.names[n] for n in ln.active_leaves()}
+        return out, left, ln.entry.get(bob), bob in ln.warned
+
+    out, left, bob_entry, warned = written(WriteBackMode.PERIODIC)
+    assert set(out) == {1001, 1002, IDLE_UID} and left == {"alice", "Idle"}
+    assert bob_entry is None and not warned  # released: forgotten
+    out, left, bob_entry, warned = written(WriteBackMode.SYNC)
+    assert set(out) == {1001, 1002, IDLE_UID} and left == {"alice", "bob", "Idle"}
+    assert bob_entry.cpuquotaused == pytest.approx(3.0) and warned  # kept: CPU moved in
+    assert out[1002].cpu_seconds == pytest.approx(2.0)
+    out, left, bob_entry, warned = written(WriteBackMode.SHUTDOWN)
+    assert set(out) == {1001, 1002, IDLE_UID} and left == set()
+    assert bob_entry is None and not warned

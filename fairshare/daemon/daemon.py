@@ -23,7 +23,7 @@ is a function of its own module, the daemon only holds the state between them:
    publish the lnode table (fairshare.store.published);
 5. every `writeback` seconds add what every lnode accrued to the UDB (increments, so
    hosts sharing one UDB never erase each other's charges) and release the lnodes whose
-   processes have all gone (fairshare.daemon.state.leave); with GLOBALUSAGE then refresh the
+   processes have all gone (fairshare.daemon.writeback.leave); with GLOBALUSAGE then refresh the
    site-wide usage and site factors; every `checkpoint` seconds checkpoint every active
    lnode's unwritten increment.
 
@@ -72,7 +72,7 @@ from fairshare.daemon.state import (
     same_tree,
 )
 from fairshare.daemon.sync import QUOTA, UPDATE, reread_quotas, serve_requests
-from fairshare.daemon.writeback import WriteBacks
+from fairshare.daemon.writeback import WriteBackMode, WriteBacks
 from fairshare.enforce.actions import OsActions, same_process
 from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
@@ -315,12 +315,12 @@ class Daemon:
         """The write-back and checkpoint when their time has come (`now` epoch s)."""
         mono = self.clock.monotonic()
         if self.ledger.writeback_due(mono, consts):
-            self.write_back(now, everything=False)
+            self.write_back(now, WriteBackMode.PERIODIC)
         self.ledger.checkpoint_if_due(self.lnodes, mono, now, consts)
 
     def _serve_requests(self, now: float) -> int:
         """shrsync -u / -q (fairshare.daemon.sync), before the quotas."""
-        update = partial(self.write_back, now, everything=False, release_gone=False)
+        update = partial(self.write_back, now, WriteBackMode.SYNC)
         quota = partial(reread_quotas, self.lnodes, self.store)
         return serve_requests(self.engine, self.store.host, now, {UPDATE: update, QUOTA: quota})
 
@@ -348,7 +348,7 @@ class Daemon:
             log.debug("%s enforcement undone", self.enforcer.name)
         if self.lnodes is not None:
             now = self.clock.time()
-            self.write_back(now, everything=True)
+            self.write_back(now, WriteBackMode.SHUTDOWN)
             self.ledger.log_unwritten()
             self.udb.call("mark the published table stopped", self.store.mark_stopped, now)
         log.info("stopped after %d cycles; every lnode written back", self.cycle)
@@ -401,17 +401,17 @@ class Daemon:
         for n, usage in activate_leaves(ln, new, states or {}, now, self.consts):
             log.debug("lnode %s created, usage %.6g", ln.tree.names[n], usage)
 
-    def write_back(self, now: float, everything: bool, release_gone: bool = True) -> int:
-        """Add what every active leaf lnode accrued to the UDB, releasing those with no
-        processes (all of them when `everything`, at shutdown; none unless
-        `release_gone`); then re-read the active entries and, with GLOBALUSAGE, refresh
-        the site.  Returns how many lnodes were written.  Increments the UDB does not
-        take are kept for the next try (fairshare.daemon.writeback)."""
+    def write_back(self, now: float, mode: WriteBackMode) -> int:
+        """Add what every active leaf lnode accrued to the UDB, releasing the lnodes `mode`
+        releases (fairshare.daemon.writeback.WriteBackMode); then, unless SHUTDOWN,
+        re-read the active entries and, with GLOBALUSAGE, refresh the site.  Returns how
+        many lnodes were written.  Increments the UDB does not take are kept for the
+        next try (fairshare.daemon.writeback)."""
         ln, consts = self.lnodes, self.consts
-        written = self.ledger.write_back(ln, now, consts.halflife, everything, release_gone)
+        written = self.ledger.write_back(ln, now, consts.halflife, mode)
         if written is None:
             return 0
-        if not everything:
+        if mode is not WriteBackMode.SHUTDOWN:
             self.udb.call("re-read the active entries", refresh_entries, ln, self.store)
             if consts.flags & GLOBALUSAGE:
                 self.udb.call("refresh the site-wide usage", self.refresh_site, now)

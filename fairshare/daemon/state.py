@@ -1,5 +1,5 @@
 """The daemon's lnode state: the share tree, the lnode table over it, and what it knows
-per leaf, with the steps that create and release lnodes (pure: no UDB, no clock).
+per leaf, with the steps that create them and carry them over (pure: no UDB, no clock).
 
 `Lnodes` is what the daemon (fairshare.daemon.daemon), shrsync's requests (fairshare.daemon.sync)
 and the simulator work on.  Its steps, in the order of a cycle:
@@ -7,12 +7,12 @@ and the simulator work on.  Its steps, in the order of a cycle:
 - `arriving`: the leaves that got processes (or idle time) and have no lnode yet;
   `activate_leaves` creates their lnodes with the stored usage aged since shextime
   (fairshare.core.steps.activate_stored) from the entries the store read;
-- `leave`: at a write-back, what every active leaf accrued (`accrued`) and the
-  release of those whose processes have all gone (`release`), as (uid, WriteBack)
-  pairs for the store; the CPU seconds written move into the entry's cpuquotaused;
 - `refresh_entries`: the active leaves' entries read again through the store
   (a reload, shrsync -q);
 - `carry_over`: a rebuilt tree takes the active lnodes over by name, groups included.
+
+What a write-back takes from them, and which it releases, is
+fairshare.daemon.writeback.leave.
 
 Everything is in place on the `Lnodes` given, except what the store must write,
 which is returned.
@@ -29,7 +29,7 @@ import numpy as np
 
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption
-from fairshare.core.lnode import LnodeTable, WriteBack, accrued, activate, new_table, release
+from fairshare.core.lnode import LnodeTable, WriteBack, activate, new_table, release
 from fairshare.core.steps import activate_stored
 from fairshare.core.tree import UNKNOWN_NAMES, Kind, ShareTree
 from fairshare.enforce.base import safe_name
@@ -150,36 +150,6 @@ def activate_leaves(
             ln.entry[n] = st
         ln.warned.discard(n)
         out.append((n, usage))
-    return out
-
-
-def leave(
-    ln: Lnodes, now: float, everything: bool, release_gone: bool = True
-) -> list[tuple[int, WriteBack]]:
-    """What every active leaf lnode accrued up to `now` (epoch s), by uid, releasing
-    those with no processes (all of them when `everything`; none unless `release_gone`;
-    never Idle while the daemon runs).  The CPU seconds of a lnode kept move into its
-    entry's cpuquotaused, as the UDB will hold them once written."""
-    t = ln.table
-    leaves = t.active & ln.tree.leaf_mask
-    gone = leaves & (t.refs == 0) if release_gone else np.zeros_like(leaves)
-    if ln.idle is not None:
-        gone[ln.idle] = False
-    if everything:
-        gone = leaves
-    out = []
-    for n in np.flatnonzero(leaves).tolist():
-        uid = int(ln.tree.ids[n])
-        if gone[n]:
-            out.append((uid, release(t, n, now)))
-            ln.entry.pop(n, None)
-            ln.warned.discard(n)
-            continue
-        wb = accrued(t, n, now)
-        out.append((uid, wb))
-        st = ln.entry.get(n)
-        if st is not None:
-            ln.entry[n] = dataclasses.replace(st, cpuquotaused=st.cpuquotaused + wb.cpu_seconds)
     return out
 
 

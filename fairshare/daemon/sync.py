@@ -8,10 +8,11 @@ works the same on the real machine and on the simulator, and as an unprivileged
 administrator.  The handlers work on the daemon's lnode state (fairshare.daemon.state).
 
 - UPDATE (shrsync -u): what every active leaf lnode accrued since it was created (or
-  last written) is added to its entry, as the daemon does every write-back interval:
-  its usage increment to shusage (shextime = now), its charges to shcharge and its CPU
-  seconds to cpuquotaused; the lnode is marked written and its checkpoint rows dropped,
-  so nothing is counted twice (not at release, not after a crash).
+  last written) is added to its entry, as the daemon does every write-back interval
+  but releasing none (the daemon's write-back in fairshare.daemon.writeback's SYNC
+  mode): its usage increment to shusage (shextime = now), its charges to shcharge and
+  its CPU seconds to cpuquotaused; the lnode is marked written and its checkpoint rows
+  dropped, so nothing is counted twice (not at release, not after a crash).
 - QUOTA (shrsync -q): every active leaf lnode takes its entry's cpuquotaused as its
   new base for the CPU quota (`reread_quotas`), so a quota cleared with udbgen acts at
   once.
@@ -46,7 +47,7 @@ def serve_requests(
     """Handle the pending requests for `host` (called once a cycle by
     `fairshare.daemon.daemon.Daemon.step`; `now` epoch s): each by its kind's handler in
     `handlers`, which returns how many lnodes it touched (UPDATE: the daemon's
-    write-back without release; QUOTA: `reread_quotas`).  Returns how many it handled."""
+    write-back in the SYNC mode; QUOTA: `reread_quotas`).  Returns how many it handled."""
     with read_session(engine) as s:  # every cycle: Core, one statement built once
         pending = s.connection().execute(_PENDING, {"host": host}).all()
     for rid, kind in pending:
