@@ -296,7 +296,7 @@ def test_the_daemon_applies_the_udb_nice_beside_systemd(bus, tmp_path, udb_url):
     try:
         d.start()
         for _ in range(2):
-            clock.sleep(d.consts.delta, d.wake)
+            clock.sleep(d.consts.delta, d.loop.wake)
             d.step()
         assert actions.nice == {11: 4, 12: 9}
         assert {c[0] for c in fake.calls} == {"user-1000.slice", "user-1001.slice"}
