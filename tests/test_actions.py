@@ -23,8 +23,12 @@ from fairshare.core.consts import NOSCHED
 from fairshare.daemon.daemon import Daemon
 from fairshare.enforce.actions import REAL_OS
 from fairshare.enforce.base import LnodeTarget
+from fairshare.enforce.cgroup1 import Cgroup1Enforcer
+from fairshare.enforce.cgroup2 import Cgroup2Enforcer, enable_cpu
 from fairshare.enforce.nice import LONG_SLICE_NS, NiceEnforcer
+from fairshare.enforce.none import NoEnforcer
 from fairshare.enforce.renice import Renicer, user_floor
+from fairshare.enforce.systemd import SystemdEnforcer
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import PID_BASE, SimOs
 from fairshare.store.config import load_consts, save_consts
@@ -160,9 +164,24 @@ def test_the_daemon_refuses_an_enforcer_that_acts_on_another_machine(tmp_path, u
     engine = open_udb(udb_url)
     d, _model, _length = simulated_daemon(engine, str(scenario(tmp_path)), epoch=0.0)
     with pytest.raises(ValueError, match="real machine, the daemon on the simulated"):
-        Daemon(engine, d.collector, NiceEnforcer(autogroup=False), d.store, d.actions)
+        real = NiceEnforcer(REAL_OS, autogroup=False)
+        Daemon(engine, d.collector, real, d.store, d.actions)
     with pytest.raises(ValueError):
         Daemon(engine, d.collector, d.enforcement.enforcer, d.store, REAL_OS)
+
+
+def test_no_enforcer_is_built_without_the_machine_it_changes(tmp_path):
+    """No enforcer falls back on the real machine: each is told its OsActions."""
+    for build in (
+        lambda: NoEnforcer(),
+        lambda: NiceEnforcer(autogroup=False),
+        lambda: Cgroup1Enforcer(tmp_path),
+        lambda: Cgroup2Enforcer(tmp_path),
+        lambda: SystemdEnforcer(tmp_path),
+        lambda: enable_cpu(tmp_path),
+    ):
+        with pytest.raises(TypeError, match="actions"):
+            build()
 
 
 # -- the UDB's nice ---------------------------------------------------------------------------
