@@ -44,6 +44,7 @@ from fairshare.cli.shrview import run_continuous
 from fairshare.core.consts import consts_from_mapping
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Source
+from fairshare.server.clients import Held
 from fairshare.server.server import Server
 from fairshare.store.config import load_consts, save_consts
 from udb import directives
@@ -461,6 +462,23 @@ def test_one_uid_cannot_take_every_connection(site):
     assert any(
         f"uid {OTHER} " in line and "refused: 64 connections" in line for line in site.log_lines()
     )
+
+
+def test_connections_are_held_at_once_and_per_uid_root_past_its_own_limit():
+    held = Held(max_clients=3, max_per_uid=2)
+    for uid in (1001, 1001, 0):
+        assert held.refusal(uid) is None
+        held.hold(uid)
+    assert held.refusal(1002) == "3 clients already"
+    held.release(0)
+    assert held.refusal(1001) == "2 connections of this uid already"
+    assert held.refusal(0) is None  # root is held to the total only
+    held.hold(0)
+    held.release(1001)
+    assert held.refusal(1001) is None and held.per_uid == {1001: 1, 0: 1}
+    held.release(1001)
+    held.release(0)
+    assert (held.count, held.per_uid) == (0, {})
 
 
 def test_the_daemon_refuses_a_second_daemon_on_its_socket(site):

@@ -23,8 +23,12 @@ from fairshare.core.consts import NOSCHED
 from fairshare.daemon.daemon import Daemon
 from fairshare.enforce.actions import REAL_OS
 from fairshare.enforce.base import LnodeTarget
+from fairshare.enforce.cgroup1 import Cgroup1Enforcer
+from fairshare.enforce.cgroup2 import Cgroup2Enforcer, enable_cpu
 from fairshare.enforce.nice import LONG_SLICE_NS, NiceEnforcer
+from fairshare.enforce.none import NoEnforcer
 from fairshare.enforce.renice import Renicer, user_floor
+from fairshare.enforce.systemd import SystemdEnforcer
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import PID_BASE, SimOs
 from fairshare.store.config import load_consts, save_consts
@@ -66,7 +70,7 @@ def scenario(tmp_path: Path, text: str = QUOTA) -> Path:
 
 def cycles(daemon, n=1):
     for _ in range(n):
-        daemon.clock.sleep(daemon.consts.delta, daemon.wake)
+        daemon.clock.sleep(daemon.consts.delta, daemon.loop.wake)
         daemon.step()
 
 
@@ -121,7 +125,7 @@ def test_a_simulated_sigkill_stops_the_processes_and_releases_the_lnode(tmp_path
     d, _model, _length = simulated_daemon(engine, str(scenario(tmp_path)), epoch=1_000_000.0)
     world = d.actions.world
     d.start()
-    alice = d.lnodes.tree.node("alice")
+    alice = d.tree.node("alice")
     cycles(d, 12)  # 2 CPUs, 3 processes: alice gets 2/3 of 8 CPU s per cycle
     kills = [(pid, sig) for pid, sig in world.signals if sig == signal.SIGKILL]
     assert sorted(pid for pid, _sig in kills) == [PID_BASE, PID_BASE + 1]
@@ -129,15 +133,15 @@ def test_a_simulated_sigkill_stops_the_processes_and_releases_the_lnode(tmp_path
     with pytest.raises(ProcessLookupError):
         d.actions.signal(PID_BASE, signal.SIGKILL)  # gone: as os.kill says
     cycles(d, 1)
-    assert d.lnodes.table.refs[alice] == 0
+    assert d.table.refs[alice] == 0
     cycles(d, 16)  # past the 60 s write-back interval
-    assert not d.lnodes.table.active[alice]  # released
+    assert not d.table.active[alice]  # released
     with read_session(engine) as s:
         shextime = s.scalars(select(Entry.shextime).where(Entry.name == "alice")).one()
     assert shextime > 1_000_000.0  # written back when released
-    before = d.lnodes.table.cpu_seconds[d.lnodes.tree.node("bob")]
+    before = d.table.cpu_seconds[d.tree.node("bob")]
     cycles(d, 1)
-    assert d.lnodes.table.cpu_seconds[d.lnodes.tree.node("bob")] - before == pytest.approx(4.0)
+    assert d.table.cpu_seconds[d.tree.node("bob")] - before == pytest.approx(4.0)
 
 
 def test_a_simulated_sigxcpu_is_a_warning_the_process_survives(tmp_path, udb_url):
@@ -160,9 +164,24 @@ def test_the_daemon_refuses_an_enforcer_that_acts_on_another_machine(tmp_path, u
     engine = open_udb(udb_url)
     d, _model, _length = simulated_daemon(engine, str(scenario(tmp_path)), epoch=0.0)
     with pytest.raises(ValueError, match="real machine, the daemon on the simulated"):
-        Daemon(engine, d.collector, NiceEnforcer(autogroup=False), d.store, d.actions)
+        real = NiceEnforcer(REAL_OS, autogroup=False)
+        Daemon(engine, d.collector, real, d.store, d.actions)
     with pytest.raises(ValueError):
-        Daemon(engine, d.collector, d.enforcer, d.store, REAL_OS)
+        Daemon(engine, d.collector, d.enforcement.enforcer, d.store, REAL_OS)
+
+
+def test_no_enforcer_is_built_without_the_machine_it_changes(tmp_path):
+    """No enforcer falls back on the real machine: each is told its OsActions."""
+    for build in (
+        lambda: NoEnforcer(),
+        lambda: NiceEnforcer(autogroup=False),
+        lambda: Cgroup1Enforcer(tmp_path),
+        lambda: Cgroup2Enforcer(tmp_path),
+        lambda: SystemdEnforcer(tmp_path),
+        lambda: enable_cpu(tmp_path),
+    ):
+        with pytest.raises(TypeError, match="actions"):
+            build()
 
 
 # -- the UDB's nice ---------------------------------------------------------------------------
@@ -335,7 +354,7 @@ def test_none_and_nosched_leave_the_nice_alone(tmp_path, udb_url):
 
 def test_sim_os_is_the_enforcers_actions(tmp_path, udb_url):
     d, _model, _length = simulated_daemon(open_udb(udb_url), str(scenario(tmp_path)), epoch=0.0)
-    assert isinstance(d.actions, SimOs) and d.enforcer.actions is d.actions
+    assert isinstance(d.actions, SimOs) and d.enforcement.enforcer.actions is d.actions
 
 
 def test_same_process_tells_a_pid_from_the_process_that_had_it():

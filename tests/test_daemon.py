@@ -123,7 +123,7 @@ def make(engine, plan, idle=0.0, actions=None, udb_nice=False, **kw):
 
 def cycle(d, clock, n=1):
     for _ in range(n):
-        clock.sleep(d.consts.delta, d.wake)
+        clock.sleep(d.consts.delta, d.loop.wake)
         d.step()
 
 

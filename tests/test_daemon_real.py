@@ -418,18 +418,18 @@ def test_cgroup_counters_charge_every_short_lived_process(tmp_path):
         d.start()
         time.sleep(0.5)
         d.step()  # places the loops in ta's cgroup: their children are born there
-        node = d.lnodes.tree.find("ta")
+        node = d.tree.find("ta")
         time.sleep(0.5)
         with paused(loops, UID_A):
             d.step()
-            start, before = float(d.lnodes.table.cpu_seconds[node]), uid_total(UID_A)
+            start, before = float(d.table.cpu_seconds[node]), uid_total(UID_A)
         truth, deadline = 0.0, time.monotonic() + 60
         while truth < 2.0 and time.monotonic() < deadline:  # 2 CPU s, however loaded
             time.sleep(0.5)
             with paused(loops, UID_A):
                 d.step()
                 truth = uid_total(UID_A) - before
-        charged = float(d.lnodes.table.cpu_seconds[node]) - start
+        charged = float(d.table.cpu_seconds[node]) - start
         groups = enforcer.read_groups()
     finally:
         d.shutdown()

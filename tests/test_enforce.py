@@ -150,7 +150,7 @@ def test_safe_name():
 def test_cgroup2_writes_weights_idle_and_places_processes(tmp_path):
     mount = fake_v2(tmp_path)
     proc = fake_proc(tmp_path, [101, 102, 103], "0::/user.slice/session-1.scope\n")
-    e = Cgroup2Enforcer(mount, proc=proc)
+    e = Cgroup2Enforcer(mount, REAL_OS, proc=proc)
     e.setup()
     assert (mount / "cgroup.subtree_control").read_text() == "+cpu"
     assert (mount / "fairshare" / "cgroup.subtree_control").read_text() == "+cpu"
@@ -195,7 +195,7 @@ def test_cgroup2_writes_weights_idle_and_places_processes(tmp_path):
 def test_cgroup2_idle_flag_written_when_the_kernel_has_it(tmp_path):
     mount = fake_v2(tmp_path)
     proc = fake_proc(tmp_path, [7], "0::/\n")
-    e = Cgroup2Enforcer(mount, proc=proc)
+    e = Cgroup2Enforcer(mount, REAL_OS, proc=proc)
     e.setup()
     for name in ("a", "b"):
         (mount / "fairshare" / name).mkdir()
@@ -212,7 +212,7 @@ def test_cgroup_tree_left_by_a_crashed_daemon_is_adopted(tmp_path):
     stale.mkdir()
     (mount / "fairshare" / "kept").mkdir()
     (mount / "fairshare" / "kept" / "cpu.weight").write_text("77")
-    e = Cgroup2Enforcer(mount, proc=proc)
+    e = Cgroup2Enforcer(mount, REAL_OS, proc=proc)
     e.setup()
     e.apply([LnodeTarget("kept", (9,), 1.0, 1)])
     assert (mount / "fairshare" / "kept" / "cpu.weight").read_text() == "10000"
@@ -224,7 +224,7 @@ def test_cgroup1_shares_on_a_fake_tree(tmp_path):
     mount.mkdir()
     (mount / "cgroup.procs").write_text("")
     proc = fake_proc(tmp_path, [5, 6], "4:memory:/x\n1:cpu:/\n2:cpuacct:/\n")
-    e = Cgroup1Enforcer(mount, proc=proc)
+    e = Cgroup1Enforcer(mount, REAL_OS, proc=proc)
     e.setup()
     e.apply([LnodeTarget("u1", (5,), 0.75, 1), LnodeTarget("u2", (6,), 0.25, 1)])
     assert (mount / "fairshare" / "u1" / "cpu.shares").read_text() == "262144"
@@ -241,7 +241,7 @@ def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_pa
     (acct / "users").mkdir()
     (acct / "users" / "cgroup.procs").write_text("")
     proc = fake_proc(tmp_path, [5, 6, 7], "2:cpuacct:/users\n1:cpu:/\n")
-    e = Cgroup1Enforcer(cpu, proc=proc, acct=acct)
+    e = Cgroup1Enforcer(cpu, REAL_OS, proc=proc, acct=acct)
     e.setup()
     assert (cpu / "fairshare" / "cpu.shares").read_text() == str(1024 * os.cpu_count())
     e.apply([LnodeTarget("u1", (5,), 0.5, 1), LnodeTarget("u 2", (6,), 0.5, 1)])
@@ -308,7 +308,7 @@ def cgroup1_real():
         pytest.skip("a shrdaemon is using /sys/fs/cgroup/cpu/fairshare")
     a, b = sleeper(), sleeper()
     origin = cpu_cgroup(a.pid)
-    e = Cgroup1Enforcer(CPU_V1)
+    e = Cgroup1Enforcer(CPU_V1, REAL_OS)
     try:
         e.setup()
         e.apply([LnodeTarget("t_a", (a.pid,), 0.5, 1), LnodeTarget("t_b", (b.pid,), 0.25, 1)])
@@ -345,7 +345,7 @@ def nice_per_process():
     a, b, c = sleeper(61001), sleeper(61002), sleeper(61002)
     try:
         os.setpriority(os.PRIO_PROCESS, c.pid, 15)  # the user chose 15 for this one
-        e = NiceEnforcer(autogroup=False)
+        e = NiceEnforcer(REAL_OS, autogroup=False)
         e.setup()
         # alice 1 process at 0.8, bob 2 processes at 0.2: per process 0.8 vs 0.1, a ratio
         # of 8 = 1.25 ** 9.3, so bob's processes get nice 9.
@@ -381,7 +381,7 @@ def test_nice_restores_children_that_inherited_our_nice():
         )  # fmt: skip
         try:
             default = read_slice("self")
-            e = NiceEnforcer(autogroup=False)
+            e = NiceEnforcer(REAL_OS, autogroup=False)
             e.apply([LnodeTarget("alice", (shell.pid,), 0.1, 1), LnodeTarget("bob", (), 0.9, 1)])
             assert os.getpriority(os.PRIO_PROCESS, shell.pid) > 0
             release = tuple(int(n) for n in re.findall(r"\d+", os.uname().release)[:2])
@@ -443,7 +443,7 @@ def nice_autogroups():
     b1 = sleeper(61002, session=True)
     leader, (mixed1, mixed2) = mixed_session(61001, 61002)
     try:
-        e = NiceEnforcer(autogroup=True)
+        e = NiceEnforcer(REAL_OS, autogroup=True)
         e.setup()
         e.apply(
             [
@@ -483,7 +483,7 @@ def test_nice_renices_processes_in_no_autogroup_one_by_one(tmp_path):
         (proc / str(p.pid) / "autogroup").write_text(text)
     try:
         assert read_autogroup(a.pid, str(proc)) == ("", 0)
-        e = NiceEnforcer(autogroup=True, proc=str(proc))
+        e = NiceEnforcer(REAL_OS, autogroup=True, proc=str(proc))
         # One scale for everything at the top: alice's loose process holds 0.4, bob's
         # loose process and his session 0.1 each (half his share apiece): nice 0, 6, 6.
         e.apply(

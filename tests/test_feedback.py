@@ -430,10 +430,10 @@ def daemon_groups(tmp_path, policy: str, enforcer: str, duration: str) -> dict[s
     d, _model, length = simulated_daemon(engine, str(path), enforcer, epoch=0.0)
     d.start()
     for _ in range(length):
-        d.clock.sleep(d.consts.delta, d.wake)
+        d.clock.sleep(d.consts.delta, d.loop.wake)
         d.step()
     assert d.consts.policy == policy
-    t, tree = d.lnodes.table, d.lnodes.tree
+    t, tree = d.table, d.tree
     cpu = {n: float(t.cpu_seconds[tree.node(n)]) for n in ("n1", "n2", "f1", "f2")}
     total = sum(cpu.values())
     return {"Navy": (cpu["n1"] + cpu["n2"]) / total, "AirForce": (cpu["f1"] + cpu["f2"]) / total}

@@ -62,13 +62,13 @@ def test_snapshot_after_each_cycle_capped_to_the_largest_usage(tmp_path):
     daemon.observers.append(m)
     daemon.start()
     for _ in range(20):
-        daemon.clock.sleep(daemon.consts.delta, daemon.wake)
+        daemon.clock.sleep(daemon.consts.delta, daemon.loop.wake)
         daemon.step()
     fam = families(m.exposition().decode())
     usage = fam["fairshare_lnode_usage"]
     assert len(usage) == 5
     assert fam["fairshare_lnodes_exported"][()] == 5
-    t = daemon.lnodes.table
+    t = daemon.table
     active = int(t.active.sum())
     assert fam["fairshare_lnodes"][()] == active > 5
     # The five exported are the five largest usages (root and the groups sum their leaves).
@@ -82,12 +82,12 @@ def test_snapshot_after_each_cycle_capped_to_the_largest_usage(tmp_path):
     labels = {dict(k)["name"]: dict(k) for k in usage}
     assert labels["Proj2"]["kind"] == "group" and labels["Proj2"]["parent"] == "root"
     # At shutdown every active leaf (the 16 busy users, Idle) is written back and counted.
-    leaves = int((t.active & daemon.lnodes.tree.leaf_mask).sum())
+    leaves = int((t.active & daemon.tree.leaf_mask).sum())
     assert leaves >= 17
-    before = daemon.ledger.writebacks
+    before = daemon.writebacks
     assert fam["fairshare_writebacks_total"][()] == before
     daemon.shutdown()
-    assert daemon.ledger.writebacks == before + leaves
+    assert daemon.writebacks == before + leaves
 
 
 def test_lnode_block_escapes_labels_and_non_finite_values():

@@ -144,7 +144,7 @@ def test_no_daemon_says_so(tmp_path):
 
 
 def charges_this_cycle(d, clock, before):
-    clock.sleep(d.consts.delta, d.wake)
+    clock.sleep(d.consts.delta, d.loop.wake)
     d.step()
     _head, rows = d.store.read_published()
     now = {r.name: r.charge for r in rows if r.kind == "account"}

@@ -81,7 +81,7 @@ def running(udb_url):
 
 def step(d, clock, n=1):
     for _ in range(n):
-        clock.sleep(d.consts.delta, d.wake)
+        clock.sleep(d.consts.delta, d.loop.wake)
         d.step()
 
 
@@ -100,8 +100,8 @@ def test_write_back_keeps_the_admins_shares_resgrp_and_acids(running):
     engine, d, col, clock = running
     url = str(engine.url)
     step(d, clock, 3)  # alice active, 12 CPU s charged so far
-    node = d.lnodes.tree.node("alice")
-    assert d.lnodes.table.active[node]
+    node = d.tree.node("alice")
+    assert d.table.active[node]
     # While alice's lnode is active, administrators change her entry.
     r = CliRunner().invoke(shrdist, ["--udb", url, "--auth", NO_AUTH, "-g", "G", "-b", "alice=30"])
     assert r.exit_code == 0, r.output
@@ -109,7 +109,7 @@ def test_write_back_keeps_the_admins_shares_resgrp_and_acids(running):
     step(d, clock, 2)  # the tree reloads; alice keeps her lnode (16 + 4 = 20 CPU s)
     col.procs = OTHERS
     step(d, clock)  # no process: released and written back at this cycle
-    assert not d.lnodes.table.active[d.lnodes.tree.node("alice")]
+    assert not d.table.active[d.tree.node("alice")]
     e = alice(engine)
     assert (e.shares, e.resgrp, e.acids) == (30, 600, [3002, 3003])
     assert col.given[ALICE.pid] == pytest.approx(20.0)
@@ -192,7 +192,7 @@ def test_two_shrdist_runs_on_one_group_serialise_and_both_apply(udb_url):
 
     def daemon_loop():
         while not stop.is_set():
-            daemon.clock.sleep(daemon.consts.delta, daemon.wake)
+            daemon.clock.sleep(daemon.consts.delta, daemon.loop.wake)
             daemon.step()
 
     t = threading.Thread(target=daemon_loop)

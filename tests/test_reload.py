@@ -22,8 +22,7 @@ SCENARIO = (
 
 
 def m_shares(daemon) -> dict[str, float]:
-    ln = daemon.lnodes
-    return {name: float(ln.table.m_share[ln.tree.node(name)]) for name in ("alice", "bob")}
+    return {name: float(daemon.table.m_share[daemon.tree.node(name)]) for name in ("alice", "bob")}
 
 
 @pytest.fixture

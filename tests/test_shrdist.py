@@ -283,7 +283,7 @@ def test_running_daemon_uses_the_new_shares_from_its_next_cycle(udb_url):
     d.start()
 
     def step_and_m_shares():
-        clock.sleep(d.consts.delta, d.wake)
+        clock.sleep(d.consts.delta, d.loop.wake)
         d.step()
         _head, rows = d.store.read_published()
         return {r.name: r.m_share for r in rows if r.kind == "user"}
@@ -329,7 +329,7 @@ def test_shrdaemon_simulate_takes_the_new_shares_at_its_next_cycle(tmp_path, udb
     d.start()
 
     def m_shares():
-        d.clock.sleep(d.consts.delta, d.wake)
+        d.clock.sleep(d.consts.delta, d.loop.wake)
         d.step()
         _head, rows = d.store.read_published()
         return {r.name: r.m_share for r in rows if r.kind == "user"}

@@ -75,7 +75,7 @@ class Signals:
 
 def cycles(daemon, n=1):
     for _ in range(n):
-        daemon.clock.sleep(daemon.consts.delta, daemon.wake)
+        daemon.clock.sleep(daemon.consts.delta, daemon.loop.wake)
         daemon.step()
 
 
@@ -85,14 +85,14 @@ def entry(engine, name):
 
 
 def node(daemon, name):
-    return daemon.lnodes.tree.node(name)
+    return daemon.tree.node(name)
 
 
 def test_update_writes_active_lnodes_and_marks_their_accumulators_written(sim):
     engine, d, _sent = sim
     cycles(d, 5)
     a = node(d, "alice")
-    assert d.lnodes.table.cpu_seconds[a] == pytest.approx(5 * CPU_PER_CYCLE)
+    assert d.table.cpu_seconds[a] == pytest.approx(5 * CPU_PER_CYCLE)
     rid, delta = submit(engine, "simulator", UPDATE, "admin", time.time())
     assert delta == 4.0
     cycles(d)  # the daemon serves the request in its next cycle (the 6th)
@@ -101,9 +101,9 @@ def test_update_writes_active_lnodes_and_marks_their_accumulators_written(sim):
     e = entry(engine, "alice")
     assert e.cpuquotaused == pytest.approx(6 * CPU_PER_CYCLE)
     assert e.shcharge == pytest.approx(6 * CPU_PER_CYCLE * CHARGE_PER_CPU_S)
-    assert e.shusage == pytest.approx(float(d.lnodes.table.usage[a]))
+    assert e.shusage == pytest.approx(float(d.table.usage[a]))
     assert e.shextime == pytest.approx(d.clock.time())
-    t = d.lnodes.table  # Muse still counts from creation; what was written is marked
+    t = d.table  # Muse still counts from creation; what was written is marked
     assert t.cpu_written[a] == t.cpu_seconds[a] and t.charge_written[a] == t.charge[a]
     assert t.stored[a] == t.usage[a]
     # Nothing is counted twice: the release adds only what came after the update.

@@ -352,9 +352,9 @@ def _daemon_split(path: Path, url: str, enforcer: str) -> dict[str, float]:
     d, _model, length = simulated_daemon(engine, str(path), enforcer, epoch=0.0)
     d.start()
     for _ in range(length):
-        d.clock.sleep(d.consts.delta, d.wake)
+        d.clock.sleep(d.consts.delta, d.loop.wake)
         d.step()
-    t, tree = d.lnodes.table, d.lnodes.tree
+    t, tree = d.table, d.tree
     cpu = {n: float(t.cpu_seconds[tree.node(n)]) for n in ("alice", "bob")}
     return {n: v / sum(cpu.values()) for n, v in cpu.items()}
 

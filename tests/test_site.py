@@ -269,7 +269,7 @@ def site_daemons(url: str, scenario, hosts=("a", "b")):
 def step_all(daemons, n=1):
     for _ in range(n):
         for d in daemons:
-            d.clock.sleep(d.consts.delta, d.wake)
+            d.clock.sleep(d.consts.delta, d.loop.wake)
             d.step()
 
 
@@ -308,10 +308,10 @@ def test_the_shared_user_holds_both_hosts_charges_within_one_write_back(any_udb,
         if cycle > every:
             assert z.cpuquotaused >= history[cycle - every - 1] - 1e-6
     # GLOBALUSAGE: host a schedules z on the usage of both hosts, and knows y (on b only).
-    za = a.lnodes.tree.node("z")
+    za = a.tree.node("z")
     own = tally["a"][1003] * CHARGE_PER_CPU_S
-    assert a.lnodes.table.usage[za] > 1.5 * own
-    y = a.lnodes.tree.node("y")
+    assert a.table.usage[za] > 1.5 * own
+    y = a.tree.node("y")
     assert a.site.view.active[y] and a.site.view.usage[y] > 0 and a.site.view.rate[y] > 0
     assert a.site.view.host_cpus == {"b": 2.0}
     for d in daemons:
@@ -373,8 +373,8 @@ def test_a_daemon_outlives_its_database(pg_server, pg_db, tmp_path, daemon_log):
         lines = [line for line in daemon_log if "unreachable" in line]
         assert len(lines) == 3, lines  # one line a minute
         assert a.ledger.pending  # what it owes is kept
-        assert a.lnodes.table.active[a.lnodes.tree.node("z")]  # still scheduling
-        assert (a.lnodes.table.e_share > 0).any()
+        assert a.table.active[a.tree.node("z")]  # still scheduling
+        assert (a.table.e_share > 0).any()
     finally:
         pg_server.start()
     step_all(daemons, 2)

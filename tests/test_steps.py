@@ -1,6 +1,7 @@
 """The daemon's pure steps alone: which leaf a process is charged to (fairshare.daemon.charges,
 fairshare.daemon.accounts), the quota signals and enforcer targets (fairshare.daemon.decisions), and
-the write-back's release of the lnodes that are gone (fairshare.daemon.state)."""
+the write-back's modes: which lnodes each releases and what it reads after
+(fairshare.daemon.writeback)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from fairshare.collect import ProcessSample, Sample
+from fairshare.core.consts import GLOBALUSAGE, Consts
 from fairshare.core.lnode import activate
+from fairshare.core.site import SiteState
 from fairshare.core.tree import build_tree, default_acid
+from fairshare.daemon import writeback
 from fairshare.daemon.accounts import AccountsOf, account_of
 from fairshare.daemon.charges import consumption, leaf_of
 from fairshare.daemon.decisions import enforcer_targets, quota_signals
-from fairshare.daemon.state import leave, lnodes_for
+from fairshare.daemon.outage import UdbCalls
+from fairshare.daemon.state import lnodes_for
+from fairshare.daemon.writeback import WriteBackMode, WriteBacks, leave
 from fairshare.store.published import EntryState
 from udb.models import IDLE_UID, SHF_ACCOUNT, SHF_GROUP
 
@@ -140,10 +147,101 @@ def test_leave_releases_the_gone_keeps_idle_and_moves_cpu_into_the_quota_base():
     ln.table.refs[alice] = 2  # alice still has processes; bob and Idle none
     ln.table.cpu_seconds[alice] = 3.0
     ln.entry[alice] = EntryState(1001, 0.0, 0.0, cpuquota=10.0, cpuquotaused=1.0)
-    out = dict(leave(ln, 100.0, everything=False))
+    out = dict(leave(ln, 100.0, WriteBackMode.PERIODIC))
     assert set(out) == {1001, 1002, IDLE_UID}
     assert not ln.table.active[bob] and ln.table.active[alice] and ln.table.active[ln.idle]
     assert ln.entry[alice].cpuquotaused == pytest.approx(4.0)
     assert out[1001].cpu_seconds == pytest.approx(3.0)
-    leave(ln, 101.0, everything=True)
+    leave(ln, 101.0, WriteBackMode.SHUTDOWN)
     assert not np.any(ln.table.active & ln.tree.leaf_mask)
+
+
+def test_each_write_back_mode_releases_what_it_says():
+    """PERIODIC releases the leaves with no processes but Idle, SYNC (shrsync -u) none,
+    SHUTDOWN every one; each writes what every active leaf accrued."""
+
+    def written(mode):
+        ln = user_tree()
+        alice, bob = ln.tree.node("alice"), ln.tree.node("bob")
+        for n in (alice, bob, ln.idle):
+            activate(ln.table, n, 1.0)
+            ln.table.cpu_seconds[n] = 2.0
+        ln.table.refs[alice] = 1  # alice still has processes; bob and Idle none
+        ln.entry[bob] = EntryState(1002, 0.0, 0.0, cpuquota=10.0, cpuquotaused=1.0)
+        ln.warned.add(bob)
+        out = dict(leave(ln, 100.0, mode))
+        left = {ln.tree.names[n] for n in ln.active_leaves()}
+        return out, left, ln.entry.get(bob), bob in ln.warned
+
+    out, left, bob_entry, warned = written(WriteBackMode.PERIODIC)
+    assert set(out) == {1001, 1002, IDLE_UID} and left == {"alice", "Idle"}
+    assert bob_entry is None and not warned  # released: forgotten
+    out, left, bob_entry, warned = written(WriteBackMode.SYNC)
+    assert set(out) == {1001, 1002, IDLE_UID} and left == {"alice", "bob", "Idle"}
+    assert bob_entry.cpuquotaused == pytest.approx(3.0) and warned  # kept: CPU moved in
+    assert out[1002].cpu_seconds == pytest.approx(2.0)
+    out, left, bob_entry, warned = written(WriteBackMode.SHUTDOWN)
+    assert set(out) == {1001, 1002, IDLE_UID} and left == set()
+    assert bob_entry is None and not warned
+
+
+class EntryStore:
+    """A store that records the write-back and the reads that follow it; `down`: the
+    write-back finds the UDB unreachable."""
+
+    host = "h"
+
+    def __init__(self, down=False):
+        self.calls, self.down = [], down
+
+    def write_back(self, pending, halflife):
+        if self.down:
+            raise OperationalError("UPDATE", {}, Exception("connection refused"))
+        self.calls.append(("write_back", sorted(uid for uid, _wb in pending)))
+        return len(pending)
+
+    def entry_states(self, uids):
+        self.calls.append(("entry_states", sorted(uids)))
+        return {}
+
+
+def test_a_write_back_reads_the_entries_and_the_site_again_unless_the_daemon_stops(
+    monkeypatch,
+):
+    monkeypatch.setattr(writeback, "refresh_site", lambda store, *a: store.calls.append("site"))
+    for mode, after in (
+        (WriteBackMode.PERIODIC, [("entry_states", [1001]), "site"]),
+        (WriteBackMode.SYNC, [("entry_states", [1001]), "site"]),
+        (WriteBackMode.SHUTDOWN, []),
+    ):
+        ln = user_tree()
+        activate(ln.table, ln.tree.node("alice"), 1.0)
+        ln.table.refs[ln.tree.node("alice")] = 1
+        store = EntryStore()
+        ledger = WriteBacks(store, cpus=2.0)
+        udb = UdbCalls(lambda: 0.0, ledger.kept, ledger.due_now)
+        site = SiteState.new(ln.tree.size)
+        assert ledger.write_back(udb, ln, site, 100.0, Consts(flags=GLOBALUSAGE), mode) == 1
+        assert store.calls == [("write_back", [1001]), *after], mode
+        store.calls.clear()  # without GLOBALUSAGE the site is not refreshed
+        ledger.write_back(udb, ln, site, 101.0, Consts(), mode)
+        assert "site" not in store.calls
+
+
+def test_what_the_udb_does_not_take_is_kept_and_written_when_it_answers_again():
+    ln = user_tree()
+    activate(ln.table, ln.tree.node("alice"), 1.0)
+    ln.table.refs[ln.tree.node("alice")] = 1
+    store = EntryStore(down=True)
+    ledger = WriteBacks(store, cpus=2.0)
+    udb = UdbCalls(lambda: 0.0, ledger.kept, ledger.due_now)
+    ledger.start(0.0, Consts())
+    site, mode = SiteState.new(ln.tree.size), WriteBackMode.PERIODIC
+    assert ledger.write_back(udb, ln, site, 100.0, Consts(), mode) == 0
+    assert ledger.kept() == 1 and store.calls == []  # nothing read after a failed write
+    assert ledger.next_writeback > 0.0
+    store.down = False
+    assert udb.call("read", lambda: 1) == 1  # the UDB answers: write back at once
+    assert ledger.next_writeback == 0.0
+    assert ledger.write_back(udb, ln, site, 101.0, Consts(), mode) == 2  # kept + new
+    assert ledger.kept() == 0 and ledger.writebacks == 2

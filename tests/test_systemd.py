@@ -18,6 +18,7 @@ from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import open_dbus_connection
 from jeepney.low_level import HeaderFields, MessageType
 
+from fairshare.enforce.actions import REAL_OS
 from fairshare.enforce.base import LnodeTarget
 from fairshare.enforce.systemd import (
     CPU_WEIGHT_DEFAULT,
@@ -162,7 +163,7 @@ def test_user_slices_weighed_at_runtime_never_moving_processes(bus, tmp_path):
     fake = FakeSystemd(bus, "255.4-1")
     before = {p: (Path(proc) / p / "cgroup").read_text() for p in ("11", "21", "31")}
     try:
-        enf = SystemdEnforcer(mount, proc=proc, connect=lambda: SystemdBus(bus))
+        enf = SystemdEnforcer(mount, REAL_OS, proc=proc, connect=lambda: SystemdBus(bus))
         enf.setup()
         assert enf.idle
         enf.apply(targets())
@@ -196,7 +197,9 @@ def test_session_scopes_by_account_and_no_idle_before_252(bus, tmp_path):
     proc, mount = fake_machine(tmp_path)
     fake = FakeSystemd(bus, "249")
     try:
-        enf = SystemdEnforcer(mount, by_account=True, proc=proc, connect=lambda: SystemdBus(bus))
+        enf = SystemdEnforcer(
+            mount, REAL_OS, by_account=True, proc=proc, connect=lambda: SystemdBus(bus)
+        )
         enf.setup()
         assert not enf.idle
         enf.apply(targets(bg_b=True))
@@ -222,7 +225,7 @@ def test_systemd_refusing_is_logged_once_and_retried(bus, tmp_path):
     fake = FakeSystemd(bus, "255")
     fake.refuse.add("user-1001.slice")
     try:
-        enf = SystemdEnforcer(mount, proc=proc, connect=lambda: SystemdBus(bus))
+        enf = SystemdEnforcer(mount, REAL_OS, proc=proc, connect=lambda: SystemdBus(bus))
         enf.setup()
         # A handler on the daemon's logger itself: shrdaemon's setup (run by other
         # tests in this process) stops it propagating to pytest's capture.
@@ -252,10 +255,12 @@ def test_systemd_refusing_is_logged_once_and_retried(bus, tmp_path):
 
 def test_no_systemd_on_the_bus_is_one_line_error(bus, tmp_path):
     proc, mount = fake_machine(tmp_path)
-    enf = SystemdEnforcer(mount, proc=proc, connect=lambda: SystemdBus(bus, timeout=2))
+    enf = SystemdEnforcer(mount, REAL_OS, proc=proc, connect=lambda: SystemdBus(bus, timeout=2))
     with pytest.raises(OptionError, match="cannot reach systemd over D-Bus"):
         enf.setup()
-    enf = SystemdEnforcer(mount, proc=proc, connect=lambda: SystemdBus(f"unix:path={tmp_path}/x"))
+    enf = SystemdEnforcer(
+        mount, REAL_OS, proc=proc, connect=lambda: SystemdBus(f"unix:path={tmp_path}/x")
+    )
     with pytest.raises(OptionError, match="cannot reach systemd over D-Bus"):
         enf.setup()
 
@@ -296,7 +301,7 @@ def test_the_daemon_applies_the_udb_nice_beside_systemd(bus, tmp_path, udb_url):
     try:
         d.start()
         for _ in range(2):
-            clock.sleep(d.consts.delta, d.wake)
+            clock.sleep(d.consts.delta, d.loop.wake)
             d.step()
         assert actions.nice == {11: 4, 12: 9}
         assert {c[0] for c in fake.calls} == {"user-1000.slice", "user-1001.slice"}

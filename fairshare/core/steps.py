@@ -1,22 +1,21 @@
-"""The daemon's steps on the lnode table, on plain values: shrdaemon and shrsim run these.
+"""The steps on the lnode table that shrdaemon and shrsim share, on plain values.
 
-One cycle of fairshare.daemon.daemon.Daemon, past the OS and the UDB, is:
+- `activate_stored`: a leaf that got processes becomes an lnode with its stored
+  usage (shusage, as of shextime) aged to now (fairshare.core.lnode.aged_usage);
+- `advance`: the policy's cycle (fairshare.core.policies.run_cycle) over the charges of
+  the last `elapsed` seconds; on a host of a site the CPU is counted for the site
+  factors and, with GLOBALUSAGE, the factors are applied to e_share
+  (fairshare.core.site); a value the cycle left not finite keeps its last finite value;
+- `refresh_site` (GLOBALUSAGE, at a write-back): the active leaves take their
+  site-wide usage and the host's site factors are updated from the view of the
+  other hosts.
 
-1. `activate_stored`: a leaf that got processes becomes an lnode with its stored
-   usage (shusage, as of shextime) aged to now (fairshare.core.lnode.aged_usage);
-2. `advance`: the policy's cycle (fairshare.core.policies.run_cycle) over the charges of the
-   last `elapsed` seconds; on a host of a site the CPU is counted for the site
-   factors and, with GLOBALUSAGE, the factors are applied to e_share
-   (fairshare.core.site); a value the cycle left not finite keeps its last finite value;
-3. `refresh_site` (every write-back, GLOBALUSAGE): the active leaves take their
-   site-wide usage and the host's site factors are updated from the view of the
-   other hosts;
-4. releasing an lnode whose processes have gone, or writing back what it accrued,
-   is fairshare.core.lnode.release and fairshare.core.lnode.accrued.
-
-The daemon reads the stored usage and the site view from the UDB (fairshare.store.published);
-the simulator (fairshare.sim.run) keeps them in memory, so a simulated week of
-150,000 cycles takes seconds, not the hours the UDB round trips would take.
+Releasing an lnode whose processes have gone, or writing back what it accrued, is
+fairshare.core.lnode.release and fairshare.core.lnode.accrued.  Where they come in the
+daemon's cycle is fairshare.daemon's docstring.  The daemon reads the stored usage and
+the site view from the UDB (fairshare.store.published); the simulator (fairshare.sim.run)
+keeps them in memory, so a simulated week of 150,000 cycles takes seconds, not the
+hours the UDB round trips would take.
 """
 
 from __future__ import annotations

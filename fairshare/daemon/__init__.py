@@ -1,18 +1,33 @@
 """shrdaemon: the loop that measures, charges, runs the cycle, enforces and remembers.
 
-`daemon.Daemon.step` is one cycle; its steps, in order, each in a module of its own:
+`daemon.Daemon.step` is one cycle: it calls these steps top to bottom, each in the
+module named after it (this is the one list of them):
 
-- `reload`: one cheap poll of the UDB; the constants and the tree read again when they
-  changed (`state` carries the lnodes over to a new tree).
-- `charges`: each sampled process charged to its leaf lnode (`accounts`: Share by
-  Account, with `sessions`, newacct's per-session choices).
-- `state`: the lnodes of new leaves created with their stored usage; the cycle itself is
-  fairshare.core.steps.
-- `sync`: shrsync's requests served.
-- `decisions`: the CPU-quota signals and the enforcer's targets, decided (pure).
-- `writeback`: what the lnodes accrued added to the UDB, the gone ones released, with
-  `outage` keeping the daemon scheduling while the UDB cannot be reached.
+1. `reload`: one cheap poll of the UDB (`reload.poll`); the constants read again when
+   their change serial moved, with shradmin's schedule in force applied
+   (fairshare.admin.shradmin), so a change acts within one delta; the share tree
+   rebuilt when the UDB's entries changed, periodically, or on SIGHUP, the lnodes
+   carried over to it by name (`state.carry_over`).  NOSCHED/NOSHARE switch the
+   enforcer off and on (fairshare.enforce.switch).
+2. `charges`: the processes sampled (fairshare.collect) and each charged to its leaf
+   lnode (Share by Account through `accounts`, with `sessions`, newacct's per-session
+   choices).
+3. `state`: the lnodes of new leaves created with their stored usage aged since
+   shextime, then the pure cycle on the lnode table (fairshare.core.steps.advance:
+   the policy's cycle; with GLOBALUSAGE the site factors adjust the effective shares,
+   fairshare.core.site).
+4. `sync`: shrsync's requests served, when the poll saw some.
+5. `decisions`: the CPU-quota signals sent, and the enforcer handed its targets (the
+   UDB's nice applied beside it, fairshare.enforce.switch).
+6. The lnode table published (fairshare.store.published).
+7. `writeback`: every `writeback` seconds what the lnodes accrued added to the UDB
+   (increments, so hosts sharing one UDB never erase each other's charges), the lnodes
+   whose processes have all gone released, and with GLOBALUSAGE the site-wide usage and
+   site factors refreshed; every `checkpoint` seconds every active lnode's unwritten
+   increment checkpointed.  `outage` keeps the daemon scheduling while the UDB cannot
+   be reached.
 
-Around the loop: `loop` (timing and signals), `lock` (one daemon per UDB and host),
-`service` (systemd readiness, watchdog and logs), `metrics` (Prometheus).
+Around the loop: `loop` (timing and signals), `placing` (new sessions placed between
+cycles), `lock` (one daemon per UDB and host), `service` (systemd readiness, watchdog
+and logs), `metrics` (Prometheus).
 """

@@ -1,7 +1,11 @@
 """From a sample to charges: which leaf lnode each process is charged to, and what
 each leaf consumed (fairshare.core.cycle.Consumption), before the cycle turns it into
-charges with the shradmin costs.  Pure: the sample, the lnode state and the rules.
+charges with the shradmin costs.  Pure: the sample, the lnode state and the rules
+(only the account lookup given is told of each sample).
 
+- `charge`: the cycle's step: the account lookup told of the sample first (newacct's
+  sessions, fairshare.daemon.sessions), then `consumption` of what the costs charge
+  (`resources_charged`, which also says what the collector reads);
 - `leaf_of`: a process's leaf: its uid's entry (Share by User), or its account
   (Share by Account: fairshare.daemon.accounts.account_of), Idle's own uid to Idle; a uid
   with no entry goes to `unknown` (None when there is no unknown entry: not charged);
@@ -40,6 +44,21 @@ def resources_charged(consts: Consts) -> dict[str, bool]:
         "syscalls": consts.cost_syscall > 0,
         "mem": consts.cost_mem > 0,
     }
+
+
+def charge(
+    ln: Lnodes,
+    sample: Sample,
+    accounts: AccountLookup | None,
+    enforcer_nice: bool,
+    wanted: dict[str, bool],
+) -> tuple[Consumption, dict[int, list[ProcessSample]]]:
+    """The consumption per leaf of `sample` and the processes of each leaf, once
+    `accounts` (None: the users' defaults) was told of the sample and every user's
+    acids; `wanted`: `resources_charged`; `enforcer_nice`: see `consumption`."""
+    if accounts is not None:
+        accounts.refresh(sample, ln.acids)
+    return consumption(ln, sample, accounts, enforcer_nice, **wanted)
 
 
 def leaf_of(ln: Lnodes, p: ProcessSample, accounts: AccountLookup | None) -> int | None:

@@ -1,4 +1,5 @@
-"""What the daemon does with a cycle's result, decided without doing it (pure).
+"""What the daemon does with a cycle's result: decided without doing it (pure), then
+done by the daemon's step through its OsActions and its enforcer.
 
 - `quota_signals`: CPU quotas (the entry's cpuquota, guide 4.6): the processes of a
   lnode whose CPU used (the entry's cpuquotaused plus what the lnode ran since it
@@ -9,12 +10,14 @@
   processes the enforcer may touch (uid at least `enforce_min_uid`, not a kernel
   thread): its processes, e_share, runnable count, background flag and UDB nice.
 
-The daemon (fairshare.daemon.daemon) sends the signals, logs them and hands the targets
-to its enforcer.
+`send_quota_signals` sends the signals through the daemon's OsActions
+(fairshare.enforce.actions), each logged, to the processes still the ones sampled; the
+daemon (fairshare.daemon.daemon) hands the targets to its enforcer.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.collect import ProcessSample
+from fairshare.core.consts import Consts
 from fairshare.daemon.state import Lnodes
+from fairshare.enforce.actions import OsActions, same_process
 from fairshare.enforce.base import LnodeTarget
+
+log = logging.getLogger("shrdaemon")
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,34 @@ def quota_signals(
         pids, starts = tuple(p.pid for p in mine), tuple(p.create_time for p in mine)
         out.append(QuotaSignal(node, ln.tree.names[node], sig, pids, used, st.cpuquota, starts))
     return out
+
+
+def send_quota_signals(
+    ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], consts: Consts, actions: OsActions
+) -> None:
+    """SIGXCPU to an lnode's processes at its CPU quota, SIGKILL past the threshold
+    (`quota_signals`), through `actions`, each logged."""
+    for q in quota_signals(ln, procs, consts.quota_threshold):
+        if q.signal == signal.SIGKILL:
+            log.warning(
+                "%s: CPU quota %.1f s exceeded by more than %.1f s (%.1f s used): SIGKILL "
+                "to %d processes",
+                *(q.name, q.quota, consts.quota_threshold, q.used, len(q.pids)),
+            )
+        else:
+            ln.warned.add(q.node)
+            log.warning(
+                "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
+                *(q.name, q.quota, q.used, len(q.pids)),
+            )
+        for pid, started in zip(q.pids, q.starts, strict=True):
+            if not same_process(actions, pid, started):
+                log.info("%s: pid %d is no longer the process sampled: not signalled", q.name, pid)
+                continue
+            try:
+                actions.signal(pid, q.signal)
+            except ProcessLookupError:
+                pass
 
 
 def enforcer_targets(

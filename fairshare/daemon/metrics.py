@@ -38,6 +38,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -46,6 +47,9 @@ from prometheus_client.registry import Collector
 
 from fairshare.core.tree import Kind
 from udb.errors import OptionError
+
+if TYPE_CHECKING:
+    from fairshare.daemon.daemon import DaemonView
 
 log = logging.getLogger("shrdaemon")
 
@@ -95,10 +99,9 @@ class Snapshot:
     time: float
 
 
-def take_snapshot(daemon, max_lnodes: int | None) -> Snapshot:
+def take_snapshot(daemon: DaemonView, max_lnodes: int | None) -> Snapshot:
     """The lnode table and counters of `daemon` as they are now (after a cycle)."""
-    ln = daemon.lnodes
-    tree, t = ln.tree, ln.table
+    tree, t = daemon.tree, daemon.table
     idx = np.flatnonzero(t.active)
     active = len(idx)
     if max_lnodes is not None and active > max_lnodes:
@@ -113,8 +116,8 @@ def take_snapshot(daemon, max_lnodes: int | None) -> Snapshot:
         values={attr: getattr(t, attr)[idx].astype(float) for attr, _n, _h in LNODE_METRICS},
         active=active,
         cycles=daemon.cycle,
-        writebacks=daemon.ledger.writebacks,
-        checkpoints=daemon.ledger.checkpoints,
+        writebacks=daemon.writebacks,
+        checkpoints=daemon.checkpoints,
         enforcer=daemon.enforcer_name,
         time=daemon.clock.time(),
     )
@@ -267,15 +270,15 @@ class Metrics:
         self.bound = self.server.server_address[:2]
         log.info("metrics on http://%s:%d/metrics", *self.bound)
 
-    def started(self, daemon) -> None:
+    def started(self, daemon: DaemonView) -> None:
         """Count the daemon's warnings and errors from now on."""
         log.addHandler(self.errors)
 
-    def cycled(self, daemon, seconds: float) -> None:
+    def cycled(self, daemon: DaemonView, seconds: float) -> None:
         self.duration.observe(seconds)
         self.collector.snapshot = take_snapshot(daemon, self.max_lnodes)
 
-    def stopping(self, daemon) -> None:
+    def stopping(self, daemon: DaemonView) -> None:
         log.removeHandler(self.errors)
         if self.server is not None:
             threading.Thread(target=self.server.shutdown, daemon=True).start()

@@ -108,13 +108,27 @@ def reload_reason(
 
 class Reloader:
     """The daemon's reads of the constants and tree: the shradmin schedule in force
-    (`schedule`, "" for the base settings), whether a SIGHUP asked for a reload, and
-    the stored constants and schedules as of their change serial."""
+    (`schedule`, "" for the base settings), whether a SIGHUP asked for a reload, the
+    shrsync requests the last poll saw waiting (`requests`), and the stored constants
+    and schedules as of their change serial."""
 
     def __init__(self) -> None:
         self.schedule = ""
         self.requested = False
+        self.requests = 0  # shrsync requests waiting, as of the last poll
         self._stored = None  # (consts serial, stored constants, schedules) last read
+
+    def read(
+        self, engine: Engine, host: str, ln: Lnodes, cycle: int, now: float
+    ) -> tuple[Consts, tuple[Lnodes, str] | None]:
+        """One cycle's reads: the poll (the shrsync requests waiting for `host`), the
+        constants in force at `now` (epoch s), and the tree as new lnodes with the reason
+        when it must be read again (`tree`); `cycle`: the cycles run."""
+        self.requests = 0
+        seen = poll(engine, host)
+        self.requests = seen.requests
+        consts = self.consts(engine, now, seen.consts, cycle)
+        return consts, self.tree(engine, ln, consts, cycle, seen.fingerprint)
 
     def request(self) -> None:
         """Read the tree at the next cycle whatever the fingerprint says (SIGHUP)."""
@@ -155,3 +169,19 @@ class Reloader:
         self.requested = False
         with read_session(engine) as s:
             return load_lnodes(s, consts.mode), reason
+
+
+def log_tree(ln: Lnodes) -> None:
+    """Say what the share tree holds, and what in the UDB it leaves out."""
+    tree = ln.tree
+    leaves = int(tree.leaf_mask.sum())
+    log.info(
+        "share tree: %d nodes, %d leaves, Share by %s",
+        tree.size,
+        leaves,
+        "Account" if tree.mode == "account" else "User",
+    )
+    if ln.unknown is None:
+        log.warning("no 'unknown' entry: processes of uids without an entry are not charged")
+    for d in tree.detached:
+        log.warning("entry %s (uid %d) is not in the share tree: %s", d.name, d.uid, d.reason)

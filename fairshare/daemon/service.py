@@ -17,6 +17,10 @@ import logging
 import os
 import socket
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fairshare.daemon.daemon import DaemonView
 
 log = logging.getLogger("shrdaemon")
 
@@ -56,21 +60,21 @@ class Notifier:
             return False
         return True
 
-    # The daemon's hooks (fairshare.daemon.daemon.Daemon.observers).
+    # The daemon's hooks (fairshare.daemon.daemon.Observer).
 
-    def started(self, daemon) -> None:
+    def started(self, daemon: DaemonView) -> None:
         self.notify(
             "READY=1", f"STATUS=running, enforcer {daemon.enforcer_name}", f"MAINPID={os.getpid()}"
         )
 
-    def cycled(self, daemon, seconds: float) -> None:
-        active = int(daemon.lnodes.table.active.sum()) if daemon.lnodes else 0
+    def cycled(self, daemon: DaemonView, seconds: float) -> None:
+        active = int(daemon.table.active.sum()) if daemon.table is not None else 0
         lines = [f"STATUS=cycle {daemon.cycle}: {active} active lnodes, {seconds:.3f} s"]
         if self.watchdog is not None:
             lines.insert(0, "WATCHDOG=1")
         self.notify(*lines)
 
-    def stopping(self, daemon) -> None:
+    def stopping(self, daemon: DaemonView) -> None:
         self.notify("STOPPING=1", "STATUS=writing every lnode back")
 
 

@@ -1,27 +1,31 @@
 """The daemon's lnode state: the share tree, the lnode table over it, and what it knows
-per leaf, with the steps that create and release lnodes (pure: no UDB, no clock).
+per leaf, with the steps that create, advance and carry over lnodes (no UDB, no clock:
+what the UDB holds comes in through the reader given).
 
-`Lnodes` is what the daemon (fairshare.daemon.daemon), shrsync's requests (fairshare.daemon.sync)
-and the simulator work on.  Its steps, in the order of a cycle:
+`Lnodes` is what the daemon (fairshare.daemon.daemon), shrsync's requests
+(fairshare.daemon.sync), the write-backs (fairshare.daemon.writeback) and the simulator
+work on.  Its steps:
 
-- `arriving`: the leaves that got processes (or idle time) and have no lnode yet;
-  `activate_leaves` creates their lnodes with the stored usage aged since shextime
-  (fairshare.core.steps.activate_stored) from the entries the store read;
-- `leave`: at a write-back, what every active leaf accrued (`accrued`) and the
-  release of those whose processes have all gone (`release`), as (uid, WriteBack)
-  pairs for the store; the CPU seconds written move into the entry's cpuquotaused;
+- `activate_arriving`: the leaves that got processes (or idle time) and have no lnode
+  yet (`arriving`) become lnodes with their stored usage aged since shextime
+  (`activate_leaves`, fairshare.core.steps.activate_stored), from the entries read;
+- `advance_lnodes`: the cycle itself (fairshare.core.steps.advance) on the lnode
+  table, with a log line for each value that was not finite;
 - `refresh_entries`: the active leaves' entries read again through the store
-  (a reload, shrsync -q);
-- `carry_over`: a rebuilt tree takes the active lnodes over by name, groups included.
+  (after a write-back, a reload, shrsync -q);
+- `carry_over`: a rebuilt tree takes the active lnodes over by name, groups included,
+  and releases those it no longer has.
 
-Everything is in place on the `Lnodes` given, except what the store must write,
-which is returned.
+What a write-back takes from them, and which it releases, is
+fairshare.daemon.writeback.leave.  Everything is in place on the `Lnodes` given, except
+what the store must write, which is returned.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,14 +33,29 @@ import numpy as np
 
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption
-from fairshare.core.lnode import LnodeTable, WriteBack, accrued, activate, new_table, release
-from fairshare.core.steps import activate_stored
+from fairshare.core.lnode import LnodeTable, WriteBack, activate, new_table, release
+from fairshare.core.site import SiteState
+from fairshare.core.steps import activate_stored, advance
 from fairshare.core.tree import UNKNOWN_NAMES, Kind, ShareTree
 from fairshare.enforce.base import safe_name
 from udb.rules import IDLE_UID
 
 if TYPE_CHECKING:
     from fairshare.store.published import EntryState
+
+log = logging.getLogger("shrdaemon")
+
+_COSTS = ("cost_tick", "cost_bio", "cost_sio", "cost_syscall", "cost_mem", "percent")
+#: The constants each lnode field is computed from, named when a value is not finite.
+_CONSTS_OF = {
+    "usage": (*_COSTS, "halflife", "delta"),
+    "charge": _COSTS,
+    "rate": (*_COSTS, "halflife", "delta"),
+    "priority": (*_COSTS, "halflife", "sharemin"),
+    "m_share": ("sharemin",),
+    "e_share": ("sharemin", "maxushare", "mingshare", "maxusage"),
+    "adj": ("mingshare",),
+}
 
 
 class EntryReader(Protocol):
@@ -153,34 +172,44 @@ def activate_leaves(
     return out
 
 
-def leave(
-    ln: Lnodes, now: float, everything: bool, release_gone: bool = True
-) -> list[tuple[int, WriteBack]]:
-    """What every active leaf lnode accrued up to `now` (epoch s), by uid, releasing
-    those with no processes (all of them when `everything`; none unless `release_gone`;
-    never Idle while the daemon runs).  The CPU seconds of a lnode kept move into its
-    entry's cpuquotaused, as the UDB will hold them once written."""
-    t = ln.table
-    leaves = t.active & ln.tree.leaf_mask
-    gone = leaves & (t.refs == 0) if release_gone else np.zeros_like(leaves)
-    if ln.idle is not None:
-        gone[ln.idle] = False
-    if everything:
-        gone = leaves
-    out = []
-    for n in np.flatnonzero(leaves).tolist():
-        uid = int(ln.tree.ids[n])
-        if gone[n]:
-            out.append((uid, release(t, n, now)))
-            ln.entry.pop(n, None)
-            ln.warned.discard(n)
-            continue
-        wb = accrued(t, n, now)
-        out.append((uid, wb))
-        st = ln.entry.get(n)
-        if st is not None:
-            ln.entry[n] = dataclasses.replace(st, cpuquotaused=st.cpuquotaused + wb.cpu_seconds)
-    return out
+def activate_arriving(
+    ln: Lnodes,
+    c: Consumption,
+    read: Callable[[list[int]], Mapping[int, EntryState] | None],
+    now: float,
+    consts: Consts,
+) -> None:
+    """Create the lnodes of the leaves arriving in `c`, from the entries `read` gives
+    for their uids (from usage 0 when it gives None: the UDB cannot be reached); each
+    is logged."""
+    new = arriving(ln, c)
+    if not new:
+        return
+    states = read([int(ln.tree.ids[n]) for n in new])
+    for n, usage in activate_leaves(ln, new, states or {}, now, consts):
+        log.debug("lnode %s created, usage %.6g", ln.tree.names[n], usage)
+
+
+def advance_lnodes(
+    ln: Lnodes, c: Consumption, consts: Consts, elapsed: float, site: SiteState
+) -> None:
+    """One cycle of `elapsed` seconds of `c` on the lnode table of `ln` (replaced;
+    fairshare.core.steps.advance, `site`: the host's GLOBALUSAGE state), saying which
+    lnode kept its last finite value where the cycle produced NaN or infinity (the
+    constants' ranges should make that impossible) and which constants were in play,
+    so the site keeps its scheduler."""
+    ln.table, not_finite = advance(ln.tree, ln.table, c, consts, elapsed, site)
+    for node, name in not_finite:
+        names = [k for k in _CONSTS_OF.get(name, ()) if getattr(consts, k)]
+        involved = ", ".join(f"{k}={getattr(consts, k):g}" for k in names)
+        log.error(
+            "lnode %s: %s was not finite after the cycle (constants in play: %s); "
+            "its last finite value %g is kept",
+            ln.tree.names[node],
+            name,
+            involved or "none",
+            float(getattr(ln.table, name)[node]),
+        )
 
 
 def refresh_entries(ln: Lnodes, store: EntryReader, nodes: list[int] | None = None) -> None:

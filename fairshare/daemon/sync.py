@@ -2,16 +2,18 @@
 served once a cycle (fairshare.admin.shrsync is the client's side).
 
 shrsync does not signal the daemon: it inserts a `SyncRequest` row for the daemon's
-host and waits for the daemon to mark it done; `serve_requests`, called from the
-daemon's cycle with a handler per kind, finds them with one cheap statement, so this
-works the same on the real machine and on the simulator, and as an unprivileged
-administrator.  The handlers work on the daemon's lnode state (fairshare.daemon.state).
+host and waits for the daemon to mark it done; `serve`, called from the daemon's cycle
+when its poll saw requests waiting, finds them with one cheap statement
+(`serve_requests`, a handler per kind), so this works the same on the real machine and
+on the simulator, and as an unprivileged administrator.  The handlers work on the
+daemon's lnode state (fairshare.daemon.state).
 
 - UPDATE (shrsync -u): what every active leaf lnode accrued since it was created (or
-  last written) is added to its entry, as the daemon does every write-back interval:
-  its usage increment to shusage (shextime = now), its charges to shcharge and its CPU
-  seconds to cpuquotaused; the lnode is marked written and its checkpoint rows dropped,
-  so nothing is counted twice (not at release, not after a crash).
+  last written) is added to its entry, as the daemon does every write-back interval
+  but releasing none (the daemon's write-back in fairshare.daemon.writeback's SYNC
+  mode): its usage increment to shusage (shextime = now), its charges to shcharge and
+  its CPU seconds to cpuquotaused; the lnode is marked written and its checkpoint rows
+  dropped, so nothing is counted twice (not at release, not after a crash).
 - QUOTA (shrsync -q): every active leaf lnode takes its entry's cpuquotaused as its
   new base for the CPU quota (`reread_quotas`), so a quota cleared with udbgen acts at
   once.
@@ -20,10 +22,12 @@ administrator.  The handlers work on the daemon's lnode state (fairshare.daemon.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from sqlalchemy import Engine, bindparam, select, update
 
 from fairshare.daemon.state import EntryReader, Lnodes, refresh_entries
+from fairshare.store.published import LnodeStore
 from udb.models import SyncRequest
 from udb.session import read_session, write_session
 
@@ -40,13 +44,22 @@ _PENDING = (
 )
 
 
+def serve(
+    engine: Engine, store: LnodeStore, ln: Lnodes, now: float, write_back: Callable[[], int]
+) -> int:
+    """Serve the requests waiting for the host of `store` at `now` (epoch s): UPDATE by
+    `write_back` (the daemon's, in the SYNC mode), QUOTA by `reread_quotas` on `ln`.
+    Returns how many it handled."""
+    quota = partial(reread_quotas, ln, store)
+    return serve_requests(engine, store.host, now, {UPDATE: write_back, QUOTA: quota})
+
+
 def serve_requests(
     engine: Engine, host: str, now: float, handlers: Mapping[str, Callable[[], int]]
 ) -> int:
-    """Handle the pending requests for `host` (called once a cycle by
-    `fairshare.daemon.daemon.Daemon.step`; `now` epoch s): each by its kind's handler in
-    `handlers`, which returns how many lnodes it touched (UPDATE: the daemon's
-    write-back without release; QUOTA: `reread_quotas`).  Returns how many it handled."""
+    """Handle the pending requests for `host` (`now` epoch s): each by its kind's handler
+    in `handlers`, which returns how many lnodes it touched.  Returns how many it
+    handled."""
     with read_session(engine) as s:  # every cycle: Core, one statement built once
         pending = s.connection().execute(_PENDING, {"host": host}).all()
     for rid, kind in pending:

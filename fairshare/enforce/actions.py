@@ -160,5 +160,6 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-#: The one real machine; enforcers built without an explicit OsActions act on it.
+#: The real machine, for whoever means to change it; no enforcer acts on it unless
+#: given it (`actions` is a required argument of every enforcer).
 REAL_OS = RealOs()

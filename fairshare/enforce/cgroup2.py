@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairshare.enforce.actions import REAL_OS, OsActions
+from fairshare.enforce.actions import OsActions
 from fairshare.enforce.cgroupfs import CgroupEnforcer, parent_weight
 from fairshare.enforce.mapping import cgroup2_weights
 
@@ -25,8 +25,9 @@ NICE0_WEIGHT = 100
 log = logging.getLogger("shrdaemon")
 
 
-def enable_cpu(cgroup: Path, actions: OsActions = REAL_OS) -> None:
-    """Enable the cpu controller for `cgroup`'s children (no-op when already on)."""
+def enable_cpu(cgroup: Path, actions: OsActions) -> None:
+    """Enable the cpu controller for `cgroup`'s children through `actions` (no-op when
+    already on)."""
     control = cgroup / "cgroup.subtree_control"
     if "cpu" not in control.read_text().split():
         actions.write_file(control, "+cpu")

@@ -31,7 +31,7 @@ import numpy as np
 
 from fairshare.collect import GroupReading
 from fairshare.collect.procfs import read_bytes
-from fairshare.enforce.actions import REAL_OS, OsActions
+from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget, arrays, safe_name
 
 log = logging.getLogger("shrdaemon")
@@ -128,9 +128,9 @@ class CgroupEnforcer:
     def __init__(
         self,
         mount: Path,
+        actions: OsActions,
         proc: str = "/proc",
         acct: Path | None = None,
-        actions: OsActions = REAL_OS,
     ) -> None:
         self.actions = actions  # every write and mkdir/rmdir goes through it
         self.mount = Path(mount)

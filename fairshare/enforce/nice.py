@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairshare.enforce.actions import REAL_OS, OsActions
+from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget, arrays
 from fairshare.enforce.mapping import nice_values
 from fairshare.enforce.renice import Changed, Renicer, user_floor
@@ -122,7 +122,7 @@ class NiceEnforcer:
     capabilities = Capabilities(sets_nice=True)
 
     def __init__(
-        self, autogroup: bool | None = None, proc: str = "/proc", actions: OsActions = REAL_OS
+        self, actions: OsActions, autogroup: bool | None = None, proc: str = "/proc"
     ) -> None:
         self.autogroup = autogroup_enabled() if autogroup is None else autogroup
         self.proc = proc

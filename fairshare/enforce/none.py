@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairshare.enforce.actions import REAL_OS, OsActions
+from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget
 
 
@@ -18,7 +18,7 @@ class NoEnforcer:
     name = "none"
     capabilities = Capabilities()
 
-    def __init__(self, actions: OsActions = REAL_OS) -> None:
+    def __init__(self, actions: OsActions) -> None:
         self.actions = actions  # never used: nothing is changed
 
     def setup(self) -> None:

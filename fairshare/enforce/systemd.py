@@ -43,7 +43,7 @@ from jeepney.io.blocking import open_dbus_connection
 from jeepney.low_level import HeaderFields, MessageType
 
 from fairshare.collect import GroupReading
-from fairshare.enforce.actions import REAL_OS, OsActions
+from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget, arrays, safe_name
 from fairshare.enforce.mapping import cgroup2_weights
 from udb.errors import OptionError
@@ -147,7 +147,7 @@ class SystemdEnforcer:
     def __init__(
         self,
         mount: Path,
-        actions: OsActions = REAL_OS,
+        actions: OsActions,
         by_account: bool = False,
         proc: str = "/proc",
         connect: Callable[[], SystemdBus] = SystemdBus,

@@ -13,7 +13,8 @@ to take the reply, clients at once, per uid); a complete request goes to a small
 pool of worker threads that answer it from the UDB (their own connections;
 SQLite's WAL lets them read while the cycle writes) and hand the reply back, so no
 client, however slow, holds a worker.  Every refused or broken request is logged
-in one line naming the peer.  The requests, and who may make them, are
+in one line naming the peer.  The connections and their count against the limits are
+fairshare.server.clients; the requests, and who may make them,
 fairshare.server.answers.
 """
 
@@ -28,13 +29,14 @@ import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Engine
 
 from fairshare.daemon.sessions import SessionAccounts
-from fairshare.server.answers import Answers, BadRequest, Peer, peer_of
+from fairshare.server.answers import Answers, BadRequest, peer_of
+from fairshare.server.clients import Client, Held, expired, wait
 from udb.errors import UdbError
 from udb.remote import VERSION
 
@@ -51,20 +53,6 @@ class Limits:
     max_clients: int = 256  # connections held at once
     max_per_uid: int = 64  # connections held at once for one uid other than root
     workers: int = 4  # requests answered at once
-
-
-@dataclass
-class _Client:
-    """A connection the selector thread holds: reading its request, or writing its reply
-    (`out`, from offset `sent`), each before `deadline` (monotonic s)."""
-
-    conn: socket.socket
-    peer: Peer
-    deadline: float
-    buf: bytearray = field(default_factory=bytearray)
-    out: bytes = b""
-    sent: int = 0
-    request: str = "?"
 
 
 class Server:
@@ -92,9 +80,8 @@ class Server:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
-        self._busy = 0  # connections held (the selector thread's count)
-        self._per_uid: dict[int, int] = {}  # connections held per uid
-        self._replies: list[_Client] = []  # answered, waiting for the selector thread
+        self._held = Held(self.limits.max_clients, self.limits.max_per_uid)
+        self._replies: list[Client] = []  # answered, waiting for the selector thread
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -156,18 +143,14 @@ class Server:
         sel.register(self._wake_r, selectors.EVENT_READ)
         try:
             while not self._stop.is_set():
-                for key, _ in sel.select(self._timeout(sel)):
+                for key, _ in sel.select(wait(sel)):
                     try:
                         self._event(sel, key)
                     except Exception:  # a bug: drop this client, keep serving the others
                         log.exception("socket %s: serving failed", self.path)
-                        if isinstance(key.data, _Client) and key.fileobj in sel.get_map():
+                        if isinstance(key.data, Client) and key.fileobj in sel.get_map():
                             self._close(sel, key.data)
-                now = time.monotonic()
-                for key in list(sel.get_map().values()):
-                    c = key.data
-                    if c is None or now <= c.deadline:
-                        continue
+                for c in expired(sel, time.monotonic()):
                     if c.out:
                         why = f"did not take the reply to {c.request} within "
                         self._drop(sel, c, f"{why}{self.limits.reply_timeout:g} s")
@@ -178,13 +161,6 @@ class Server:
             for key in list(sel.get_map().values()):
                 key.fileobj.close()
             sel.close()
-
-    @staticmethod
-    def _timeout(sel: selectors.BaseSelector) -> float | None:
-        """How long the selector may wait: until the nearest client's deadline, for ever
-        with no client (`_wake` interrupts it), so an idle daemon's thread sleeps."""
-        deadlines = [key.data.deadline for key in sel.get_map().values() if key.data]
-        return max(min(deadlines) - time.monotonic(), 0.0) + 0.01 if deadlines else None
 
     def _event(self, sel: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
         if key.fileobj is self._listener:
@@ -206,25 +182,18 @@ class Server:
                 log.warning("socket %s: accept failed: %s", self.path, err)
                 return
             peer = peer_of(conn)
-            mine = self._per_uid.get(peer.uid, 0)
-            if self._busy >= self.limits.max_clients:
-                why = f"{self.limits.max_clients} clients already"
-            elif peer.uid != 0 and mine >= self.limits.max_per_uid:
-                why = f"{mine} connections of this uid already"
-            else:
-                why = None
+            why = self._held.refusal(peer.uid)
             if why is not None:
                 log.warning("%s: refused: %s", peer, why)
                 _send_nowait(conn, _error(f"busy: {why}, try again"))
                 conn.close()
                 continue
-            self._busy += 1
-            self._per_uid[peer.uid] = mine + 1
+            self._held.hold(peer.uid)
             conn.setblocking(False)
             deadline = time.monotonic() + self.limits.request_timeout
-            sel.register(conn, selectors.EVENT_READ, _Client(conn, peer, deadline))
+            sel.register(conn, selectors.EVENT_READ, Client(conn, peer, deadline))
 
-    def _read(self, sel: selectors.BaseSelector, c: _Client) -> None:
+    def _read(self, sel: selectors.BaseSelector, c: Client) -> None:
         try:
             chunk = c.conn.recv(self.limits.max_request + 1)
         except (BlockingIOError, InterruptedError):
@@ -260,7 +229,7 @@ class Server:
             sel.register(c.conn, selectors.EVENT_WRITE, c)
             self._write(sel, c)
 
-    def _write(self, sel: selectors.BaseSelector, c: _Client) -> None:
+    def _write(self, sel: selectors.BaseSelector, c: Client) -> None:
         try:
             c.sent += c.conn.send(memoryview(c.out)[c.sent :])
         except (BlockingIOError, InterruptedError):
@@ -271,25 +240,20 @@ class Server:
         if c.sent >= len(c.out):
             self._close(sel, c)
 
-    def _drop(self, sel, c: _Client, why: str, reply: bool = False) -> None:
+    def _drop(self, sel, c: Client, why: str, reply: bool = False) -> None:
         log.warning("%s: %s: dropped", c.peer, why)
         if reply:
             _send_nowait(c.conn, _error(why))
         self._close(sel, c)
 
-    def _close(self, sel, c: _Client) -> None:
+    def _close(self, sel, c: Client) -> None:
         sel.unregister(c.conn)
         c.conn.close()
-        self._busy -= 1
-        left = self._per_uid.get(c.peer.uid, 1) - 1
-        if left:
-            self._per_uid[c.peer.uid] = left
-        else:
-            self._per_uid.pop(c.peer.uid, None)
+        self._held.release(c.peer.uid)
 
     # -- the workers ---------------------------------------------------------------------------
 
-    def _answer(self, c: _Client, line: bytes) -> None:
+    def _answer(self, c: Client, line: bytes) -> None:
         """Answer one request (a worker thread) and hand the reply to the selector thread."""
         peer = c.peer
         try:

@@ -147,7 +147,7 @@ def timed_functions(module, keys: dict[str, str], spent):
 
 
 #: The daemon's module functions timed apart, and their labels.
-TIMED_FUNCTIONS = {"advance": "cycle (steps.advance)", "serve_requests": "udb.requests"}
+TIMED_FUNCTIONS = {"advance_lnodes": "cycle (steps.advance)", "serve": "udb.requests"}
 
 
 @contextmanager
@@ -221,12 +221,12 @@ def fake(cycles: int, repeat: int) -> int:
                 clock=clock,
                 options=Options(enforce_min_uid=1000, cpus=2),
             )
-            d._read_consts = Timed(d, ["_read_consts"], spent, "udb")._read_consts
+            d._reload = Timed(d, ["_reload"], spent, "udb")._reload
             per_cycle = []
             try:
                 d.start()
                 for i in range(cycles):
-                    clock.sleep(d.consts.delta, d.wake)
+                    clock.sleep(d.consts.delta, d.loop.wake)
                     spent.clear()
                     t = time.process_time()
                     d.step()
@@ -234,7 +234,7 @@ def fake(cycles: int, repeat: int) -> int:
                         per_cycle.append(time.process_time() - t)
                         for k, v in spent.items():
                             parts[k].append(v)
-                lnodes = int(d.lnodes.table.active.sum())
+                lnodes = int(d.table.active.sum())
             finally:
                 d.shutdown()
                 engine.dispose()
@@ -288,7 +288,7 @@ def main() -> int:
         d = Daemon(
             engine, collector, enforcer, store, REAL_OS, options=Options(enforce_min_uid=1000)
         )
-        d._read_consts = Timed(d, ["_read_consts"], spent, "udb")._read_consts
+        d._reload = Timed(d, ["_reload"], spent, "udb")._reload
         per_cycle, parts = [], defaultdict(list)
         with timed_functions(daemon_module, TIMED_FUNCTIONS, spent):
             try:
@@ -304,7 +304,7 @@ def main() -> int:
                             parts[k].append(v)
                     else:
                         print(f"  cycle {i + 1} (placing processes): {used * 1e3:.1f} ms CPU")
-                lnodes = int(d.lnodes.table.active.sum())
+                lnodes = int(d.table.active.sum())
             finally:
                 d.shutdown()
         med = statistics.median(per_cycle)

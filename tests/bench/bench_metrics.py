@@ -48,7 +48,8 @@ def main() -> None:
     consts = Consts(flags=ADJGROUPS | LIMSHARE, sharemin=1e-6)
     table = run_cycle(tree, table, c, consts, 4.0)
     daemon = SimpleNamespace(
-        lnodes=SimpleNamespace(tree=tree, table=table),
+        tree=tree,
+        table=table,
         cycle=1,
         writebacks=0,
         checkpoints=0,
