@@ -1,4 +1,4 @@
-"""The fair target (fairshare.core.fair): hierarchical max-min with demand, checked by
+"""The fair target (fairshare.core.maxmin): hierarchical max-min with demand, checked by
 hand-worked cases and against a recursive reference written here from the definition."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trees import G, random_trees, table_one
 
-from fairshare.core.fair import maxmin_allocation
+from fairshare.core.maxmin import maxmin_allocation
 from fairshare.core.tree import ShareTree, build_tree
 
 
