@@ -52,8 +52,9 @@ All arithmetic is over numpy arrays with no loop over nodes: sibling sums are on
 bincount over all nodes, products down the tree one step per level (nodes are numbered
 breadth first, so each level is a contiguous slice), subtree sums one matrix product on
 small trees and one reduceat per level on large ones.  What depends only on which
-lnodes exist and which want CPU (m_share, due shares) is memoised per tree, since it
-changes when processes come and go, not every cycle.
+lnodes exist and which want CPU (m_share, due shares) is memoised on the tree's index,
+one `Memo` per result, owned by the module that computes it (fairshare.core.index),
+since it changes when processes come and go, not every cycle.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from typing import Protocol
 import numpy as np
 
 from fairshare.core.consts import K5, LIMSHARE, TICKS_PER_SECOND, Consts
-from fairshare.core.index import SMALL_TREE, TreeIndex
+from fairshare.core.index import SMALL_TREE, Memo, TreeIndex
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.split import even_targets, flat_index, machine_shares, to_tree
 from fairshare.core.tree import ShareTree, tree_index
@@ -73,6 +74,13 @@ from fairshare.core.tree import ShareTree, tree_index
 USAGE_FLOOR = 1e-9
 #: Priority shown for lnodes with no machine share (they run only on idle CPU).
 PRIORITY_MAX = 1e30
+
+#: What the cycle memoises per tree index (fairshare.core.index.Memo): the active
+#: lnodes and their machine shares; the ADJGROUPS groups and due ratios; the due shares
+#: and the edge and LIMSHARE bounds.
+_LNODES: Memo[tuple[np.ndarray, np.ndarray]] = Memo("active lnodes and m_share")
+_ADJ: Memo[tuple[np.ndarray, np.ndarray]] = Memo("ADJGROUPS groups and due ratios")
+_DUE: Memo[tuple] = Memo("due shares and bounds")
 
 
 @dataclass
@@ -183,15 +191,15 @@ def group_adjustment(
     due the charges below are scaled by actual / (mingshare x due).  A node's factor is
     the product of its own and its ancestors' (Kay-Lauder Figure 5, K6 = mingshare).
     """
-    key = ("adj", m.tobytes(), active.tobytes(), kinds_group.tobytes(), mingshare)
-    hit = idx.memo.get("adj")
-    if hit is None or hit[0] != key:
+    key = (m.tobytes(), active.tobytes(), kinds_group.tobytes(), mingshare)
+    hit = _ADJ.get(idx, key)
+    if hit is None:
         m_act = m * active
         sib_m = idx.sibling_sum(m_act)
         groups = active & kinds_group & (sib_m > 0)
         due = np.divide(m_act, sib_m, out=np.zeros(idx.n), where=groups) * mingshare
-        hit = idx.memo["adj"] = (key, groups, due)
-    _, groups, due = hit
+        hit = _ADJ.put(idx, (groups, due), key)
+    groups, due = hit
     sub = idx.subtree_sum(charges) * active
     sib_c = idx.sibling_sum(sub)
     actual = np.divide(sub, sib_c, out=np.zeros(idx.n), where=sib_c > 0)
@@ -321,9 +329,9 @@ def _due_shares(idx: TreeIndex, m, active, demand, limit, floor) -> tuple:
     (for an idle node: over them and itself); the bounds are limit x due and floor x due
     (widened by a rounding margin).
     """
-    key = ("due", m.tobytes(), active.tobytes(), demand.tobytes(), limit, floor)
-    hit = idx.memo.get("due")
-    if hit is None or hit[0] != key:
+    key = (m.tobytes(), active.tobytes(), demand.tobytes(), limit, floor)
+    hit = _DUE.get(idx, key)
+    if hit is None:
         md = m * demand
         M = idx.sibling_sum(md)
         dr = np.divide(md, M, out=np.zeros(idx.n), where=M > 0)
@@ -333,8 +341,9 @@ def _due_shares(idx: TreeIndex, m, active, demand, limit, floor) -> tuple:
             dr = np.divide(m, M + m, out=dr, where=idle)
         due = idx.down_product(dr)
         cap, low = limit * (1 + 1e-12) * due, floor * (1 - 1e-12) * due
-        hit = idx.memo["due"] = (key, idle, any_idle, due, cap, low)
-    return hit[1], hit[2], hit[3].copy(), hit[4], hit[5]
+        hit = _DUE.put(idx, (idle, any_idle, due, cap, low), key)
+    idle, any_idle, due, cap, low = hit
+    return idle, any_idle, due.copy(), cap, low
 
 
 #: Bisection steps of `_water_fill_level` on log t when its running sums misplace t.
@@ -502,15 +511,15 @@ def _lnodes_and_shares(idx: TreeIndex, shares, leaves, sharemin, even=False) -> 
     Zero-share leaves (Idle) have lnodes but claim no share: groups holding only them do
     not take machine share from their siblings.
     """
-    key = ("m", leaves.tobytes(), sharemin, even)
-    hit = idx.memo.get("m")
-    if hit is None or hit[0] != key:
+    key = (leaves.tobytes(), sharemin, even)
+    hit = _LNODES.get(idx, key)
+    if hit is None:
         active, holders = idx.subtree_sum(np.array((leaves, leaves & idx.has_shares))) > 0
         active[0] = True
         m = machine_shares(idx, shares, holders, even)
         m = apply_sharemin(idx, m, leaves, sharemin)
-        hit = idx.memo["m"] = (key, active, m)
-    return hit[1].copy(), hit[2].copy()
+        hit = _LNODES.put(idx, (active, m), key)
+    return hit[0].copy(), hit[1].copy()
 
 
 def cycle_lnodes(

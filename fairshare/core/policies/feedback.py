@@ -62,13 +62,13 @@ from fairshare.core.consts import Consts, decay
 from fairshare.core.cycle import (
     USAGE_FLOOR,
     Consumption,
-    TreeIndex,
     cycle_lnodes,
     decay_usage,
     leaf_charges,
     lnode_table,
     priority,
 )
+from fairshare.core.index import Memo, TreeIndex
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.tree import ShareTree, tree_index
 
@@ -81,6 +81,8 @@ REACH = 2.0
 #: so that a node that cannot use its share does not wind the integral up for ever.
 MAX_CORRECTION = 100.0
 _LOG_MAX = float(np.log(MAX_CORRECTION))
+#: K_mu of every node for the gains last asked (`kmu_by_node`).
+_KMU: Memo[np.ndarray] = Memo("feedback K_mu by node")
 #: A leaf whose runnable processes had at least this part of a CPU each over the cycle
 #: is saturated: more weight would give it nothing more.
 SATURATED = 0.98
@@ -179,15 +181,15 @@ def share_error(desired: np.ndarray, filtered: np.ndarray) -> np.ndarray:
 def kmu_by_node(tree: ShareTree, kmu: tuple[float, ...]) -> np.ndarray:
     """K_mu of every node from the gains by level (level 1 first; deeper levels the
     last; the root, which has no share node, 0).  Memoised on the tree's index."""
-    memo = tree_index(tree).memo
-    hit = memo.get("kmu")
-    if hit is None or hit[0] != kmu:
+    idx = tree_index(tree)
+    hit = _KMU.get(idx, kmu)
+    if hit is None:
         gains = np.asarray(kmu, dtype=float)
         level = np.asarray(tree.level)
         out = gains[np.clip(level - 1, 0, len(gains) - 1)]
         out[level == 0] = 0.0
-        hit = memo["kmu"] = (kmu, out)
-    return hit[1]
+        hit = _KMU.put(idx, out, kmu)
+    return hit
 
 
 class FeedbackPolicy:

@@ -45,7 +45,7 @@ from fairshare.core.cycle import (
     leaf_charges,
     lnode_table,
 )
-from fairshare.core.index import TreeIndex
+from fairshare.core.index import Memo, TreeIndex
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.sshare import Sshare, share_ratios, sshare
 from fairshare.core.tree import ShareTree
@@ -53,6 +53,8 @@ from fairshare.core.tree import ShareTree
 #: log2 of the largest weight ratio kept (2 ** 900 ~ 1e271): a sum over a million
 #: siblings stays finite for an active node that does not run and would dwarf them.
 _MAX_LOG2_RATIO = 900.0
+#: The tree's share ratios (fairshare.core.sshare.share_ratios): its shares never change.
+_RATIOS: Memo[tuple[np.ndarray, np.ndarray]] = Memo("slurm share ratios")
 
 
 def slurm_e_shares(
@@ -116,9 +118,9 @@ class SlurmPolicy:
         """The lnode table after one cycle of `elapsed` seconds (fairshare.core.cycle.Policy)."""
         c = consumption
         idx, wants, leaves, active, m = cycle_lnodes(tree, table, c, consts)
-        ratios = idx.memo.get("slurm_ratios")
+        ratios = _RATIOS.get(idx)
         if ratios is None:  # the tree's shares never change
-            ratios = idx.memo["slurm_ratios"] = share_ratios(idx, tree.shares)
+            ratios = _RATIOS.put(idx, share_ratios(idx, tree.shares))
 
         charges = leaf_charges(c, consts) * leaves
         k = decay(elapsed, consts.halflife)
