@@ -16,6 +16,7 @@ from fairshare.core.cycle import (
     PRIORITY_MAX,
     Consumption,
     apply_sharemin,
+    background_leaves,
     decay_usage,
     effective_shares,
     group_adjustment,
@@ -333,6 +334,21 @@ def test_maxusage_makes_background():
     assert out.e_share[1] == 0.0
     # the others split the machine as if u0 did not compete: m^2/u = 3:1
     assert out.e_share[2:].tolist() == pytest.approx([0.75, 0.25])
+
+
+def test_background_leaves_by_hand():
+    """Node 0 a group; leaves 1-5: at MAXUSAGE exactly (1e6), past it, below it, below
+    it with no machine share (Idle), and not an lnode (not in `leaves`)."""
+    leaves = np.array([False, True, True, True, True, False])
+    usage = np.array([9e9, 1e6, 2e6, 999_999.0, 5.0, 9e9])
+    m = np.array([1.0, 0.25, 0.25, 0.5, 0.0, 0.0])
+    assert background_leaves(leaves, usage, m, 1e6).tolist() == [
+        False, True, True, False, True, False
+    ]  # fmt: skip
+    # MAXUSAGE out of reach: only the share-less leaf stays in the background
+    assert background_leaves(leaves, usage, m, 1e30).tolist() == [
+        False, False, False, False, True, False
+    ]  # fmt: skip
 
 
 def test_zero_share_idle_is_background_with_max_priority():

@@ -40,8 +40,9 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
    user with very high past usage is not locked out (the guide's 4.6.1.4, Kay-Lauder's
    marooning).  An active lnode that wants no CPU is given what it would get if it alone
    started, so an enforcer can set its weight before it runs.
-   MAXUSAGE: a leaf whose usage reaches maxusage is a background lnode; so is a leaf
-   with zero shares (Idle): e_share 0, they run only on CPU nobody else wants.
+   MAXUSAGE (`background_leaves`, after step 4, which every policy applies): a leaf
+   whose usage reaches maxusage is a background lnode; so is a leaf with zero shares
+   (Idle): e_share 0, they run only on CPU nobody else wants.
 6. `priority`: Kay-Lauder's usage x nrun / m_share^2, and `near_future`: the flat
    Kay-Lauder proportion m^2 / usage over the demanding leaves (shrview's Pri), shown by
    the displays; so are the due shares of step 5 (`LnodeTable.due`).
@@ -211,6 +212,15 @@ def group_adjustment(
 def decay_usage(usage: np.ndarray, charges: np.ndarray, k: float) -> np.ndarray:
     """usage x K + charges (charge units), at least USAGE_FLOOR."""
     return np.maximum(usage * k + charges, USAGE_FLOOR)
+
+
+def background_leaves(
+    leaves: np.ndarray, usage: np.ndarray, m: np.ndarray, maxusage: float
+) -> np.ndarray:
+    """MAXUSAGE and Idle: the `leaves` whose usage (charge units, after decay) reached
+    `maxusage`, or that have no machine share `m` (zero shares): background lnodes, with
+    e_share 0, that run only on CPU nobody else wants."""
+    return leaves & ((usage >= maxusage) | (m <= 0))
 
 
 @dataclass

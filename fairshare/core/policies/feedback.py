@@ -62,6 +62,7 @@ from fairshare.core.consts import Consts, decay
 from fairshare.core.cycle import (
     USAGE_FLOOR,
     Consumption,
+    background_leaves,
     cycle_lnodes,
     decay_usage,
     leaf_charges,
@@ -218,7 +219,7 @@ class FeedbackPolicy:
             charges = leaf_charges(dataclasses.replace(c, cpu_charged=None), consts) * leaves
         k = decay(elapsed, consts.halflife)
         usage = leaf_usage = decay_usage(table.usage, charges, k) * leaves
-        background = leaves & ((usage >= consts.maxusage) | (m <= 0))
+        background = background_leaves(leaves, usage, m, consts.maxusage)
         demand_leaf = leaves & wants & ~background
         # A leaf whose every runnable process had a whole CPU cannot receive more,
         # whatever its weight (nor a group whose demanding leaves all did).

@@ -40,6 +40,7 @@ import numpy as np
 from fairshare.core.consts import Consts, decay
 from fairshare.core.cycle import (
     Consumption,
+    background_leaves,
     cycle_lnodes,
     decay_usage,
     leaf_charges,
@@ -125,7 +126,7 @@ class SlurmPolicy:
         charges = leaf_charges(c, consts) * leaves
         k = decay(elapsed, consts.halflife)
         usage = decay_usage(table.usage, charges, k) * leaves
-        background = leaves & ((usage >= consts.maxusage) | (m <= 0))
+        background = background_leaves(leaves, usage, m, consts.maxusage)
         figures = sshare(idx, tree.shares, idx.subtree_sum(usage), consts.dampening, None, ratios)
         runnable = leaves & ~background
         e_share = slurm_e_shares(idx, figures, consts.dampening, runnable & wants, runnable)

@@ -8,6 +8,7 @@ import numpy as np
 from fairshare.core.consts import ADJGROUPS, Consts, decay
 from fairshare.core.cycle import (
     Consumption,
+    background_leaves,
     cycle_lnodes,
     decay_usage,
     group_adjustment,
@@ -49,7 +50,7 @@ class UnicosPolicy:
 
         k = decay(elapsed, consts.halflife)
         usage = decay_usage(table.usage, adjusted, k) * leaves
-        background = leaves & ((usage >= consts.maxusage) | (m <= 0))
+        background = background_leaves(leaves, usage, m, consts.maxusage)
         demand_leaf = leaves & wants
         sched_leaf = demand_leaf & ~background
         sub_usage, sched = idx.subtree_sum(np.array((usage, sched_leaf)))
