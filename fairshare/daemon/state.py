@@ -29,7 +29,15 @@ import numpy as np
 
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption
-from fairshare.core.lnode import LnodeTable, WriteBack, accrued, activate, new_table, release
+from fairshare.core.lnode import (
+    LnodeTable,
+    WriteBack,
+    accrued,
+    activate,
+    copy_row,
+    new_table,
+    release,
+)
 from fairshare.core.steps import activate_stored
 from fairshare.core.tree import UNKNOWN_NAMES, Kind, ShareTree
 from fairshare.enforce.base import safe_name
@@ -124,9 +132,7 @@ def carry_over(old: Lnodes, new: Lnodes, now: float) -> list[tuple[int, WriteBac
 
 
 def _copy_row(old: LnodeTable, n: int, new: LnodeTable, m: int) -> None:
-    for f in dataclasses.fields(LnodeTable):
-        if f.name not in ("parent", "active"):
-            getattr(new, f.name)[m] = getattr(old, f.name)[n]
+    copy_row(old, n, new, m)  # the policy's state too (fairshare.core.lnode)
 
 
 def arriving(ln: Lnodes, c: Consumption) -> list[int]:

@@ -35,8 +35,9 @@ every group (and the root) a redistribution node:
   depth, so that parents give their children time to correct before they act
   themselves.
 
-The policy keeps its state in the lnode table (`transient`, `filtered`, `correction`,
-`since`), so the daemon and the simulator carry it from cycle to cycle like usage.  A
+The policy keeps its state (`FeedbackState`: `transient`, `filtered`, `correction`,
+`since`) in the lnode table (LnodeTable.policy_state), so the daemon and the simulator
+carry it from cycle to cycle like usage.  A
 group's usage is its own decayed usage (what its subtree was charged, decaying with the
 half-life), at least the sum of its active leaves': a member that leaves takes its
 lnode but not its part of the group's usage, so an organisation pays for a member's past
@@ -55,6 +56,7 @@ the others, so a cheaper tick would be a pure gift): this is the NAVOCEANO lesso
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,7 +72,7 @@ from fairshare.core.cycle import (
     priority,
 )
 from fairshare.core.index import Memo, TreeIndex
-from fairshare.core.lnode import LnodeTable
+from fairshare.core.lnode import LnodeTable, NodeState
 from fairshare.core.tree import ShareTree, tree_index
 
 #: Equation 10's v: how far beyond the fair line's nearest dominating point the
@@ -193,6 +195,32 @@ def kmu_by_node(tree: ShareTree, kmu: tuple[float, ...]) -> np.ndarray:
     return hit
 
 
+@dataclass
+class FeedbackState(NodeState):
+    """The feedback policy's state, carried by the lnode table from cycle to cycle
+    (LnodeTable.policy_state); per node, 0 for an lnode just created:
+
+    transient: the share redistribution node's transient share of the lnode among its
+      active siblings (fraction; seed 004's equation 10, re-derived every period).
+    filtered: the share node's low-pass filtered share of the machine's charges that
+      the lnode received (fraction of the machine).
+    correction: the share node's accumulated correction, as a natural log (0 = none).
+    since: on groups and the root, seconds since their redistribution node last
+      re-derived the children's transient shares.
+    """
+
+    transient: np.ndarray
+    filtered: np.ndarray
+    correction: np.ndarray
+    since: np.ndarray
+
+    @classmethod
+    def of(cls, table: LnodeTable) -> FeedbackState:
+        """`table`'s feedback state: every lnode's 0 when another policy (or none) ran."""
+        state = table.policy_state
+        return state if isinstance(state, cls) else cls.zeros(table.size)
+
+
 class FeedbackPolicy:
     """Seed 004's feedback-control hierarchy: share nodes and redistribution nodes."""
 
@@ -237,8 +265,9 @@ class FeedbackPolicy:
         idle = active & ~demand & holders
 
         # The redistribution nodes: every period, and at once for a new lnode.
-        since = float(table.since[0]) + elapsed
-        transient = table.transient * holders
+        old = FeedbackState.of(table)
+        since = float(old.since[0]) + elapsed
+        transient = old.transient * holders
         if since >= consts.feedback_period or np.count_nonzero(holders & (transient <= 0)):
             plain = np.maximum(usage - USAGE_FLOOR * nleaves, 0.0)  # without the floors
             transient = transient_shares(idx, m, plain)
@@ -249,8 +278,8 @@ class FeedbackPolicy:
         # transient share of its parent's desired share); the corrections it has
         # accumulated tilt its base share among its siblings.
         desired = idx.down_product(t)
-        correction = table.correction * active
-        filtered = np.where(demand & ~table.demand, desired, table.filtered) * active
+        correction = old.correction * active
+        filtered = np.where(demand & ~table.demand, desired, old.filtered) * active
         total = float(received[0])
         if elapsed > 0 and total > 0:
             steps = elapsed / consts.delta
@@ -286,8 +315,10 @@ class FeedbackPolicy:
             charge=table.charge + billed,
             demand=demand,
             priority=priority(np.ones(n), new.nrun, e_share) * active,
-            transient=transient,
-            filtered=filtered,
-            correction=correction * active,
-            since=np.where(groups, since, 0.0),
+            policy_state=FeedbackState(
+                transient=transient,
+                filtered=filtered,
+                correction=correction * active,
+                since=np.where(groups, since, 0.0),
+            ),
         )
