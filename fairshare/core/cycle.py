@@ -4,8 +4,12 @@
 lnode table of the previous cycle, what every active leaf consumed during the
 last `elapsed` seconds, and the constants, and returns the new lnode table.  The
 daemon, the simulator and the tests all call it; there is no other copy of the
-algorithm.  The policy sits behind `Policy`; `UnicosPolicy` (the default) is the
-UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
+algorithm.  The policy sits behind `Policy`: it works out a `Decision` (what it decided:
+usage, shares, background lnodes, its own state) from the steps below, and
+`lnode_table` turns that into the new lnode table with the bookkeeping every policy
+shares (rates, counts, group sums, the long-term charge, CPU seconds, the priority).
+`UnicosPolicy` (the default, fairshare.core.policies.unicos) is the UNICOS / Kay-Lauder
+policy, in DESIGN.md's order, one named function per step:
 
 1. `leaf_charges`: cost x resources x percent/100 per leaf (charge units).  CPU ticks
    are charged by nice (`Consumption.cpu_charged`, the guide's Nice Ticks: 150% at nice
@@ -61,13 +65,13 @@ since it changes when processes come and go, not every cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
 from fairshare.core.consts import K5, LIMSHARE, TICKS_PER_SECOND, Consts
 from fairshare.core.index import SMALL_TREE, Memo, TreeIndex
-from fairshare.core.lnode import LnodeTable
+from fairshare.core.lnode import LnodeTable, NodeState
 from fairshare.core.split import even_targets, flat_index, machine_shares, to_tree
 from fairshare.core.tree import ShareTree, tree_index
 
@@ -111,8 +115,51 @@ class Consumption:
         return cls(*f, nrun=np.zeros(n, dtype=np.int64), refs=np.zeros(n, dtype=np.int64))
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What a policy decided in one cycle (`Policy.cycle`), from which `lnode_table`
+    builds the new lnode table with the bookkeeping every policy shares.
+
+    Arrays over the tree's nodes.  active: the lnodes (`cycle_lnodes`); m_share: their
+    machine shares after sharemin; charges: per leaf, what the cycle charged (charge
+    units; the usage and the charge rate grow by it); usage: per leaf, the decayed usage
+    after the charges and any raise (charge units, 0 off the active leaves); k: the
+    cycle's decay factor (fairshare.core.consts.decay); e_share: the effective shares
+    (fractions of the machine); background: the background leaves (`background_leaves`).
+
+    What a policy may leave out: adj, the ADJGROUPS factors (None: no adjustment, 1); due
+    and pri, the due shares (per node) and the near-future proportions (per leaf),
+    LnodeTable.due and .pri (None: the policy has none, 0); billed: per leaf, what the
+    long-term charge grows by (None: `charges`); group_usage: the usage per node with
+    each group's own (None: a group's is the sum of its leaves'); demanding: the leaves
+    counted as demanding CPU (None: every leaf that wants CPU, background ones
+    included); priority: what the priority weighs, "usage" for Kay-Lauder's usage x
+    nrun / m_share^2, "e_share" for the terminator's nrun / e_share^2; state: the
+    policy's own state for the next cycle (LnodeTable.policy_state; None: it keeps none).
+    """
+
+    active: np.ndarray
+    m_share: np.ndarray
+    charges: np.ndarray
+    usage: np.ndarray
+    k: float
+    e_share: np.ndarray
+    background: np.ndarray
+    adj: np.ndarray | None = None
+    due: np.ndarray | None = None
+    pri: np.ndarray | None = None
+    billed: np.ndarray | None = None
+    group_usage: np.ndarray | None = None
+    demanding: np.ndarray | None = None
+    priority: Literal["usage", "e_share"] = "usage"
+    state: NodeState | None = None
+
+
 class Policy(Protocol):
-    """A fair-share policy: one cycle from the old lnode table to the new one."""
+    """A fair-share policy: one cycle from the old lnode table to the new one, given what
+    the leaves consumed during the last `elapsed` seconds.  A policy works out what it
+    decides (a `Decision`: shares, usage, background lnodes, its own state) with the
+    steps below and returns `lnode_table` of it, which does the bookkeeping they share."""
 
     name: str
 
@@ -547,62 +594,48 @@ def cycle_lnodes(
 
 
 def lnode_table(
-    idx: TreeIndex,
-    table: LnodeTable,
-    c: Consumption,
-    charges: np.ndarray,
-    usage: np.ndarray,
-    k: float,
-    elapsed: float,
-    active: np.ndarray,
-    m: np.ndarray,
-    e_share: np.ndarray,
-    adj: np.ndarray | None,
-    background: np.ndarray,
-    due: np.ndarray | None = None,
-    pri: np.ndarray | None = None,
+    idx: TreeIndex, table: LnodeTable, c: Consumption, elapsed: float, d: Decision
 ) -> LnodeTable:
-    """The new lnode table a policy's cycle returns, from what the policy decided.
-
-    `charges` and `usage` are per leaf (charge units; usage after decay and any raise,
-    0 off the active leaves), `k` the cycle's decay factor, `m` and `e_share` per node
-    (fractions of the machine), `adj` the ADJGROUPS factors (None: no adjustment),
-    `background` the background leaves; `due` (per node) and `pri` (per leaf) the due
-    shares and near-future proportions (LnodeTable.due and .pri; None: the policy has
-    none, 0).  Rates, counts, group sums, the long-term charge and CPU seconds and the
-    priority are worked out here, the same for every policy.
+    """The new lnode table from what the policy decided (`d`) over a cycle of `elapsed`
+    seconds of `c`, after `table`: the bookkeeping every policy shares (rates, counts,
+    group sums, the long-term charge and CPU seconds, the priority), written once here.
     """
-    leaves = idx.leaf & active
-    wants = (c.nrun > 0) | (c.cpu > 0)
+    leaves = idx.leaf & d.active
+    demanding = leaves & ((c.nrun > 0) | (c.cpu > 0)) if d.demanding is None else d.demanding
     # Charges and consumption need no masking below: they are 0 off the leaves, and a
     # leaf with any is in `leaves`; the table's charge and cpu_seconds are kept for
     # leaves only, but its usage and rate hold sums on the groups too.
-    rate = table.rate * (leaves * k)
+    rate = table.rate * (leaves * d.k)
     if elapsed > 0:
-        rate += (1 - k) / elapsed * charges
+        rate += (1 - d.k) / elapsed * d.charges
     cpu_total = float(c.cpu.sum())
     cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(idx.n)
-    sums = idx.subtree_sum(np.array((usage, rate, leaves & wants, c.refs, c.nrun, cpu)))
+    sums = idx.subtree_sum(np.array((d.usage, rate, demanding, c.refs, c.nrun, cpu)))
     sub_usage, rate, demand, refs, nrun, cpu = sums
+    if d.priority == "e_share":  # the terminator's nrun / e_share^2
+        prio = priority(np.ones(idx.n), nrun, d.e_share)
+    else:  # Kay-Lauder's usage x nrun / m_share^2
+        prio = priority(sub_usage, nrun, d.m_share)
     return LnodeTable(
-        usage=sub_usage,
-        stored=table.stored * (leaves * k),  # decays like usage (fairshare.core.lnode)
-        charge=table.charge + charges,
+        usage=sub_usage if d.group_usage is None else d.group_usage,
+        stored=table.stored * (leaves * d.k),  # decays like usage (fairshare.core.lnode)
+        charge=table.charge + (d.charges if d.billed is None else d.billed),
         charge_written=table.charge_written,
         cpu_seconds=table.cpu_seconds + c.cpu,
         cpu_written=table.cpu_written,
         rate=rate,
-        active=active,
+        active=d.active,
         demand=demand > 0,
         refs=refs.astype(np.int64),
         nrun=nrun.astype(np.int64),
-        m_share=m,
-        e_share=e_share,
-        due=due,
-        pri=pri,
+        m_share=d.m_share,
+        e_share=d.e_share,
+        due=d.due,
+        pri=d.pri,
         cpu=cpu,
-        adj=np.ones(idx.n) if adj is None else np.where(active, adj, 1.0),
-        priority=priority(sub_usage, nrun, m) * active,
-        background=background,
+        adj=np.ones(idx.n) if d.adj is None else np.where(d.active, d.adj, 1.0),
+        priority=prio * d.active,
+        background=d.background,
         parent=table.parent,
+        policy_state=d.state,
     )

@@ -1,7 +1,8 @@
 """The policies, one module each, and the registry that picks one by name.
 
-Every policy takes its shared steps from fairshare.core.cycle and returns its new
-lnode table through `fairshare.core.cycle.lnode_table`:
+Every policy takes its shared steps from fairshare.core.cycle and puts what it decided
+in a `fairshare.core.cycle.Decision`, from which `fairshare.core.cycle.lnode_table`
+builds its new lnode table with the bookkeeping they share:
 
 - `unicos`: the UNICOS user-level policy (Kay-Lauder, the guide), the default;
 - `slurm`: Slurm's classic fair-share factor (seed 002);

@@ -64,12 +64,12 @@ from fairshare.core.consts import Consts, decay
 from fairshare.core.cycle import (
     USAGE_FLOOR,
     Consumption,
+    Decision,
     background_leaves,
     cycle_lnodes,
     decay_usage,
     leaf_charges,
     lnode_table,
-    priority,
 )
 from fairshare.core.index import Memo, TreeIndex
 from fairshare.core.lnode import LnodeTable, NodeState
@@ -246,20 +246,20 @@ class FeedbackPolicy:
         if c.cpu_charged is not None:
             charges = leaf_charges(dataclasses.replace(c, cpu_charged=None), consts) * leaves
         k = decay(elapsed, consts.halflife)
-        usage = leaf_usage = decay_usage(table.usage, charges, k) * leaves
-        background = background_leaves(leaves, usage, m, consts.maxusage)
+        leaf_usage = decay_usage(table.usage, charges, k) * leaves
+        background = background_leaves(leaves, leaf_usage, m, consts.maxusage)
         demand_leaf = leaves & wants & ~background
         # A leaf whose every runnable process had a whole CPU cannot receive more,
         # whatever its weight (nor a group whose demanding leaves all did).
         free_leaf = demand_leaf & (c.cpu < SATURATED * c.nrun * elapsed)
         sums = idx.subtree_sum(
-            np.array((charges, usage, leaves, demand_leaf, charges * demand_leaf, free_leaf))
+            np.array((charges, leaf_usage, leaves, demand_leaf, charges * demand_leaf, free_leaf))
         )
         sub_charges, sub_usage, nleaves, ndemand, received, nfree = sums
         # A group's own decayed usage, at least its active leaves' (a newcomer brings its
         # own history); the leaves keep theirs.
         own = np.maximum(table.usage * k + sub_charges, sub_usage)
-        usage = np.where(idx.leaf, usage, own) * active
+        usage = np.where(idx.leaf, leaf_usage, own) * active
         demand = ndemand > 0
         holders = m > 0
         idle = active & ~demand & holders
@@ -301,24 +301,29 @@ class FeedbackPolicy:
         if scale > 0:
             e_share = np.where(demand, e_below, np.where(idle, base, 0.0)) / scale
         e_share *= active & ~background
-        new = lnode_table(
-            idx, table, c, charges, leaf_usage, k, elapsed, active, m, e_share, None, background,
-            due=desired * active,
-        )  # fmt: skip
-        # What differs from the shared bookkeeping: the groups' own usage, the charge
-        # billed at the guide's prices, demand without background lnodes, the priority
-        # on e_share alone, and the controllers' state.
         groups = active & ~idx.leaf
-        return dataclasses.replace(
-            new,
-            usage=usage,
-            charge=table.charge + billed,
-            demand=demand,
-            priority=priority(np.ones(n), new.nrun, e_share) * active,
-            policy_state=FeedbackState(
-                transient=transient,
-                filtered=filtered,
-                correction=correction * active,
-                since=np.where(groups, since, 0.0),
-            ),
+        state = FeedbackState(
+            transient=transient,
+            filtered=filtered,
+            correction=correction * active,
+            since=np.where(groups, since, 0.0),
         )
+        # Beside what every policy decides: the groups' own usage, the charge billed at
+        # the guide's prices, demand without background lnodes, the priority on e_share
+        # alone (the terminator's), and the controllers' state.
+        decision = Decision(
+            active=active,
+            m_share=m,
+            charges=charges,
+            usage=leaf_usage,
+            k=k,
+            e_share=e_share,
+            background=background,
+            due=desired * active,
+            billed=billed,
+            group_usage=usage,
+            demanding=demand_leaf,
+            priority="e_share",
+            state=state,
+        )
+        return lnode_table(idx, table, c, elapsed, decision)

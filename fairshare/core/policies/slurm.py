@@ -40,6 +40,7 @@ import numpy as np
 from fairshare.core.consts import Consts, decay
 from fairshare.core.cycle import (
     Consumption,
+    Decision,
     background_leaves,
     cycle_lnodes,
     decay_usage,
@@ -131,6 +132,13 @@ class SlurmPolicy:
         runnable = leaves & ~background
         e_share = slurm_e_shares(idx, figures, consts.dampening, runnable & wants, runnable)
         e_share *= active & ~background
-        return lnode_table(
-            idx, table, c, charges, usage, k, elapsed, active, m, e_share, None, background
+        decision = Decision(
+            active=active,
+            m_share=m,
+            charges=charges,
+            usage=usage,
+            k=k,
+            e_share=e_share,
+            background=background,
         )
+        return lnode_table(idx, table, c, elapsed, decision)

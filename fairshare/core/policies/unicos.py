@@ -8,6 +8,7 @@ import numpy as np
 from fairshare.core.consts import ADJGROUPS, Consts, decay
 from fairshare.core.cycle import (
     Consumption,
+    Decision,
     background_leaves,
     cycle_lnodes,
     decay_usage,
@@ -64,7 +65,16 @@ class UnicosPolicy:
             usage = raise_usage(idx, usage, sh.raise_)
         e_share = sh.e_share * (active & ~background)
 
-        return lnode_table(
-            idx, table, c, charges, usage, k, elapsed, active, m, e_share, adj, background,
-            due=sh.due * active, pri=near_future(usage, m, sched_leaf),
-        )  # fmt: skip
+        decision = Decision(
+            active=active,
+            m_share=m,
+            charges=charges,
+            usage=usage,
+            k=k,
+            e_share=e_share,
+            background=background,
+            adj=adj,
+            due=sh.due * active,
+            pri=near_future(usage, m, sched_leaf),
+        )
+        return lnode_table(idx, table, c, elapsed, decision)
