@@ -10,8 +10,8 @@ every group (and the root) a redistribution node:
   share is always 1.  Leaves (Figure 2-11) have a share node but no redistribution node;
   their base share is the terminator's input: their effective share, the weight the
   enforcer gives the kernel, and their priority the terminator's nprocs / share^2.
-- `transient_shares`, the redistribution (every `Consts.feedback_period` seconds, 5 min by
-  default, and at once when an lnode appears): the seed's equation 10 over each set of
+- `redistribution` (`transient_shares`; every `Consts.feedback_period` seconds, 5 min
+  by default, and at once when an lnode appears): the seed's equation 10 over each set of
   active siblings that hold shares, tshare = s x REACH x max(u / s) - u, s their
   entitlement among them (shares over the set's shares), u their decayed usage, and
   tshare / sum(tshare) their transient shares.  The target is the point of the fair line
@@ -19,32 +19,30 @@ every group (and the root) a redistribution node:
   usage: siblings whose usages are in proportion to their shares get exactly their
   shares, one that has used less gets more, and the largest consumer keeps part of its
   parent's share (REACH > 1: it is not marooned).  Without usage it is the entitlement.
-- The share node (every cycle): its desired share d = its parent's base share x its
-  transient share renormalised over its siblings that want CPU; `low_pass` filters x, the
-  share of the machine's charges it received during the cycle, f <- f + K_c (x - f); the
-  error is K_mu (d - f) / max(d, f) (relative, so every level and every size of share
-  moves at the same pace; at most K_mu per cycle).  Its children's base share is
-  d x exp(correction), where `correction` accumulates the errors: the seed subtracts the
+- `share_nodes` (every cycle): a share node's desired share d = its parent's base share
+  x its transient share renormalised over its siblings that want CPU; `low_pass` filters
+  x, the share of the machine's charges it received during the cycle, f <- f + K_c (x -
+  f); the error is K_mu (d - f) / max(d, f) (relative, so every level and every size of
+  share moves at the same pace; at most K_mu per cycle).  Its children's base share is d
+  x exp(correction), where `correction` accumulates the errors: the seed subtracts the
   error from "the node's actual share", its output as it stands, which makes the share
   node an integral controller.  A constant error keeps moving the base share until the
   node receives what it is due, whatever the kernel makes of the weights (nice floors
   the enforcer cannot go below, nice's 1.25x steps, which the loop dithers between so
   that the average is right); `held_error` keeps a node whose processes already have a
   CPU each (and its siblings) from winding the correction up.  K_mu is per level
-  (`Consts.feedback_kmu`, deeper levels the last): the seed wants it to grow with
-  depth, so that parents give their children time to correct before they act
-  themselves.
+  (`Consts.feedback_kmu`, deeper levels the last): the seed wants it to grow with depth,
+  so that parents give their children time to correct before they act themselves.
 
 The policy keeps its state (`FeedbackState`: `transient`, `filtered`, `correction`,
 `since`) in the lnode table (LnodeTable.policy_state), so the daemon and the simulator
-carry it from cycle to cycle like usage.  A
-group's usage is its own decayed usage (what its subtree was charged, decaying with the
-half-life), at least the sum of its active leaves': a member that leaves takes its
-lnode but not its part of the group's usage, so an organisation pays for a member's past
-consumption after the member stops (seed 004's Figure 2-3 story).  What else it shares
-with unicos: the charges, the machine shares (m_share, sharemin), usage decay,
-MAXUSAGE and zero shares (background lnodes).  ADJGROUPS, LIMSHARE and the edge effects
-(K5) are unicos's and play no part.
+carry it from cycle to cycle like usage.  A group's usage is its own decayed usage (what
+its subtree was charged, decaying with the half-life), at least the sum of its active
+leaves': a member that leaves takes its lnode but not its part of the group's usage, so
+an organisation pays for a member's past consumption after the member stops (seed 004's
+Figure 2-3 story).  What else it shares with unicos: the charges, the machine shares
+(m_share, sharemin), usage decay, MAXUSAGE and zero shares (background lnodes).
+ADJGROUPS, LIMSHARE and the edge effects (K5) are unicos's and play no part.
 
 Charges: the long-term charge (the guide's Muse, shcharge) is billed at the guide's
 prices, a weaker nice's cheaper CPU ticks included; usage and the share nodes count
@@ -221,6 +219,95 @@ class FeedbackState(NodeState):
         return state if isinstance(state, cls) else cls.zeros(table.size)
 
 
+def feedback_charges(c: Consumption, consts: Consts, leaves: np.ndarray):
+    """(billed, charged) per leaf (charge units): billed at the guide's prices (a weaker
+    nice's cheaper ticks) for the long-term charge; charged for usage and the share nodes
+    on what was received, every tick at its full cost."""
+    billed = leaf_charges(c, consts) * leaves
+    if c.cpu_charged is None:
+        return billed, billed
+    return billed, leaf_charges(dataclasses.replace(c, cpu_charged=None), consts) * leaves
+
+
+def redistribution(
+    idx: TreeIndex,
+    old: FeedbackState,
+    m: np.ndarray,
+    usage: np.ndarray,
+    nleaves: np.ndarray,
+    elapsed: float,
+    period: float,
+) -> tuple[np.ndarray, float]:
+    """The redistribution nodes: (transient shares, seconds since they were derived).
+
+    Every `period` seconds, and at once for a new lnode (a holder of shares without a
+    transient share), `transient_shares` from each node's `usage` less its `nleaves`
+    active leaves' USAGE_FLOOR; between, the old ones on the nodes that hold shares.
+    """
+    holders = m > 0
+    since = float(old.since[0]) + elapsed
+    transient = old.transient * holders
+    if since >= period or np.count_nonzero(holders & (transient <= 0)):
+        plain = np.maximum(usage - USAGE_FLOOR * nleaves, 0.0)  # without the floors
+        transient = transient_shares(idx, m, plain)
+        since = 0.0
+    return transient, since
+
+
+def share_nodes(
+    tree: ShareTree,
+    old: FeedbackState,
+    was_demanding: np.ndarray,
+    desired: np.ndarray,
+    demand: np.ndarray,
+    active: np.ndarray,
+    received: np.ndarray,
+    saturated: np.ndarray,
+    elapsed: float,
+    consts: Consts,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The share nodes after the cycle: (filtered received shares, corrections).
+
+    Each demanding node (not the root, which has none) filters the part of the
+    machine's charges it `received` (charge units per node) and accumulates K_mu x its
+    error against its `desired` share (fractions of the machine); `saturated` nodes are
+    held (`held_error`).  A node that starts to demand starts filtered at its desired
+    share; inactive nodes keep nothing.
+    """
+    idx = tree_index(tree)
+    correction = old.correction * active
+    filtered = np.where(demand & ~was_demanding, desired, old.filtered) * active
+    total = float(received[0])
+    if elapsed > 0 and total > 0:
+        steps = elapsed / consts.delta
+        seen = demand.copy()
+        seen[0] = False  # the root has no share node
+        fresh = low_pass(filtered, received / total, consts.feedback_kc, steps)
+        filtered = np.where(seen, fresh, filtered)
+        error = held_error(idx, share_error(desired, filtered), seen & saturated)
+        gain = kmu_by_node(tree, consts.feedback_kmu) * steps
+        correction = correction + np.where(seen, gain * error, 0.0)
+        correction = centred(idx, correction, demand, active)
+    return filtered, correction
+
+
+def leaf_e_shares(
+    idx: TreeIndex,
+    base: np.ndarray,
+    demand_leaf: np.ndarray,
+    demand: np.ndarray,
+    idle: np.ndarray,
+) -> np.ndarray:
+    """Effective shares from the base shares (fractions of the machine): the leaves'
+    base shares over the demanding leaves' (groups: the sum of theirs below; idle
+    lnodes: their own base share on that scale; 0 when no leaf demands)."""
+    e_below = idx.subtree_sum(base * demand_leaf)
+    scale = float(e_below[0])
+    if scale <= 0:
+        return np.zeros(idx.n)
+    return np.where(demand, e_below, np.where(idle, base, 0.0)) / scale
+
+
 class FeedbackPolicy:
     """Seed 004's feedback-control hierarchy: share nodes and redistribution nodes."""
 
@@ -237,14 +324,7 @@ class FeedbackPolicy:
         """The lnode table after one cycle of `elapsed` seconds (see the module docstring)."""
         c = consumption
         idx, wants, leaves, active, m = cycle_lnodes(tree, table, c, consts)
-        n = idx.n
-
-        # Billed at the guide's prices (a weaker nice's cheaper ticks); scheduled on what
-        # was received, every tick at its full cost.
-        billed = leaf_charges(c, consts) * leaves
-        charges = billed
-        if c.cpu_charged is not None:
-            charges = leaf_charges(dataclasses.replace(c, cpu_charged=None), consts) * leaves
+        billed, charges = feedback_charges(c, consts, leaves)
         k = decay(elapsed, consts.halflife)
         leaf_usage = decay_usage(table.usage, charges, k) * leaves
         background = background_leaves(leaves, leaf_usage, m, consts.maxusage)
@@ -261,46 +341,21 @@ class FeedbackPolicy:
         own = np.maximum(table.usage * k + sub_charges, sub_usage)
         usage = np.where(idx.leaf, leaf_usage, own) * active
         demand = ndemand > 0
-        holders = m > 0
-        idle = active & ~demand & holders
+        idle = active & ~demand & (m > 0)
 
-        # The redistribution nodes: every period, and at once for a new lnode.
+        # The redistribution nodes set each share node's desired share (its transient
+        # share of its parent's desired share); the corrections each has accumulated
+        # tilt its base share among its siblings.
         old = FeedbackState.of(table)
-        since = float(old.since[0]) + elapsed
-        transient = old.transient * holders
-        if since >= consts.feedback_period or np.count_nonzero(holders & (transient <= 0)):
-            plain = np.maximum(usage - USAGE_FLOOR * nleaves, 0.0)  # without the floors
-            transient = transient_shares(idx, m, plain)
-            since = 0.0
-        t = demanding_shares(idx, transient, demand, idle)
-
-        # The share nodes: each one's desired share is the redistribution's target (its
-        # transient share of its parent's desired share); the corrections it has
-        # accumulated tilt its base share among its siblings.
-        desired = idx.down_product(t)
-        correction = old.correction * active
-        filtered = np.where(demand & ~table.demand, desired, old.filtered) * active
-        total = float(received[0])
-        if elapsed > 0 and total > 0:
-            steps = elapsed / consts.delta
-            seen = demand.copy()
-            seen[0] = False  # the root has no share node
-            fresh = low_pass(filtered, received / total, consts.feedback_kc, steps)
-            filtered = np.where(seen, fresh, filtered)
-            error = held_error(idx, share_error(desired, filtered), seen & (nfree == 0))
-            gain = kmu_by_node(tree, consts.feedback_kmu) * steps
-            correction = correction + np.where(seen, gain * error, 0.0)
-            correction = centred(idx, correction, demand, active)
-        base = idx.down_product(demanding_shares(idx, transient * np.exp(correction), demand, idle))
-
-        # Effective shares: the leaves' base shares over the demanding leaves' (groups: the
-        # sum of theirs below; idle lnodes: their own base share on that scale).
-        e_below = idx.subtree_sum(base * demand_leaf)
-        scale = float(e_below[0])
-        e_share = np.zeros(n)
-        if scale > 0:
-            e_share = np.where(demand, e_below, np.where(idle, base, 0.0)) / scale
-        e_share *= active & ~background
+        transient, since = redistribution(
+            idx, old, m, usage, nleaves, elapsed, consts.feedback_period
+        )
+        desired = idx.down_product(demanding_shares(idx, transient, demand, idle))
+        filtered, correction = share_nodes(
+            tree, old, table.demand, desired, demand, active, received, nfree == 0, elapsed, consts
+        )
+        tilted = demanding_shares(idx, transient * np.exp(correction), demand, idle)
+        e_share = leaf_e_shares(idx, idx.down_product(tilted), demand_leaf, demand, idle)
         groups = active & ~idx.leaf
         state = FeedbackState(
             transient=transient,
@@ -317,7 +372,7 @@ class FeedbackPolicy:
             charges=charges,
             usage=leaf_usage,
             k=k,
-            e_share=e_share,
+            e_share=e_share * (active & ~background),
             background=background,
             due=desired * active,
             billed=billed,
