@@ -12,7 +12,9 @@ In the order one cycle uses them:
 - `cycle`: the steps every policy shares (charges, group adjustment, decay, background
   lnodes, effective shares, edge effects, limits), `Decision`, what a policy decides,
   and `lnode_table`, the bookkeeping that turns it into the new lnode table.
-- `policies`: the policies (unicos, slurm, feedback) and `run_cycle`, the one entry point.
+- `policies`: the policies (unicos, slurm, feedback) and `run_cycle`, the one entry point;
+  `fair` the fair level each policy's split implies (what shrinfo explains), asked
+  through `policies.fair_usage`.
 - `steps`: the daemon's steps on plain values, which shrdaemon and shrsim both run.
 - `site`: GLOBALUSAGE: many hosts, one UDB, and the site's records.
 - `schedule`: shradmin's time-of-day schedules, parsed and applied.

@@ -51,6 +51,9 @@ policy, in DESIGN.md's order, one named function per step:
    Kay-Lauder proportion m^2 / usage over the demanding leaves (shrview's Pri), shown by
    the displays; so are the due shares of step 5 (`LnodeTable.due`).
 
+Step 5's water-fill for one sibling set alone, `fill_ratio`, also answers the inverse
+question shrinfo asks (fairshare.core.fair): at what usage an lnode gets its due part.
+
 NOSHARE and NOSCHED concern enforcement (the daemon's); the cycle accounts as usual.
 
 All arithmetic is over numpy arrays with no loop over nodes: sibling sums are one
@@ -70,7 +73,8 @@ from typing import Literal, Protocol
 import numpy as np
 
 from fairshare.core.consts import K5, LIMSHARE, TICKS_PER_SECOND, Consts
-from fairshare.core.index import SMALL_TREE, Memo, TreeIndex
+from fairshare.core.fair import SplitFigures
+from fairshare.core.index import SMALL_TREE, Memo, TreeIndex, build_index
 from fairshare.core.lnode import LnodeTable, NodeState
 from fairshare.core.split import even_targets, flat_index, machine_shares, to_tree
 from fairshare.core.tree import ShareTree, tree_index
@@ -159,7 +163,11 @@ class Policy(Protocol):
     """A fair-share policy: one cycle from the old lnode table to the new one, given what
     the leaves consumed during the last `elapsed` seconds.  A policy works out what it
     decides (a `Decision`: shares, usage, background lnodes, its own state) with the
-    steps below and returns `lnode_table` of it, which does the bookkeeping they share."""
+    steps below and returns `lnode_table` of it, which does the bookkeeping they share.
+
+    `fair_usage` answers the question shrinfo asks of the policy: the usage (charge
+    units) at which lnode `node` of `figures` would get its due part as this policy
+    splits the machine under `consts` (fairshare.core.fair; None when there is none)."""
 
     name: str
 
@@ -171,6 +179,8 @@ class Policy(Protocol):
         consts: Consts,
         elapsed: float,
     ) -> LnodeTable: ...
+
+    def fair_usage(self, figures: SplitFigures, node: int, consts: Consts) -> float | None: ...
 
 
 # -- the steps -------------------------------------------------------------------------
@@ -477,6 +487,19 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
             break
     ek = np.where(capped, hi, np.where(floored, lo, np.clip(t * wd, lo, hi)))
     return ek, t, capped
+
+
+def fill_ratio(w: np.ndarray, low: np.ndarray, cap: np.ndarray, total: float) -> float:
+    """One sibling set's water-fill: the t (share per unit of weight) at which the set's
+    shares clip(t x w_i, low_i, cap_i) sum to `total`, as `_water_fill_level` finds it
+    for a set whose parent's share is `total` (w > 0; sum(low) <= total <= sum(cap))."""
+    n = len(w)
+    parent = np.concatenate(([-1], np.zeros(n, dtype=np.int64)))
+    top = np.arange(n + 1) == 0
+    star = build_index([np.zeros(1, np.int64), np.arange(1, n + 1)], parent, ~top, ~top, top)
+    e_share = np.where(top, total, 0.0)
+    _ek, t, _capped = _water_fill_level(star, 1, e_share, w, low, cap, np.ones(n, dtype=bool))
+    return float(t[0])
 
 
 def _crossing(nodes, pp, nsets: int, parent, wd, lo, hi) -> tuple[np.ndarray, np.ndarray]:

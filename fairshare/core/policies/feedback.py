@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairshare.core import fair
 from fairshare.core.consts import Consts, decay
 from fairshare.core.cycle import (
     USAGE_FLOOR,
@@ -308,6 +309,25 @@ def leaf_e_shares(
     return np.where(demand, e_below, np.where(idle, base, 0.0)) / scale
 
 
+def redistribution_level(f: fair.SplitFigures, x: int, others: np.ndarray) -> float | None:
+    """The usage (charge units; a group's own) at which the redistribution gives x its
+    due part among its demanding siblings `others`: its m_share over theirs and its own.
+
+    By equation 10 (`transient_shares`) x's transient share over the demanding ones' is
+    (s_x R - u_x) / sum over them of (s R - u), R = REACH x max(u / s), which is s_x over
+    their sum of s exactly when u_x / s_x = the others' usage over their entitlement: so
+    u_x = m_x x their usage / their m_share, usage without the leaves' USAGE_FLOOR (as
+    the redistribution counts it).  None when x or its siblings hold no share.
+    """
+    idx = f.idx
+    nleaves = idx.subtree_sum(idx.leaf & f.active)
+    plain = np.maximum(f.usage - USAGE_FLOOR * nleaves, 0.0)
+    mine, theirs = float(f.m_share[x]), sum(f.m_share[others].tolist())
+    if mine <= 0 or theirs <= 0:
+        return None
+    return mine * sum(plain[others].tolist()) / theirs + USAGE_FLOOR * float(nleaves[x])
+
+
 class FeedbackPolicy:
     """Seed 004's feedback-control hierarchy: share nodes and redistribution nodes."""
 
@@ -382,3 +402,8 @@ class FeedbackPolicy:
             state=state,
         )
         return lnode_table(idx, table, c, elapsed, decision)
+
+    def fair_usage(self, figures: fair.SplitFigures, node: int, consts: Consts) -> float | None:
+        """The usage at which lnode `node` gets its due part (fairshare.core.fair): its
+        `redistribution_level` among its demanding siblings, the share nodes' target."""
+        return fair.fair_usage(figures, node, redistribution_level)

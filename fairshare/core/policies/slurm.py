@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fairshare.core import fair
 from fairshare.core.consts import Consts, decay
 from fairshare.core.cycle import (
     Consumption,
@@ -100,6 +101,37 @@ def slurm_e_shares(
     return idx.down_product(local)
 
 
+def factor_level(
+    f: fair.SplitFigures, x: int, others: np.ndarray, dampening: float
+) -> float | None:
+    """The usage (charge units, x's subtree's) at which x's part of its parent's share,
+    as `slurm_e_shares` splits it among x and its demanding siblings `others` by S x F,
+    is its due part: its shares over theirs and its own (Slurm's S).  The fair-share
+    factors follow from the usage (`sshare`: x's usage is its ancestors' and the total's
+    too), so the level is found by bisection on the policy's own split, which gives x
+    less the more it has used.  None when x holds no shares."""
+    mine = float(f.local_shares[x])
+    if mine <= 0:
+        return None
+    due = mine / (mine + sum(f.local_shares[others].tolist()))
+    f, x = f.spine(x)  # the split down to x's siblings, without what lies below them
+    local = f.local_shares
+    ratios = (local, f.idx.down_product(local))
+    demand = f.demanding.copy()
+    demand[x] = True
+    chain = f.chain(x)
+
+    def part(u: float) -> float:  # x's part of its parent's share with usage u
+        usage = f.usage.copy()
+        usage[chain[1:]] += u - f.usage[x]
+        usage[x] = u
+        figures = sshare(f.idx, local, usage, dampening, None, ratios)
+        e = slurm_e_shares(f.idx, figures, dampening, demand, demand)
+        return float(e[x] / e[chain[1]]) if e[chain[1]] > 0 else 0.0
+
+    return fair.bisect_level(part, due, max(float(f.usage[0]), 1.0))
+
+
 class SlurmPolicy:
     """Slurm's classic fair-share factor steering running CPU (seed 002; see the module
     docstring).  Usage decays as under UNICOS (the same usage the UDB keeps); ADJGROUPS,
@@ -142,3 +174,12 @@ class SlurmPolicy:
             background=background,
         )
         return lnode_table(idx, table, c, elapsed, decision)
+
+    def fair_usage(self, figures: fair.SplitFigures, node: int, consts: Consts) -> float | None:
+        """The usage at which lnode `node` gets its due part (fairshare.core.fair): its
+        `factor_level` among its demanding siblings, under the dampening factor in force."""
+
+        def level(f: fair.SplitFigures, x: int, others: np.ndarray) -> float | None:
+            return factor_level(f, x, others, consts.dampening)
+
+        return fair.fair_usage(figures, node, level)
