@@ -3,6 +3,7 @@ whole cycle's invariants (hypothesis) and its feedback equilibrium."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace as Row
 
 import numpy as np
@@ -15,12 +16,15 @@ from fairshare.core.consts import ADJGROUPS, K5, LIMSHARE, Consts
 from fairshare.core.cycle import (
     PRIORITY_MAX,
     Consumption,
+    Decision,
     apply_sharemin,
+    background_leaves,
     decay_usage,
     effective_shares,
     group_adjustment,
     leaf_charges,
     limshare_band,
+    lnode_table,
     near_future_shares,
     priority,
     raise_usage,
@@ -333,6 +337,65 @@ def test_maxusage_makes_background():
     assert out.e_share[1] == 0.0
     # the others split the machine as if u0 did not compete: m^2/u = 3:1
     assert out.e_share[2:].tolist() == pytest.approx([0.75, 0.25])
+
+
+def test_background_leaves_by_hand():
+    """Node 0 a group; leaves 1-5: at MAXUSAGE exactly (1e6), past it, below it, below
+    it with no machine share (Idle), and not an lnode (not in `leaves`)."""
+    leaves = np.array([False, True, True, True, True, False])
+    usage = np.array([9e9, 1e6, 2e6, 999_999.0, 5.0, 9e9])
+    m = np.array([1.0, 0.25, 0.25, 0.5, 0.0, 0.0])
+    assert background_leaves(leaves, usage, m, 1e6).tolist() == [
+        False, True, True, False, True, False
+    ]  # fmt: skip
+    # MAXUSAGE out of reach: only the share-less leaf stays in the background
+    assert background_leaves(leaves, usage, m, 1e30).tolist() == [
+        False, False, False, False, True, False
+    ]  # fmt: skip
+
+
+def test_the_bookkeeping_follows_what_the_policy_decided():
+    """lnode_table by hand on two leaves of one root (K = 0.5 over 4 s): sums, rate,
+    charge and priority from a Decision, then with every optional part given."""
+    tree = flat(1, 3)
+    t = with_lnodes(tree, {"u0": 0.0, "u1": 0.0})
+    c = busy(tree, {"u0": 2.0, "u1": 2.0})
+    c.nrun[2] = 3
+    leaves = np.array([False, True, True])
+    d = Decision(
+        active=np.array([True, True, True]),
+        m_share=np.array([1.0, 0.25, 0.75]),
+        charges=np.array([0.0, 8.0, 4.0]),
+        usage=np.array([0.0, 100.0, 300.0]),
+        k=0.5,
+        e_share=np.array([1.0, 0.5, 0.5]),
+        background=np.zeros(3, dtype=bool),
+    )
+    out = lnode_table(tree_index(tree), t, c, 4.0, d)
+    assert out.usage.tolist() == [400.0, 100.0, 300.0]  # groups: their leaves' sum
+    assert out.rate.tolist() == [1.5, 1.0, 0.5]  # (1 - K) / 4 s x charges
+    assert out.charge.tolist() == [0.0, 8.0, 4.0] and out.nrun.tolist() == [4, 1, 3]
+    # usage x nrun / m_share^2
+    assert out.priority.tolist() == pytest.approx([1600.0, 1600.0, 300 * 3 / 0.5625])
+    assert out.adj.tolist() == [1.0, 1.0, 1.0] and out.due.tolist() == [0.0, 0.0, 0.0]
+    assert out.demand.tolist() == [True, True, True] and out.policy_state is None
+    full = dataclasses.replace(
+        d,
+        adj=np.array([1.0, 0.5, 1.0]),
+        due=np.array([1.0, 0.4, 0.6]),
+        billed=np.array([0.0, 6.0, 3.0]),
+        group_usage=np.array([900.0, 100.0, 300.0]),
+        demanding=leaves & (c.nrun > 1),
+        priority="e_share",
+    )
+    out = lnode_table(tree_index(tree), t, c, 4.0, full)
+    assert out.usage.tolist() == [900.0, 100.0, 300.0]  # the group's own
+    assert out.charge.tolist() == [0.0, 6.0, 3.0]  # billed, not charged
+    assert out.rate.tolist() == [1.5, 1.0, 0.5]  # the rate follows the charges
+    assert out.demand.tolist() == [True, False, True]
+    assert out.priority.tolist() == pytest.approx([4.0, 4.0, 12.0])  # nrun / e_share^2
+    assert out.adj.tolist() == [1.0, 0.5, 1.0] and out.due.tolist() == [1.0, 0.4, 0.6]
+    assert leaves.tolist() == (tree.leaf_mask & out.active).tolist()
 
 
 def test_zero_share_idle_is_background_with_max_priority():

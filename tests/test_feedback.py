@@ -16,11 +16,12 @@ from trees import random_trees
 
 from fairshare.core.consts import Consts, consts_from_mapping
 from fairshare.core.cycle import Consumption
-from fairshare.core.lnode import FEEDBACK_STATE, activate, new_table, release
+from fairshare.core.lnode import activate, new_table, release
 from fairshare.core.policies import POLICIES, run_cycle
 from fairshare.core.policies.feedback import (
     MAX_CORRECTION,
     REACH,
+    FeedbackState,
     centred,
     demanding_shares,
     kmu_by_node,
@@ -34,6 +35,8 @@ from udb.errors import OptionError
 
 G = 0o40000
 FEEDBACK = Consts(policy="feedback")
+#: The feedback policy's state in a table (its LnodeTable.policy_state).
+fb = FeedbackState.of
 
 
 def two_orgs(a_users=("u1", "u2"), b_users=("u3", "u4")):
@@ -218,26 +221,26 @@ def test_a_newcomer_is_redistributed_at_once_and_then_every_period():
     c = consumption(tree, {"u4": 4.0})
     consts = FEEDBACK.replace(feedback_period=12.0)
     t = run_cycle(tree, t, c, consts, 4.0)
-    assert t.since[0] == 0.0  # first cycle: every lnode is new
+    assert fb(t).since[0] == 0.0  # first cycle: every lnode is new
     for name in ("u1", "u2"):
         activate(t, tree.node(name), 0.0)
     c = consumption(tree, {"u4": 0.0, "u1": 0.0, "u2": 0.0})
     t = run_cycle(tree, t, c, consts, 0.0)  # they arrive: planned at once
     a, b = tree.node("A"), tree.node("B")
     # B's usage is u4's: 5e7 x K + 4 s x 10,000 charge units, A has none.
-    assert t.transient[a] == pytest.approx(2 / 3) and t.transient[b] == pytest.approx(1 / 3)
+    assert fb(t).transient[a] == pytest.approx(2 / 3) and fb(t).transient[b] == pytest.approx(1 / 3)
     assert t.e_share[a] == pytest.approx(2 / 3) and t.e_share[tree.node("u1")] == pytest.approx(
         1 / 3
     )
-    before = t.transient.copy()
+    before = fb(t).transient.copy()
     c = consumption(tree, {"u4": 1.0, "u1": 1.5, "u2": 1.5})
     t = run_cycle(tree, t, c, consts, 4.0)
-    assert t.since[0] == 4.0 and t.since[a] == 4.0 and t.since[tree.node("u1")] == 0.0
-    assert np.array_equal(t.transient, before)  # not re-derived within the period
+    assert fb(t).since[0] == 4.0 and fb(t).since[a] == 4.0 and fb(t).since[tree.node("u1")] == 0.0
+    assert np.array_equal(fb(t).transient, before)  # not re-derived within the period
     t = run_cycle(tree, t, c, consts, 4.0)
     t = run_cycle(tree, t, c, consts, 4.0)  # 12 s: re-derived from the usage now
-    assert t.since[0] == 0.0
-    assert t.transient[a] != before[a] and 0.5 < t.transient[a] < 2 / 3
+    assert fb(t).since[0] == 0.0
+    assert fb(t).transient[a] != before[a] and 0.5 < fb(t).transient[a] < 2 / 3
 
 
 def test_a_group_keeps_the_usage_of_a_member_that_left():
@@ -257,7 +260,7 @@ def test_a_group_keeps_the_usage_of_a_member_that_left():
     assert t.usage[tree.node("u3")] < 1e-6
     unicos = run_cycle(tree, t, consumption(tree, {"u3": 0.0}), Consts(), 0.0)
     assert unicos.usage[b] < 1e-6
-    assert all(not getattr(unicos, name).any() for name in FEEDBACK_STATE)
+    assert all(not a.any() for a in fb(unicos).arrays().values())
 
 
 def test_usage_counts_a_niced_tick_in_full_and_the_charge_bills_it_at_the_guides_price():
@@ -317,7 +320,7 @@ def test_the_share_nodes_make_a_slow_lnode_receive_its_share():
     t, got = closed_loop(tree, FEEDBACK, {"u1": 0.2}, 600)
     for name, share in (("A", 0.5), ("B", 0.5), ("u1", 0.25), ("u2", 0.25), ("u3", 0.25)):
         assert got[tree.node(name)] == pytest.approx(share, abs=0.001), name
-    c = t.correction
+    c = fb(t).correction
     assert c[tree.node("u1")] == pytest.approx(-c[tree.node("u2")])  # centred in A
     assert c[tree.node("u1")] == pytest.approx(math.log(5) / 2, abs=0.01)  # u1/u2 = 5
     assert t.e_share[tree.node("u1")] > 3 * t.e_share[tree.node("u3")]
@@ -331,20 +334,20 @@ def test_a_lone_child_leaves_the_correction_to_its_group():
     tree = two_orgs(b_users=("u3",))
     t, got = closed_loop(tree, FEEDBACK, {"u3": 0.3}, 600)
     assert got[tree.node("B")] == pytest.approx(0.5, abs=0.001)
-    assert t.correction[tree.node("u3")] == 0.0
-    assert t.correction[tree.node("B")] > 0.0
+    assert fb(t).correction[tree.node("u3")] == 0.0
+    assert fb(t).correction[tree.node("B")] > 0.0
 
 
 def test_the_feedback_state_follows_an_lnode_out_and_back():
     tree = two_orgs()
     t, _ = closed_loop(tree, FEEDBACK, {"u1": 0.2}, 50)
     u1 = tree.node("u1")
-    assert t.transient[u1] > 0 and t.correction[u1] != 0 and t.filtered[u1] > 0
+    assert fb(t).transient[u1] > 0 and fb(t).correction[u1] != 0 and fb(t).filtered[u1] > 0
     release(t, u1, 1000.0)
-    assert (t.transient[u1], t.correction[u1], t.filtered[u1]) == (0.0, 0.0, 0.0)
+    assert (fb(t).transient[u1], fb(t).correction[u1], fb(t).filtered[u1]) == (0.0, 0.0, 0.0)
     activate(t, u1, 0.0)
     out = run_cycle(tree, t, consumption(tree, {"u1": 0.0}), FEEDBACK, 0.0)
-    assert out.transient[u1] > 0 and out.since[0] == 0.0  # redistributed for the newcomer
+    assert fb(out).transient[u1] > 0 and fb(out).since[0] == 0.0  # redistributed for the newcomer
 
 
 # -- invariants ------------------------------------------------------------------------
@@ -387,9 +390,10 @@ def test_feedback_cycle_invariants(run):
     for c, elapsed in cycles:
         table = run_cycle(tree, table, c, consts, elapsed)
         for name in ("usage", "e_share", "m_share", "rate", "priority", "transient"):
-            assert np.isfinite(getattr(table, name)).all(), name
-            assert (getattr(table, name) >= 0).all(), name
-        assert (np.abs(table.correction) <= math.log(MAX_CORRECTION) + 1e-9).all()
+            values = getattr(fb(table) if name == "transient" else table, name)
+            assert np.isfinite(values).all(), name
+            assert (values >= 0).all(), name
+        assert (np.abs(fb(table).correction) <= math.log(MAX_CORRECTION) + 1e-9).all()
         leaf = tree.leaf_mask & table.active
         competing = leaf & table.demand & ~table.background
         if competing.any():
@@ -403,7 +407,7 @@ def test_feedback_cycle_invariants(run):
         holders = table.active & (table.m_share > 0)
         holders[0] = False
         parents = tree.parent[holders]
-        sums = np.bincount(parents, weights=table.transient[holders], minlength=tree.size)
+        sums = np.bincount(parents, weights=fb(table).transient[holders], minlength=tree.size)
         assert sums[np.unique(parents)] == pytest.approx(1.0)
 
 
@@ -469,9 +473,11 @@ def test_a_reloaded_tree_keeps_the_groups_feedback_state():
     assert carry_over(old, new, 1000.0) == []
     for name in ("A", "B", "u1", "u3"):
         o, n = tree.node(name), bigger.node(name)
-        for field in ("usage", "transient", "filtered", "correction", "since"):
-            assert getattr(new.table, field)[n] == getattr(old.table, field)[o], (name, field)
-    assert new.table.since[0] == old.table.since[0]
+        assert new.table.usage[n] == old.table.usage[o], (name, "usage")
+        for field in ("transient", "filtered", "correction", "since"):
+            now, before = getattr(fb(new.table), field)[n], getattr(fb(old.table), field)[o]
+            assert now == before, (name, field)
+    assert fb(new.table).since[0] == fb(old.table).since[0]
     b = bigger.node("B")
     assert new.table.usage[b] > new.table.usage[bigger.node("u3")]
     assert not new.table.active[bigger.node("u5")]
@@ -493,7 +499,7 @@ def test_a_user_who_cannot_use_its_share_does_not_wind_the_correction_up():
         c.cpu[u0] = 4.0  # its one process: the whole of one CPU for 4 s
         c.cpu[u1] = 12.0
         t = run_cycle(tree, t, c, FEEDBACK, 4.0)
-    assert t.correction[u0] == 0.0 and t.correction[u1] == 0.0
+    assert fb(t).correction[u0] == 0.0 and fb(t).correction[u1] == 0.0
     # u1 has had three quarters: its usage is higher, so u0 gets the larger part.
     assert 0.5 < t.e_share[u0] < 2 / 3
     # The hold is only for a saturated node: u0 with two processes each at half a CPU
@@ -501,4 +507,4 @@ def test_a_user_who_cannot_use_its_share_does_not_wind_the_correction_up():
     c.nrun[u0] = 2
     for _ in range(20):
         t = run_cycle(tree, t, c, FEEDBACK, 4.0)
-    assert t.correction[u0] > 0.1
+    assert fb(t).correction[u0] > 0.1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace as Row
 
 import numpy as np
@@ -9,7 +10,17 @@ import pytest
 
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption
-from fairshare.core.lnode import accrued, activate, add_usage, aged_usage, new_table, release
+from fairshare.core.lnode import (
+    NodeState,
+    accrued,
+    activate,
+    add_usage,
+    aged_usage,
+    copy_row,
+    keep_finite,
+    new_table,
+    release,
+)
 from fairshare.core.policies import run_cycle
 from fairshare.core.tree import build_tree
 
@@ -107,6 +118,50 @@ def test_copy_is_deep(tree):
     c.usage[1] = 5.0
     assert t.usage[1] == 0.0
     assert c.parent is t.parent
+
+
+@dataclass
+class Tally(NodeState):
+    """A policy's state for the tests: two float arrays over the nodes."""
+
+    seen: np.ndarray
+    level: np.ndarray
+
+
+def test_the_table_carries_a_policys_state_row_by_row_without_knowing_it(tree):
+    """The row steps treat every field of a policy's state as the table's own: a copy
+    is deep, an lnode created or released has 0, a row copied into a table without a
+    state gives it one of the same type, and a number not finite is put back."""
+    u1, u2, g = tree.node("u1"), tree.node("u2"), tree.node("PA")
+    t = new_table(tree)
+    assert t.policy_state is None
+    t.policy_state = Tally.zeros(tree.size)
+    activate(t, u1, 10.0)
+    t.policy_state.seen[[g, u1]] = (2.0, 3.0)
+    t.policy_state.level[u1] = 4.0
+    c = t.copy()
+    c.policy_state.seen[u1] = 99.0
+    assert type(c.policy_state) is Tally and t.policy_state.seen[u1] == 3.0
+
+    other = new_table(tree)
+    copy_row(t, u1, other, u2)
+    assert type(other.policy_state) is Tally
+    assert (other.policy_state.seen[u2], other.policy_state.level[u2]) == (3.0, 4.0)
+    assert other.usage[u2] == 10.0 and not other.policy_state.seen[u1]
+    copy_row(new_table(tree), 0, other, u2)  # from a table without state: 0
+    assert (other.policy_state.seen[u2], other.policy_state.level[u2]) == (0.0, 0.0)
+
+    new = t.copy()
+    new.policy_state.level[u1] = np.inf
+    new.policy_state.seen[g] = np.nan
+    assert keep_finite(t, new) == [(g, "seen"), (u1, "level")]
+    assert (new.policy_state.seen[g], new.policy_state.level[u1]) == (2.0, 4.0)
+
+    release(t, u1, 5.0)  # PA is released with it: its only active leaf
+    assert not t.policy_state.seen.any() and not t.policy_state.level.any()
+    t.policy_state.level[u2] = 7.0
+    activate(t, u2, 0.0)
+    assert t.policy_state.level[u2] == 0.0  # created with none
 
 
 def test_accrued_returns_the_increment_and_marks_it_written(tree):

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace as Entry
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from test_shrview import (  # noqa: F401
@@ -20,11 +22,24 @@ from test_shrview import (  # noqa: F401
 )
 
 from fairshare.cli.shrinfo import main
+from fairshare.core import policies
+from fairshare.core.consts import ADJGROUPS, Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.fair import SplitFigures
+from fairshare.core.lnode import activate, new_table
+from fairshare.core.policies import run_cycle
+from fairshare.core.tree import build_tree
 from fairshare.display.shrinfo import duration_text, profile_lines
+from fairshare.report.info import tree_share_ratios
 from fairshare.report.lnodes import view_lnodes
 from fairshare.report.profile import active_profile, fair_usage, idle_time
+from fairshare.store.published import published_columns
 
 DATA = Path(__file__).parent / "data"
+#: The constants of the synthetic tables: ADJGROUPS (the cycle splits group by group),
+#: a half-life of 10 min; FLAT without ADJGROUPS (the flat model).
+GROUPS = Consts(flags=ADJGROUPS, halflife=600.0)
+FLAT = Consts(halflife=600.0)
 
 
 def run(url: str, *args: str):
@@ -188,14 +203,14 @@ def test_fair_usage_and_the_idle_time_to_reach_it():
     ]
     lnodes = view_lnodes(rows, frozenset())
     # Equal machine shares: me's fair usage is you's, 100; 400 -> 100 is two half-lives.
-    assert fair_usage(lnodes, lnodes[1]) == pytest.approx(100.0)
-    p = active_profile(lnodes, "me", halflife=600.0)
+    assert fair_usage(lnodes, lnodes[1], GROUPS) == pytest.approx(100.0)
+    p = active_profile(lnodes, "me", GROUPS)
     assert p.idle_seconds == pytest.approx(1200.0)
     assert profile_lines(p)[-1] == (
         "  idle for 20 min its usage would decay to its fair level 100 (half-life 10 min)"
     )
     assert idle_time(50.0, 100.0, 600.0) == 0.0
-    assert fair_usage(lnodes[:2], lnodes[1]) is None  # alone: no fair level
+    assert fair_usage(lnodes[:2], lnodes[1], GROUPS) is None  # alone: no fair level
 
 
 def test_fair_usage_is_weighed_among_siblings_as_the_cycle_splits():
@@ -214,17 +229,62 @@ def test_fair_usage_is_weighed_among_siblings_as_the_cycle_splits():
         _row(8, "asleep", 3, 2, "user", 0.0, 0.0, usage=100.0, demand=False),
     ]
     lnodes = view_lnodes(rows, frozenset())
-    assert fair_usage(lnodes, lnodes[4]) == pytest.approx(100.0)
-    # K among G and H: m = 1/4, S = 0.5^2/500 + 0.25^2/1; K's u* less asleep's 100.
-    s = 0.5**2 / 500 + 0.25**2 / 1
-    k = 0.25**2 * (3 / 4) / ((1 / 4) * s)
-    assert fair_usage(lnodes, lnodes[7]) == pytest.approx(max(k - 100.0, 0.0))
+    assert fair_usage(lnodes, lnodes[4], GROUPS) == pytest.approx(100.0)
+    # K among G and H: due part m = 1/4 (G's 1/2, H's 1/4).  At K's fair level H (usage
+    # 1) would take 0.744 by m^2/u, but the cycle caps it at K5 = 2 times its due part,
+    # 1/2 (edge effects); G takes the rest, 1/4, at t = (1/4) / (0.5^2/500) = 500 per
+    # unit of m^2/u, and K gets 1/4 when 0.25^2 / u x 500 = 1/4: u* = 125; less
+    # asleep's 100.  (Without the cap: 0.25^2 (3/4) / (m S), S = 0.5^2/500 + 0.25^2/1,
+    # below asleep's usage: 0.)
+    assert fair_usage(lnodes, lnodes[7], GROUPS) == pytest.approx(125.0 - 100.0)
     # Without ADJGROUPS the cycle is flat: me against every other demanding leaf (you,
-    # other, solo): m = 1/4, S = 0.25^2 (1/100 + 1/1 + 1/200), u* = 0.25^2 (3/4) / (m S).
-    s = 0.25**2 * (1 / 100 + 1 / 1 + 1 / 200)
-    flat = 0.25**2 * (3 / 4) / ((1 / 4) * s)
-    assert fair_usage(lnodes, lnodes[4], flat=True) == pytest.approx(flat)
-    assert active_profile(lnodes, "me", 600.0, flat=True).fair_usage == pytest.approx(flat)
+    # other, solo), each with m = 1/4, a due part of 1/4.  other (usage 1) is capped at
+    # K5 x 1/4 = 1/2; you and solo share 1/4 in proportion to 0.25^2 (1/100 + 1/200):
+    # t = (1/4) / (0.25^2 x 3/200), and me gets 1/4 when 0.25^2 / u x t = 1/4.
+    t = (1 / 4) / (0.25**2 * 3 / 200)
+    flat = 0.25**2 * t / (1 / 4)
+    assert flat == pytest.approx(200 / 3)
+    assert fair_usage(lnodes, lnodes[4], FLAT) == pytest.approx(flat)
+    assert active_profile(lnodes, "me", FLAT).fair_usage == pytest.approx(flat)
+
+
+@pytest.mark.parametrize("policy", ["unicos", "slurm", "feedback"])
+def test_the_fair_level_of_a_published_table_is_the_cores_on_the_daemons(policy):
+    """shrinfo's fair level, worked out from the published table (and the share tree's
+    share ratios), is the one the core gives on the lnode table the cycle made, under
+    each policy.  u2 holds 5 of G's 8 shares but has no lnode: under Slurm the share
+    ratios over the whole tree (u0 1/8, u1 2/8) set another level than over the
+    published siblings alone (1/3, 2/3)."""
+    g = 0o40000
+    tree = build_tree(
+        [
+            Entry(name="G", uid=500, resgrp=0, shares=1, shflags=g),
+            Entry(name="H", uid=600, resgrp=0, shares=1, shflags=g),
+            Entry(name="u0", uid=1000, resgrp=500, shares=1, shflags=0),
+            Entry(name="u1", uid=1001, resgrp=500, shares=2, shflags=0),
+            Entry(name="u2", uid=1002, resgrp=500, shares=5, shflags=0),
+            Entry(name="u3", uid=1003, resgrp=600, shares=1, shflags=0),
+        ]
+    )
+    consts = Consts(policy=policy, flags=ADJGROUPS, halflife=600.0)
+    table = new_table(tree)
+    for name, usage in (("u0", 4e5), ("u1", 1e5), ("u3", 2e5)):
+        activate(table, tree.node(name), usage)
+    c = Consumption.zeros(tree.size)
+    for name, cpu in (("u0", 1.0), ("u1", 2.0), ("u3", 1.0)):
+        c.cpu[tree.node(name)] = cpu
+        c.nrun[tree.node(name)] = c.refs[tree.node(name)] = 1
+    for _ in range(3):
+        table = run_cycle(tree, table, c, consts, 4.0)
+    lnodes = view_lnodes(published_columns(tree, table, np.flatnonzero(table.active)), {})
+    local = tree_share_ratios(tree, lnodes)
+    assert local is not None and local.tolist() == [1.0, 0.5, 0.5, 1 / 8, 2 / 8, 1.0]
+    want = policies.fair_usage(SplitFigures.of_table(tree, table), tree.node("u0"), consts)
+    me = next(v for v in lnodes if v.name == "u0")
+    assert want is not None and fair_usage(lnodes, me, consts, local) == pytest.approx(want)
+    alone = fair_usage(lnodes, me, consts)  # the share ratios of the published lnodes
+    assert (alone == pytest.approx(want)) == (policy != "slurm")
+    assert tree_share_ratios(build_tree([]), lnodes) is None  # another tree: none
 
 
 def test_the_group_furthest_below_its_share_is_named():
@@ -236,7 +296,7 @@ def test_the_group_furthest_below_its_share_is_named():
         _row(4, "me", 3, 3, "user", 0.25, 0.2, usage=10.0),
         _row(5, "you", 2, 2, "user", 0.5, 0.7, usage=10.0),
     ]
-    p = active_profile(view_lnodes(rows, frozenset()), "me", halflife=600.0)
+    p = active_profile(view_lnodes(rows, frozenset()), "me", GROUPS)
     assert [g.name for g in p.groups] == ["G1", "sub"]
     assert (p.limited_by, p.limit_ratio) == ("G1", pytest.approx(0.6))
     lines = profile_lines(p)
@@ -256,11 +316,11 @@ def test_background_and_zero_share_lnodes_are_explained():
     ]
     rows[2].background = True
     lnodes = view_lnodes(rows, frozenset())
-    idle = profile_lines(active_profile(lnodes, "Idle", halflife=600.0))
+    idle = profile_lines(active_profile(lnodes, "Idle", GROUPS))
     assert idle[-1] == (
         "  a background lnode (it has no machine share): it runs only on CPU nobody else wants"
     )
-    heavy = profile_lines(active_profile(lnodes, "heavy", halflife=600.0))
+    heavy = profile_lines(active_profile(lnodes, "heavy", GROUPS))
     assert heavy[-1] == (
         "  a background lnode (its usage reached MAXUSAGE): it runs only on CPU nobody else wants"
     )

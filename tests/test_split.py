@@ -14,6 +14,7 @@ from trees import table_one
 
 from fairshare.core.consts import ADJGROUPS, K5, Consts
 from fairshare.core.cycle import Consumption, near_future_shares
+from fairshare.core.index import Memo
 from fairshare.core.lnode import activate, new_table
 from fairshare.core.policies import run_cycle
 from fairshare.core.split import even_targets, flat_index, machine_shares, spread, to_tree
@@ -143,6 +144,20 @@ def test_flat_index_is_the_root_over_every_leaf():
     assert flat_index(idx)[0] is flat  # cached
     assert flat.subtree_sum(np.array([0.0, 1.0, 2.0, 3.0])).tolist() == [6.0, 1.0, 2.0, 3.0]
     assert flat.sibling_sum(np.array([1.0, 1.0, 2.0, 3.0])).tolist() == [1.0, 6.0, 6.0, 6.0]
+
+
+def test_a_memo_keeps_one_result_per_index_and_key_of_its_own():
+    """Each Memo is its own slot on the index: a result is returned only for an equal
+    key, a new put replaces it, and two memos (or two indexes) never see each other's."""
+    idx, other = tree_index(table_one()), tree_index(table_one())
+    a, b = Memo[str]("a"), Memo[str]("b")
+    assert a.get(idx, 1) is None
+    assert a.put(idx, "one", 1) == "one"
+    assert a.get(idx, 1) == "one" and a.get(idx, 2) is None and a.get(idx) is None
+    assert b.get(idx, 1) is None and a.get(other, 1) is None
+    a.put(idx, "two", (2, b"x"))
+    assert a.get(idx, 1) is None and a.get(idx, (2, b"x")) == "two"
+    assert b.put(idx, "tree alone") == "tree alone" and b.get(idx) == "tree alone"
 
 
 def test_to_tree_groups_sum_their_demanding_leaves():

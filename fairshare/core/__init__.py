@@ -9,9 +9,12 @@ In the order one cycle uses them:
   shares, the flat model's one-level index.
 - `lnode`: the lnode table, the scheduler's state per node, and the steps that create,
   age and release lnodes.
-- `cycle`: the steps every policy shares (charges, group adjustment, decay, effective
-  shares, edge effects, limits) and the typed lnode table a policy returns.
-- `policies`: the policies (unicos, slurm, feedback) and `run_cycle`, the one entry point.
+- `cycle`: the steps every policy shares (charges, group adjustment, decay, background
+  lnodes, effective shares, edge effects, limits), `Decision`, what a policy decides,
+  and `lnode_table`, the bookkeeping that turns it into the new lnode table.
+- `policies`: the policies (unicos, slurm, feedback) and `run_cycle`, the one entry point;
+  `fair` the fair level each policy's split implies (what shrinfo explains), asked
+  through `policies.fair_usage`.
 - `steps`: the daemon's steps on plain values, which shrdaemon and shrsim both run.
 - `site`: GLOBALUSAGE: many hosts, one UDB, and the site's records.
 - `schedule`: shradmin's time-of-day schedules, parsed and applied.

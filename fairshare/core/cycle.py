@@ -4,8 +4,12 @@
 lnode table of the previous cycle, what every active leaf consumed during the
 last `elapsed` seconds, and the constants, and returns the new lnode table.  The
 daemon, the simulator and the tests all call it; there is no other copy of the
-algorithm.  The policy sits behind `Policy`; `UnicosPolicy` (the default) is the
-UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
+algorithm.  The policy sits behind `Policy`: it works out a `Decision` (what it decided:
+usage, shares, background lnodes, its own state) from the steps below, and
+`lnode_table` turns that into the new lnode table with the bookkeeping every policy
+shares (rates, counts, group sums, the long-term charge, CPU seconds, the priority).
+`UnicosPolicy` (the default, fairshare.core.policies.unicos) is the UNICOS / Kay-Lauder
+policy, in DESIGN.md's order, one named function per step:
 
 1. `leaf_charges`: cost x resources x percent/100 per leaf (charge units).  CPU ticks
    are charged by nice (`Consumption.cpu_charged`, the guide's Nice Ticks: 150% at nice
@@ -40,11 +44,15 @@ UNICOS / Kay-Lauder policy, in DESIGN.md's order, one named function per step:
    user with very high past usage is not locked out (the guide's 4.6.1.4, Kay-Lauder's
    marooning).  An active lnode that wants no CPU is given what it would get if it alone
    started, so an enforcer can set its weight before it runs.
-   MAXUSAGE: a leaf whose usage reaches maxusage is a background lnode; so is a leaf
-   with zero shares (Idle): e_share 0, they run only on CPU nobody else wants.
+   MAXUSAGE (`background_leaves`, after step 4, which every policy applies): a leaf
+   whose usage reaches maxusage is a background lnode; so is a leaf with zero shares
+   (Idle): e_share 0, they run only on CPU nobody else wants.
 6. `priority`: Kay-Lauder's usage x nrun / m_share^2, and `near_future`: the flat
    Kay-Lauder proportion m^2 / usage over the demanding leaves (shrview's Pri), shown by
    the displays; so are the due shares of step 5 (`LnodeTable.due`).
+
+Step 5's water-fill for one sibling set alone, `fill_ratio`, also answers the inverse
+question shrinfo asks (fairshare.core.fair): at what usage an lnode gets its due part.
 
 NOSHARE and NOSCHED concern enforcement (the daemon's); the cycle accounts as usual.
 
@@ -52,20 +60,22 @@ All arithmetic is over numpy arrays with no loop over nodes: sibling sums are on
 bincount over all nodes, products down the tree one step per level (nodes are numbered
 breadth first, so each level is a contiguous slice), subtree sums one matrix product on
 small trees and one reduceat per level on large ones.  What depends only on which
-lnodes exist and which want CPU (m_share, due shares) is memoised per tree, since it
-changes when processes come and go, not every cycle.
+lnodes exist and which want CPU (m_share, due shares) is memoised on the tree's index,
+one `Memo` per result, owned by the module that computes it (fairshare.core.index),
+since it changes when processes come and go, not every cycle.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
 from fairshare.core.consts import K5, LIMSHARE, TICKS_PER_SECOND, Consts
-from fairshare.core.index import SMALL_TREE, TreeIndex
-from fairshare.core.lnode import LnodeTable
+from fairshare.core.fair import SplitFigures
+from fairshare.core.index import SMALL_TREE, Memo, TreeIndex, build_index
+from fairshare.core.lnode import LnodeTable, NodeState
 from fairshare.core.split import even_targets, flat_index, machine_shares, to_tree
 from fairshare.core.tree import ShareTree, tree_index
 
@@ -73,6 +83,13 @@ from fairshare.core.tree import ShareTree, tree_index
 USAGE_FLOOR = 1e-9
 #: Priority shown for lnodes with no machine share (they run only on idle CPU).
 PRIORITY_MAX = 1e30
+
+#: What the cycle memoises per tree index (fairshare.core.index.Memo): the active
+#: lnodes and their machine shares; the ADJGROUPS groups and due ratios; the due shares
+#: and the edge and LIMSHARE bounds.
+_LNODES: Memo[tuple[np.ndarray, np.ndarray]] = Memo("active lnodes and m_share")
+_ADJ: Memo[tuple[np.ndarray, np.ndarray]] = Memo("ADJGROUPS groups and due ratios")
+_DUE: Memo[tuple] = Memo("due shares and bounds")
 
 
 @dataclass
@@ -102,8 +119,55 @@ class Consumption:
         return cls(*f, nrun=np.zeros(n, dtype=np.int64), refs=np.zeros(n, dtype=np.int64))
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What a policy decided in one cycle (`Policy.cycle`), from which `lnode_table`
+    builds the new lnode table with the bookkeeping every policy shares.
+
+    Arrays over the tree's nodes.  active: the lnodes (`cycle_lnodes`); m_share: their
+    machine shares after sharemin; charges: per leaf, what the cycle charged (charge
+    units; the usage and the charge rate grow by it); usage: per leaf, the decayed usage
+    after the charges and any raise (charge units, 0 off the active leaves); k: the
+    cycle's decay factor (fairshare.core.consts.decay); e_share: the effective shares
+    (fractions of the machine); background: the background leaves (`background_leaves`).
+
+    What a policy may leave out: adj, the ADJGROUPS factors (None: no adjustment, 1); due
+    and pri, the due shares (per node) and the near-future proportions (per leaf),
+    LnodeTable.due and .pri (None: the policy has none, 0); billed: per leaf, what the
+    long-term charge grows by (None: `charges`); group_usage: the usage per node with
+    each group's own (None: a group's is the sum of its leaves'); demanding: the leaves
+    counted as demanding CPU (None: every leaf that wants CPU, background ones
+    included); priority: what the priority weighs, "usage" for Kay-Lauder's usage x
+    nrun / m_share^2, "e_share" for the terminator's nrun / e_share^2; state: the
+    policy's own state for the next cycle (LnodeTable.policy_state; None: it keeps none).
+    """
+
+    active: np.ndarray
+    m_share: np.ndarray
+    charges: np.ndarray
+    usage: np.ndarray
+    k: float
+    e_share: np.ndarray
+    background: np.ndarray
+    adj: np.ndarray | None = None
+    due: np.ndarray | None = None
+    pri: np.ndarray | None = None
+    billed: np.ndarray | None = None
+    group_usage: np.ndarray | None = None
+    demanding: np.ndarray | None = None
+    priority: Literal["usage", "e_share"] = "usage"
+    state: NodeState | None = None
+
+
 class Policy(Protocol):
-    """A fair-share policy: one cycle from the old lnode table to the new one."""
+    """A fair-share policy: one cycle from the old lnode table to the new one, given what
+    the leaves consumed during the last `elapsed` seconds.  A policy works out what it
+    decides (a `Decision`: shares, usage, background lnodes, its own state) with the
+    steps below and returns `lnode_table` of it, which does the bookkeeping they share.
+
+    `fair_usage` answers the question shrinfo asks of the policy: the usage (charge
+    units) at which lnode `node` of `figures` would get its due part as this policy
+    splits the machine under `consts` (fairshare.core.fair; None when there is none)."""
 
     name: str
 
@@ -115,6 +179,8 @@ class Policy(Protocol):
         consts: Consts,
         elapsed: float,
     ) -> LnodeTable: ...
+
+    def fair_usage(self, figures: SplitFigures, node: int, consts: Consts) -> float | None: ...
 
 
 # -- the steps -------------------------------------------------------------------------
@@ -183,15 +249,15 @@ def group_adjustment(
     due the charges below are scaled by actual / (mingshare x due).  A node's factor is
     the product of its own and its ancestors' (Kay-Lauder Figure 5, K6 = mingshare).
     """
-    key = ("adj", m.tobytes(), active.tobytes(), kinds_group.tobytes(), mingshare)
-    hit = idx.memo.get("adj")
-    if hit is None or hit[0] != key:
+    key = (m.tobytes(), active.tobytes(), kinds_group.tobytes(), mingshare)
+    hit = _ADJ.get(idx, key)
+    if hit is None:
         m_act = m * active
         sib_m = idx.sibling_sum(m_act)
         groups = active & kinds_group & (sib_m > 0)
         due = np.divide(m_act, sib_m, out=np.zeros(idx.n), where=groups) * mingshare
-        hit = idx.memo["adj"] = (key, groups, due)
-    _, groups, due = hit
+        hit = _ADJ.put(idx, (groups, due), key)
+    groups, due = hit
     sub = idx.subtree_sum(charges) * active
     sib_c = idx.sibling_sum(sub)
     actual = np.divide(sub, sib_c, out=np.zeros(idx.n), where=sib_c > 0)
@@ -203,6 +269,15 @@ def group_adjustment(
 def decay_usage(usage: np.ndarray, charges: np.ndarray, k: float) -> np.ndarray:
     """usage x K + charges (charge units), at least USAGE_FLOOR."""
     return np.maximum(usage * k + charges, USAGE_FLOOR)
+
+
+def background_leaves(
+    leaves: np.ndarray, usage: np.ndarray, m: np.ndarray, maxusage: float
+) -> np.ndarray:
+    """MAXUSAGE and Idle: the `leaves` whose usage (charge units, after decay) reached
+    `maxusage`, or that have no machine share `m` (zero shares): background lnodes, with
+    e_share 0, that run only on CPU nobody else wants."""
+    return leaves & ((usage >= maxusage) | (m <= 0))
 
 
 @dataclass
@@ -321,9 +396,9 @@ def _due_shares(idx: TreeIndex, m, active, demand, limit, floor) -> tuple:
     (for an idle node: over them and itself); the bounds are limit x due and floor x due
     (widened by a rounding margin).
     """
-    key = ("due", m.tobytes(), active.tobytes(), demand.tobytes(), limit, floor)
-    hit = idx.memo.get("due")
-    if hit is None or hit[0] != key:
+    key = (m.tobytes(), active.tobytes(), demand.tobytes(), limit, floor)
+    hit = _DUE.get(idx, key)
+    if hit is None:
         md = m * demand
         M = idx.sibling_sum(md)
         dr = np.divide(md, M, out=np.zeros(idx.n), where=M > 0)
@@ -333,8 +408,9 @@ def _due_shares(idx: TreeIndex, m, active, demand, limit, floor) -> tuple:
             dr = np.divide(m, M + m, out=dr, where=idle)
         due = idx.down_product(dr)
         cap, low = limit * (1 + 1e-12) * due, floor * (1 - 1e-12) * due
-        hit = idx.memo["due"] = (key, idle, any_idle, due, cap, low)
-    return hit[1], hit[2], hit[3].copy(), hit[4], hit[5]
+        hit = _DUE.put(idx, (idle, any_idle, due, cap, low), key)
+    idle, any_idle, due, cap, low = hit
+    return idle, any_idle, due.copy(), cap, low
 
 
 #: Bisection steps of `_water_fill_level` on log t when its running sums misplace t.
@@ -411,6 +487,19 @@ def _water_fill_level(idx: TreeIndex, k: int, e_share, w, low, cap, demand):
             break
     ek = np.where(capped, hi, np.where(floored, lo, np.clip(t * wd, lo, hi)))
     return ek, t, capped
+
+
+def fill_ratio(w: np.ndarray, low: np.ndarray, cap: np.ndarray, total: float) -> float:
+    """One sibling set's water-fill: the t (share per unit of weight) at which the set's
+    shares clip(t x w_i, low_i, cap_i) sum to `total`, as `_water_fill_level` finds it
+    for a set whose parent's share is `total` (w > 0; sum(low) <= total <= sum(cap))."""
+    n = len(w)
+    parent = np.concatenate(([-1], np.zeros(n, dtype=np.int64)))
+    top = np.arange(n + 1) == 0
+    star = build_index([np.zeros(1, np.int64), np.arange(1, n + 1)], parent, ~top, ~top, top)
+    e_share = np.where(top, total, 0.0)
+    _ek, t, _capped = _water_fill_level(star, 1, e_share, w, low, cap, np.ones(n, dtype=bool))
+    return float(t[0])
 
 
 def _crossing(nodes, pp, nsets: int, parent, wd, lo, hi) -> tuple[np.ndarray, np.ndarray]:
@@ -502,15 +591,15 @@ def _lnodes_and_shares(idx: TreeIndex, shares, leaves, sharemin, even=False) -> 
     Zero-share leaves (Idle) have lnodes but claim no share: groups holding only them do
     not take machine share from their siblings.
     """
-    key = ("m", leaves.tobytes(), sharemin, even)
-    hit = idx.memo.get("m")
-    if hit is None or hit[0] != key:
+    key = (leaves.tobytes(), sharemin, even)
+    hit = _LNODES.get(idx, key)
+    if hit is None:
         active, holders = idx.subtree_sum(np.array((leaves, leaves & idx.has_shares))) > 0
         active[0] = True
         m = machine_shares(idx, shares, holders, even)
         m = apply_sharemin(idx, m, leaves, sharemin)
-        hit = idx.memo["m"] = (key, active, m)
-    return hit[1].copy(), hit[2].copy()
+        hit = _LNODES.put(idx, (active, m), key)
+    return hit[0].copy(), hit[1].copy()
 
 
 def cycle_lnodes(
@@ -528,62 +617,48 @@ def cycle_lnodes(
 
 
 def lnode_table(
-    idx: TreeIndex,
-    table: LnodeTable,
-    c: Consumption,
-    charges: np.ndarray,
-    usage: np.ndarray,
-    k: float,
-    elapsed: float,
-    active: np.ndarray,
-    m: np.ndarray,
-    e_share: np.ndarray,
-    adj: np.ndarray | None,
-    background: np.ndarray,
-    due: np.ndarray | None = None,
-    pri: np.ndarray | None = None,
+    idx: TreeIndex, table: LnodeTable, c: Consumption, elapsed: float, d: Decision
 ) -> LnodeTable:
-    """The new lnode table a policy's cycle returns, from what the policy decided.
-
-    `charges` and `usage` are per leaf (charge units; usage after decay and any raise,
-    0 off the active leaves), `k` the cycle's decay factor, `m` and `e_share` per node
-    (fractions of the machine), `adj` the ADJGROUPS factors (None: no adjustment),
-    `background` the background leaves; `due` (per node) and `pri` (per leaf) the due
-    shares and near-future proportions (LnodeTable.due and .pri; None: the policy has
-    none, 0).  Rates, counts, group sums, the long-term charge and CPU seconds and the
-    priority are worked out here, the same for every policy.
+    """The new lnode table from what the policy decided (`d`) over a cycle of `elapsed`
+    seconds of `c`, after `table`: the bookkeeping every policy shares (rates, counts,
+    group sums, the long-term charge and CPU seconds, the priority), written once here.
     """
-    leaves = idx.leaf & active
-    wants = (c.nrun > 0) | (c.cpu > 0)
+    leaves = idx.leaf & d.active
+    demanding = leaves & ((c.nrun > 0) | (c.cpu > 0)) if d.demanding is None else d.demanding
     # Charges and consumption need no masking below: they are 0 off the leaves, and a
     # leaf with any is in `leaves`; the table's charge and cpu_seconds are kept for
     # leaves only, but its usage and rate hold sums on the groups too.
-    rate = table.rate * (leaves * k)
+    rate = table.rate * (leaves * d.k)
     if elapsed > 0:
-        rate += (1 - k) / elapsed * charges
+        rate += (1 - d.k) / elapsed * d.charges
     cpu_total = float(c.cpu.sum())
     cpu = c.cpu / cpu_total if cpu_total > 0 else np.zeros(idx.n)
-    sums = idx.subtree_sum(np.array((usage, rate, leaves & wants, c.refs, c.nrun, cpu)))
+    sums = idx.subtree_sum(np.array((d.usage, rate, demanding, c.refs, c.nrun, cpu)))
     sub_usage, rate, demand, refs, nrun, cpu = sums
+    if d.priority == "e_share":  # the terminator's nrun / e_share^2
+        prio = priority(np.ones(idx.n), nrun, d.e_share)
+    else:  # Kay-Lauder's usage x nrun / m_share^2
+        prio = priority(sub_usage, nrun, d.m_share)
     return LnodeTable(
-        usage=sub_usage,
-        stored=table.stored * (leaves * k),  # decays like usage (fairshare.core.lnode)
-        charge=table.charge + charges,
+        usage=sub_usage if d.group_usage is None else d.group_usage,
+        stored=table.stored * (leaves * d.k),  # decays like usage (fairshare.core.lnode)
+        charge=table.charge + (d.charges if d.billed is None else d.billed),
         charge_written=table.charge_written,
         cpu_seconds=table.cpu_seconds + c.cpu,
         cpu_written=table.cpu_written,
         rate=rate,
-        active=active,
+        active=d.active,
         demand=demand > 0,
         refs=refs.astype(np.int64),
         nrun=nrun.astype(np.int64),
-        m_share=m,
-        e_share=e_share,
-        due=due,
-        pri=pri,
+        m_share=d.m_share,
+        e_share=d.e_share,
+        due=d.due,
+        pri=d.pri,
         cpu=cpu,
-        adj=np.ones(idx.n) if adj is None else np.where(active, adj, 1.0),
-        priority=priority(sub_usage, nrun, m) * active,
-        background=background,
+        adj=np.ones(idx.n) if d.adj is None else np.where(d.active, d.adj, 1.0),
+        priority=prio * d.active,
+        background=d.background,
         parent=table.parent,
+        policy_state=d.state,
     )

@@ -12,11 +12,14 @@ over nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 
 #: Trees up to this many nodes sum subtrees with one matrix product.
 SMALL_TREE = 400
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -42,9 +45,8 @@ class TreeIndex:
     within: np.ndarray | None  # small trees: within[j, i] = 1 if j is i or below it
     has_shares: np.ndarray  # shares > 0
     group: np.ndarray  # Kind.GROUP
-    # The last results that depend only on which lnodes exist and which want CPU (they
-    # change when processes come and go, not every cycle): key -> value.
-    memo: dict = field(default_factory=dict)
+    # The last result of every `Memo` (by its Memo object; read and written through it).
+    memos: dict[Memo, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     def sibling_sum(self, values: np.ndarray) -> np.ndarray:
         """For every node, the sum of `values` over it and its siblings (root: its own)."""
@@ -76,6 +78,35 @@ class TreeIndex:
             s, e = self.bounds[k]
             t[..., self.owner_nodes[k]] += np.add.reduceat(t[..., s:e], self.firsts[k], axis=-1)
         return t
+
+
+class Memo(Generic[T]):
+    """One memoised result per tree index, for one function: the module that computes
+    the result owns its `Memo` object, so no other module can reach its entry.
+
+    What the cycle memoises depends only on which lnodes exist and which want CPU (it
+    changes when processes come and go, not every cycle), or on the tree alone: `get`
+    returns the last value `put` on that index if it was put with an equal `key` (None
+    for a result that depends on the tree alone), else None.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Memo({self.name!r})"
+
+    def get(self, idx: TreeIndex, key: object = None) -> T | None:
+        """The value last put on `idx` under an equal `key`, or None."""
+        hit = idx.memos.get(self)
+        if hit is None or hit[0] != key:
+            return None
+        return hit[1]
+
+    def put(self, idx: TreeIndex, value: T, key: object = None) -> T:
+        """Keep `value` (for `key`) as this memo's one entry on `idx`; returns it."""
+        idx.memos[self] = (key, value)
+        return value
 
 
 def build_index(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -50,15 +51,42 @@ _FLOAT_FIELDS = (
     "cpu",
     "adj",
     "priority",
-    "transient",
-    "filtered",
-    "correction",
-    "since",
 )
-#: The feedback policy's state among the float fields (other policies leave it 0).
-FEEDBACK_STATE = ("transient", "filtered", "correction", "since")
 _BOOL_FIELDS = ("active", "demand", "background")
 _INT_FIELDS = ("refs", "nrun")
+
+
+S = TypeVar("S", bound="NodeState")
+
+
+@dataclass
+class NodeState:
+    """A policy's own state over the tree's nodes, which the lnode table carries from
+    cycle to cycle (`LnodeTable.policy_state`) without knowing what it holds.
+
+    A policy that keeps state subclasses it with float array fields over the nodes (as
+    fairshare.core.policies.feedback.FeedbackState does), each 0 for an lnode just created;
+    the table's row steps (`activate`, `release`, `copy_row`, `keep_finite`, copying)
+    treat every field alike.
+    """
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The state's arrays by field name, in field order."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def zeros(cls: type[S], n: int) -> S:
+        """The state of `n` nodes none of which has any yet (every array 0)."""
+        return cls(**{f.name: np.zeros(n) for f in dataclasses.fields(cls)})
+
+    def copy(self: S) -> S:
+        """A deep copy (every array copied)."""
+        return type(self)(**{k: v.copy() for k, v in self.arrays().items()})
+
+    def clear(self, node: int) -> None:
+        """Set `node`'s row to 0 (an lnode created or released), in place."""
+        for values in self.arrays().values():
+            values[node] = 0.0
 
 
 @dataclass
@@ -96,16 +124,9 @@ class LnodeTable:
     priority: Kay-Lauder priority usage x nrun / m_share**2 (PRIORITY_MAX if m_share 0).
     background: past MAXUSAGE or zero shares: runs only on CPU nobody else wants.
     parent: the tree's parent array (shared, never written), for activate/release.
-
-    The feedback policy's state (fairshare.core.policies.feedback; zero under other policies,
-    and for an lnode just created):
-    transient: the share redistribution node's transient share of the lnode among its
-      active siblings (fraction; seed 004's equation 10, re-derived every period).
-    filtered: the share node's low-pass filtered share of the machine's charges that
-      the lnode received (fraction of the machine).
-    correction: the share node's accumulated correction, as a natural log (0 = none).
-    since: on groups and the root, seconds since their redistribution node last
-      re-derived the children's transient shares.
+    policy_state: the state the policy in force keeps from cycle to cycle, of a type it
+      defines (a `NodeState`: fairshare.core.policies.feedback.FeedbackState); None
+      under a policy that keeps none, and in a new table.
     """
 
     usage: np.ndarray
@@ -128,15 +149,11 @@ class LnodeTable:
     parent: np.ndarray
     due: np.ndarray | None = None
     pri: np.ndarray | None = None
-    transient: np.ndarray | None = None
-    filtered: np.ndarray | None = None
-    correction: np.ndarray | None = None
-    since: np.ndarray | None = None
+    policy_state: NodeState | None = None
 
     def __post_init__(self) -> None:
-        # Figures a policy need not compute (the displays show 0 for them), and the
-        # feedback policy's state (0 under the others).
-        for name in ("due", "pri", *FEEDBACK_STATE):
+        # Figures a policy need not compute (the displays show 0 for them).
+        for name in ("due", "pri"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.usage)))
 
@@ -147,7 +164,11 @@ class LnodeTable:
     def copy(self) -> LnodeTable:
         """A deep copy (every array copied)."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return LnodeTable(**{k: v if k == "parent" else v.copy() for k, v in fields.items()})
+        state = fields.pop("policy_state")
+        return LnodeTable(
+            **{k: v if k == "parent" else v.copy() for k, v in fields.items()},
+            policy_state=None if state is None else state.copy(),
+        )
 
 
 @dataclass(frozen=True)
@@ -189,16 +210,42 @@ def keep_finite(old: LnodeTable, new: LnodeTable) -> list[tuple[int, str]]:
     or written back; a value not finite in `old` either becomes 0.  Returns the
     (node, field) pairs put back, [] in the usual case."""
     bad: list[tuple[int, str]] = []
-    for name in _FLOAT_FIELDS:
-        values = getattr(new, name)
+    before = _float_arrays(old)
+    for name, values in _float_arrays(new).items():
         finite = np.isfinite(values)
         if finite.all():
             continue
         idx = np.flatnonzero(~finite)
-        prev = getattr(old, name)[idx]
+        prev = before[name][idx] if name in before else np.zeros(len(idx))  # a new state
         values[idx] = np.where(np.isfinite(prev), prev, 0.0)
         bad += [(int(i), name) for i in idx]
     return bad
+
+
+def _float_arrays(table: LnodeTable) -> dict[str, np.ndarray]:
+    """The table's float arrays by name: its own, then its policy state's."""
+    own = {name: getattr(table, name) for name in _FLOAT_FIELDS}
+    state = table.policy_state
+    return own if state is None else {**own, **state.arrays()}
+
+
+def copy_row(old: LnodeTable, n: int, new: LnodeTable, m: int) -> None:
+    """Copy lnode `n` of `old` into lnode `m` of `new` (in place): every figure but the
+    parent array and `active`, the policy state's included (a new table takes a zero
+    state of the old one's type)."""
+    for f in dataclasses.fields(LnodeTable):
+        if f.name not in ("parent", "active", "policy_state"):
+            getattr(new, f.name)[m] = getattr(old, f.name)[n]
+    state = old.policy_state
+    if state is None:
+        if new.policy_state is not None:
+            new.policy_state.clear(m)
+        return
+    if type(new.policy_state) is not type(state):
+        new.policy_state = type(state).zeros(new.size)
+    mine = new.policy_state.arrays()
+    for name, values in state.arrays().items():
+        mine[name][m] = values[n]
 
 
 def aged_usage(shusage: float, shextime: float, now: float, consts: Consts) -> float:
@@ -246,7 +293,8 @@ def activate(table: LnodeTable, node: int, usage: float) -> None:
     table.cpu_seconds[node] = table.cpu_written[node] = 0.0
     table.rate[node] = 0.0
     table.adj[node] = 1.0
-    table.transient[node] = table.filtered[node] = table.correction[node] = 0.0
+    if table.policy_state is not None:
+        table.policy_state.clear(node)
     for a in ancestors(table.parent, node):
         table.active[a] = True
 
@@ -295,3 +343,5 @@ def _clear(table: LnodeTable, node: int) -> None:
     for name in _INT_FIELDS:
         getattr(table, name)[node] = 0
     table.adj[node] = 1.0
+    if table.policy_state is not None:
+        table.policy_state.clear(node)

@@ -43,7 +43,10 @@ import dataclasses
 
 import numpy as np
 
-from fairshare.core.index import TreeIndex
+from fairshare.core.index import Memo, TreeIndex
+
+#: The flat model's index of a tree's index, and its nodes (`flat_index`).
+_FLAT: Memo[tuple[TreeIndex, np.ndarray]] = Memo("flat model index")
 
 
 def spread(idx: TreeIndex, weight: np.ndarray, member: np.ndarray, even: bool) -> np.ndarray:
@@ -96,7 +99,7 @@ def flat_index(idx: TreeIndex) -> tuple[TreeIndex, np.ndarray]:
     """(the flat model's index, its nodes): a one-level tree, the root with every leaf of
     `idx` as its child; `nodes[j]` is flat node j's node in `idx` (nodes[0] = 0, the
     root).  Cached on `idx`."""
-    hit = idx.memo.get("flat")
+    hit = _FLAT.get(idx)
     if hit is not None:
         return hit
     leaves = np.flatnonzero(idx.leaf)
@@ -124,10 +127,9 @@ def flat_index(idx: TreeIndex) -> tuple[TreeIndex, np.ndarray]:
         within=within,
         has_shares=idx.has_shares[nodes],
         group=np.zeros(n, dtype=bool),
-        memo={},
+        memos={},
     )
-    idx.memo["flat"] = (flat, nodes)
-    return flat, nodes
+    return _FLAT.put(idx, (flat, nodes))
 
 
 def to_tree(idx: TreeIndex, nodes: np.ndarray, values: np.ndarray, demand: np.ndarray):

@@ -23,7 +23,6 @@ what the store must write, which is returned.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ import numpy as np
 
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption
-from fairshare.core.lnode import LnodeTable, WriteBack, activate, new_table, release
+from fairshare.core.lnode import LnodeTable, WriteBack, activate, copy_row, new_table, release
 from fairshare.core.site import SiteState
 from fairshare.core.steps import activate_stored, advance
 from fairshare.core.tree import UNKNOWN_NAMES, Kind, ShareTree
@@ -129,23 +128,17 @@ def carry_over(old: Lnodes, new: Lnodes, now: float) -> list[tuple[int, WriteBac
             gone.append((int(old.tree.ids[n]), release(old.table, int(n), now)))
             continue
         activate(new.table, m, 0.0)
-        _copy_row(old.table, int(n), new.table, m)
+        copy_row(old.table, int(n), new.table, m)
         if n in old.entry:
             new.entry[m] = old.entry[n]
         if n in old.warned:
             new.warned.add(m)
-    _copy_row(old.table, 0, new.table, 0)  # the root
+    copy_row(old.table, 0, new.table, 0)  # the root
     for n in np.flatnonzero(old.table.active & ~old.tree.leaf_mask)[1:].tolist():
         m = new.tree.find(old.tree.names[n])
         if m is not None and not new.tree.leaf_mask[m] and new.table.active[m]:
-            _copy_row(old.table, n, new.table, m)
+            copy_row(old.table, n, new.table, m)
     return gone
-
-
-def _copy_row(old: LnodeTable, n: int, new: LnodeTable, m: int) -> None:
-    for f in dataclasses.fields(LnodeTable):
-        if f.name not in ("parent", "active"):
-            getattr(new, f.name)[m] = getattr(old, f.name)[n]
 
 
 def arriving(ln: Lnodes, c: Consumption) -> list[int]:

@@ -4,7 +4,8 @@ profile (fairshare.report.profile), the active counts and its usage on other hos
 `load_info` reads the constants (base, schedules, in force) and the published table of
 a host (None when nothing was published).  `load_profile` finds the entry (the caller's
 by default; in Share by Account mode a user's default account) and returns its
-profile: from its lnode when it has one, else from the share tree and its stored usage.
+profile: from its lnode when it has one (its fair level from the core, with the share
+tree's share ratios, `tree_share_ratios`), else from the share tree and its stored usage.
 `active_counts` gives the -v line's counts; `site_usage` what GLOBALUSAGE makes other
 hosts' usage count here.
 """
@@ -17,11 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 from sqlalchemy import Engine
 
-from fairshare.core.consts import ADJGROUPS, GLOBALUSAGE, Consts
+from fairshare.core.consts import GLOBALUSAGE, Consts
 from fairshare.core.lnode import aged_usage, decayed_usage
 from fairshare.core.site import SiteLnode
+from fairshare.core.sshare import share_ratios
 from fairshare.core.tree import ShareTree, build_tree_columns
 from fairshare.report.lnodes import ViewLnode, view_lnodes
 from fairshare.report.profile import Profile, active_profile, entry_profile
@@ -94,8 +97,8 @@ def load_profile(
     lnodes = own_lnodes(snap)
     slurm = stored_figures(tree, cols, entry.name, consts, now)
     if any(v.name == entry.name and v.parent >= 0 for v in lnodes):
-        flat = not consts.flags & ADJGROUPS
-        profile = active_profile(lnodes, entry.name, consts.halflife, flat)
+        local = tree_share_ratios(tree, lnodes)
+        profile = active_profile(lnodes, entry.name, consts, local)
         return dataclasses.replace(profile, **slurm), notes, tree, lnodes
     node = tree.find(entry.name)
     if node is None:
@@ -112,6 +115,25 @@ def load_profile(
         halflife=consts.halflife,
     )
     return dataclasses.replace(profile, **slurm), notes, tree, lnodes
+
+
+def tree_share_ratios(tree: ShareTree, lnodes: Sequence[ViewLnode]) -> np.ndarray | None:
+    """Each published lnode's shares over all its siblings' in `tree` (Slurm's share
+    ratio, fairshare.core.sshare.share_ratios; the root's 1), in the order of `lnodes`;
+    None when the tree read now does not number them as the daemon's did (an entry
+    added, moved or removed since it published)."""
+    node = np.fromiter((v.node for v in lnodes), np.int64, count=len(lnodes))
+    parent = np.fromiter((v.parent for v in lnodes), np.int64, count=len(lnodes))
+    inner = parent >= 0
+    if len(node) and (node.max() >= tree.size or node.min() < 0):
+        return None
+    names = [tree.names[n] for n in node[inner].tolist()]
+    if names != [v.name for v, up in zip(lnodes, inner.tolist(), strict=True) if up]:
+        return None
+    if not np.array_equal(tree.parent[node[inner]], parent[inner]):
+        return None
+    local, _ = share_ratios(tree.index, tree.shares)
+    return np.where(inner, local[node], 1.0)
 
 
 def stored_figures(

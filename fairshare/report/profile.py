@@ -9,13 +9,16 @@ to decay to its fair level.  `entry_profile` is the same for an entry without an
 (not logged in): its static machine share (every leaf active) and its stored usage aged
 to now.  `every_leaf` orders the active leaves for Figure 7 (shrinfo -a).
 
-The fair level, split as the cycle splits (fairshare.core.cycle, step 5; without ADJGROUPS,
-the flat model, its siblings are every other demanding leaf): with its demanding
-siblings j as they are, lnode i's part of its parent's share, (m_i^2/u_i) /
-(m_i^2/u_i + S) with S = sum of m_j^2/u_j, equals its due part m = m_i / (m_i + sum of
-m_j) when u* = m_i^2 (1 - m) / (m S).  A leaf without demanding siblings is weighed
-where its lowest ancestor with some is (its usage is part of that group's).  Idle, usage
-decays as 0.5 ** (t / halflife), so it reaches u* after halflife x log2(u / u*) seconds.
+The fair level u* is the core's (fairshare.core.fair, asked through
+fairshare.core.policies.fair_usage): the usage at which the lnode would get its due part
+as the cycle splits the machine under the constants and the policy in force.  Under
+UNICOS, with its demanding siblings j as they are, lnode i's part of its parent's share,
+(m_i^2/u_i) / (m_i^2/u_i + S) with S = sum of m_j^2/u_j, equals its due part m = m_i /
+(m_i + sum of m_j) when u* = m_i^2 (1 - m) / (m S) (without ADJGROUPS among every
+demanding leaf, with idleshare even on the spread shares, and the siblings held within
+their K5 and LIMSHARE bands).  A leaf without demanding siblings is weighed where its
+lowest ancestor with some is (its usage is part of that group's).  Idle, usage decays as
+0.5 ** (t / halflife), so it reaches u* after halflife x log2(u / u*) seconds.
 
 Shares are fractions 0..1, usage in charge units, times in seconds.
 """
@@ -25,8 +28,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
-from fairshare.core.cycle import USAGE_FLOOR
+import numpy as np
+
+from fairshare.core import policies
+from fairshare.core.consts import Consts
+from fairshare.core.fair import SplitFigures
 from fairshare.report.lnodes import ViewLnode
 from udb.errors import NotFound
 
@@ -80,28 +88,46 @@ class Profile:
     fairshare_factor: float | None = None
 
 
-def fair_usage(lnodes: Sequence[ViewLnode], me: ViewLnode, flat: bool = False) -> float | None:
-    """u*, the usage (charge units) at which `me`'s near-future share equals its due
-    share, split as the cycle splits: among its demanding siblings, or where it has
-    none, at its lowest ancestor that has some (the rest of that ancestor's usage held
-    as it is); with `flat` (ADJGROUPS off: the flat model) among every other demanding
-    leaf.  None if no other lnode (of another branch) wants CPU."""
-    by_node = {v.node: v for v in lnodes}
-    x: ViewLnode | None = me
-    others: list[ViewLnode] = []
-    if flat:
-        others = [v for v in lnodes if not v.is_group and v.node != me.node and v.demanding]
-    while x is not None and x.parent >= 0 and not others and not flat:
-        others = [v for v in lnodes if v.parent == x.parent and v.node != x.node and v.demanding]
-        if not others:
-            x = by_node.get(x.parent)
-    if x is None or not others:
+def split_figures(
+    lnodes: Sequence[ViewLnode], local_shares: Sequence[float] | None = None
+) -> tuple[SplitFigures, np.ndarray]:
+    """(the published lnodes as the core's split reads them, each lnode's position in
+    them): fairshare.core.fair.SplitFigures.of_lnodes.  `local_shares` (one per lnode,
+    in order): each one's shares over all its siblings' in the share tree, when the
+    tree is at hand (Slurm's share ratio; else over the published siblings alone)."""
+
+    def column(name: str, dtype: type) -> np.ndarray:
+        return np.fromiter(map(attrgetter(name), lnodes), dtype, count=len(lnodes))
+
+    kinds = np.array(list(map(attrgetter("kind"), lnodes)), dtype=object)
+    return SplitFigures.of_lnodes(
+        column("node", np.int64),
+        column("parent", np.int64),
+        (kinds == "group") | (kinds == "root"),
+        column("shares", float),
+        column("m_share", float),
+        column("usage", float),
+        column("demanding", bool),
+        local_shares,
+    )
+
+
+def fair_usage(
+    lnodes: Sequence[ViewLnode],
+    me: ViewLnode,
+    consts: Consts,
+    local_shares: Sequence[float] | None = None,
+) -> float | None:
+    """u*, the usage (charge units) at which `me` would get its due share as the cycle
+    splits the machine under `consts` (their flags, idleshare and policy): the core's
+    figure (fairshare.core.policies.fair_usage) on the published `lnodes` (and their
+    `local_shares`, see `split_figures`).  None if no other lnode (of another branch)
+    wants CPU."""
+    figures, pos = split_figures(lnodes, local_shares)
+    at = next((int(p) for v, p in zip(lnodes, pos.tolist(), strict=True) if v is me), -1)
+    if at < 0:
         return None
-    s = sum(v.m_share * v.m_share / max(v.usage, USAGE_FLOOR) for v in others)
-    if s <= 0 or x.m_share <= 0:
-        return None
-    m = x.m_share / (x.m_share + sum(v.m_share for v in others))
-    return max(x.m_share * x.m_share * (1 - m) / (m * s) - (x.usage - me.usage), 0.0)
+    return policies.fair_usage(figures, at, consts)
 
 
 def idle_time(usage: float, fair: float | None, halflife: float) -> float | None:
@@ -114,10 +140,14 @@ def idle_time(usage: float, fair: float | None, halflife: float) -> float | None
 
 
 def active_profile(
-    lnodes: Sequence[ViewLnode], name: str, halflife: float, flat: bool = False
+    lnodes: Sequence[ViewLnode],
+    name: str,
+    consts: Consts,
+    local_shares: Sequence[float] | None = None,
 ) -> Profile:
-    """The profile of the published lnode `name` (NotFound if it has none); `flat`: the
-    cycle splits the machine flat (ADJGROUPS off), which the fair level follows."""
+    """The profile of the published lnode `name` (NotFound if it has none) under the
+    constants in force `consts` (the half-life, and how the cycle splits the machine,
+    which the fair level follows; `local_shares` as `fair_usage` takes them)."""
     by_node = {v.node: v for v in lnodes}
     me = next((v for v in lnodes if v.name == name and v.parent >= 0), None)
     if me is None:
@@ -134,7 +164,8 @@ def active_profile(
             r = g.e_share / g.m_share
             if r < 1 - LIMIT_TOLERANCE and (ratio is None or r < ratio):
                 limited, ratio = g.name, r
-    fair = fair_usage(lnodes, me, flat) if not me.is_group else None
+    fair = fair_usage(lnodes, me, consts, local_shares) if not me.is_group else None
+    halflife = consts.halflife
     return Profile(
         name=me.name,
         uid=me.uid,

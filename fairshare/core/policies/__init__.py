@@ -1,19 +1,22 @@
 """The policies, one module each, and the registry that picks one by name.
 
-Every policy takes its shared steps from fairshare.core.cycle and returns its new
-lnode table through `fairshare.core.cycle.lnode_table`:
+Every policy takes its shared steps from fairshare.core.cycle and puts what it decided
+in a `fairshare.core.cycle.Decision`, from which `fairshare.core.cycle.lnode_table`
+builds its new lnode table with the bookkeeping they share:
 
 - `unicos`: the UNICOS user-level policy (Kay-Lauder, the guide), the default;
 - `slurm`: Slurm's classic fair-share factor (seed 002);
 - `feedback`: seed 004's hierarchical feedback design.
 
-`run_cycle` is the one entry point the daemon, the simulator and the tests call.
+`run_cycle` is the one entry point the daemon, the simulator and the tests call;
+`fair_usage` the one shrinfo asks for a fair level (fairshare.core.fair).
 """
 
 from __future__ import annotations
 
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption, Policy
+from fairshare.core.fair import SplitFigures
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.policies.feedback import FeedbackPolicy
 from fairshare.core.policies.slurm import SlurmPolicy
@@ -51,3 +54,13 @@ def run_cycle(
     one `consts` selects unless `policy` is given.
     """
     return (policy or policy_for(consts)).cycle(tree, table, consumption, consts, elapsed)
+
+
+def fair_usage(
+    figures: SplitFigures, node: int, consts: Consts, policy: Policy | None = None
+) -> float | None:
+    """u*, the usage (charge units) at which lnode `node` of `figures` would get its due
+    part as the cycle splits the machine under `consts` (fairshare.core.fair): the
+    policy `consts` selects, unless `policy` is given.  None when there is none (no
+    other lnode wants CPU)."""
+    return (policy or policy_for(consts)).fair_usage(figures, node, consts)

@@ -37,15 +37,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from fairshare.core import fair
 from fairshare.core.consts import Consts, decay
 from fairshare.core.cycle import (
     Consumption,
+    Decision,
+    background_leaves,
     cycle_lnodes,
     decay_usage,
     leaf_charges,
     lnode_table,
 )
-from fairshare.core.index import TreeIndex
+from fairshare.core.index import Memo, TreeIndex
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.sshare import Sshare, share_ratios, sshare
 from fairshare.core.tree import ShareTree
@@ -53,6 +56,8 @@ from fairshare.core.tree import ShareTree
 #: log2 of the largest weight ratio kept (2 ** 900 ~ 1e271): a sum over a million
 #: siblings stays finite for an active node that does not run and would dwarf them.
 _MAX_LOG2_RATIO = 900.0
+#: The tree's share ratios (fairshare.core.sshare.share_ratios): its shares never change.
+_RATIOS: Memo[tuple[np.ndarray, np.ndarray]] = Memo("slurm share ratios")
 
 
 def slurm_e_shares(
@@ -96,6 +101,37 @@ def slurm_e_shares(
     return idx.down_product(local)
 
 
+def factor_level(
+    f: fair.SplitFigures, x: int, others: np.ndarray, dampening: float
+) -> float | None:
+    """The usage (charge units, x's subtree's) at which x's part of its parent's share,
+    as `slurm_e_shares` splits it among x and its demanding siblings `others` by S x F,
+    is its due part: its shares over theirs and its own (Slurm's S).  The fair-share
+    factors follow from the usage (`sshare`: x's usage is its ancestors' and the total's
+    too), so the level is found by bisection on the policy's own split, which gives x
+    less the more it has used.  None when x holds no shares."""
+    mine = float(f.local_shares[x])
+    if mine <= 0:
+        return None
+    due = mine / (mine + sum(f.local_shares[others].tolist()))
+    f, x = f.spine(x)  # the split down to x's siblings, without what lies below them
+    local = f.local_shares
+    ratios = (local, f.idx.down_product(local))
+    demand = f.demanding.copy()
+    demand[x] = True
+    chain = f.chain(x)
+
+    def part(u: float) -> float:  # x's part of its parent's share with usage u
+        usage = f.usage.copy()
+        usage[chain[1:]] += u - f.usage[x]
+        usage[x] = u
+        figures = sshare(f.idx, local, usage, dampening, None, ratios)
+        e = slurm_e_shares(f.idx, figures, dampening, demand, demand)
+        return float(e[x] / e[chain[1]]) if e[chain[1]] > 0 else 0.0
+
+    return fair.bisect_level(part, due, max(float(f.usage[0]), 1.0))
+
+
 class SlurmPolicy:
     """Slurm's classic fair-share factor steering running CPU (seed 002; see the module
     docstring).  Usage decays as under UNICOS (the same usage the UDB keeps); ADJGROUPS,
@@ -116,18 +152,34 @@ class SlurmPolicy:
         """The lnode table after one cycle of `elapsed` seconds (fairshare.core.cycle.Policy)."""
         c = consumption
         idx, wants, leaves, active, m = cycle_lnodes(tree, table, c, consts)
-        ratios = idx.memo.get("slurm_ratios")
+        ratios = _RATIOS.get(idx)
         if ratios is None:  # the tree's shares never change
-            ratios = idx.memo["slurm_ratios"] = share_ratios(idx, tree.shares)
+            ratios = _RATIOS.put(idx, share_ratios(idx, tree.shares))
 
         charges = leaf_charges(c, consts) * leaves
         k = decay(elapsed, consts.halflife)
         usage = decay_usage(table.usage, charges, k) * leaves
-        background = leaves & ((usage >= consts.maxusage) | (m <= 0))
+        background = background_leaves(leaves, usage, m, consts.maxusage)
         figures = sshare(idx, tree.shares, idx.subtree_sum(usage), consts.dampening, None, ratios)
         runnable = leaves & ~background
         e_share = slurm_e_shares(idx, figures, consts.dampening, runnable & wants, runnable)
         e_share *= active & ~background
-        return lnode_table(
-            idx, table, c, charges, usage, k, elapsed, active, m, e_share, None, background
+        decision = Decision(
+            active=active,
+            m_share=m,
+            charges=charges,
+            usage=usage,
+            k=k,
+            e_share=e_share,
+            background=background,
         )
+        return lnode_table(idx, table, c, elapsed, decision)
+
+    def fair_usage(self, figures: fair.SplitFigures, node: int, consts: Consts) -> float | None:
+        """The usage at which lnode `node` gets its due part (fairshare.core.fair): its
+        `factor_level` among its demanding siblings, under the dampening factor in force."""
+
+        def level(f: fair.SplitFigures, x: int, others: np.ndarray) -> float | None:
+            return factor_level(f, x, others, consts.dampening)
+
+        return fair.fair_usage(figures, node, level)
