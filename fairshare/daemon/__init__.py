@@ -5,7 +5,7 @@ module named after it (this is the one list of them):
 
 1. `reload`: one cheap poll of the UDB (`reload.poll`); the constants read again when
    their change serial moved, with shradmin's schedule in force applied
-   (fairshare.admin.shradmin), so a change acts within one delta; the share tree
+   (fairshare.core.schedule), so a change acts within one delta; the share tree
    rebuilt when the UDB's entries changed, periodically, or on SIGHUP, the lnodes
    carried over to it by name (`state.carry_over`).  NOSCHED/NOSHARE switch the
    enforcer off and on (fairshare.enforce.switch).

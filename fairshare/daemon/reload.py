@@ -5,7 +5,7 @@ The poll is one statement: the entries' fingerprint (their count, highest id and
 serial), the constants' change serial and how many shrsync requests wait for the host.
 The constants and shradmin's schedules are read again when their serial moved (every
 shradmin change and `save_consts` bump it) and every RELOAD_EVERY cycles; the schedule
-in force is applied every cycle at the clock's local time (fairshare.admin.shradmin), so a
+in force is applied every cycle at the clock's local time (fairshare.core.schedule), so a
 shradmin change acts within one delta.  The tree is rebuilt (`load_lnodes`) only when
 there is a reason (`reload_reason`): SIGHUP, a change of share mode, every RELOAD_EVERY
 cycles, or a change of the entries' fingerprint.  The daemon then keeps its lnode
