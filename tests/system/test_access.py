@@ -53,7 +53,7 @@ from udb.image import open_image
 from udb.remote import Reader, call, connect
 from udb.session import dispose_all, open_udb, write_session
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ACME = ROOT / "examples" / "acme" / "acme.udb"
 DELTA = 1.0
 ME, ADMIN, OTHER = UIDS

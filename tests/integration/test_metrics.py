@@ -15,18 +15,18 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from test_daemon import run_daemon, wait_for
 
 from fairshare.cli.shrdaemon import main
 from fairshare.core.consts import Consts
 from fairshare.daemon.metrics import LNODE_METRICS, Metrics, Snapshot, lnode_text, parse_address
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.store.config import save_consts
+from integration.test_daemon import run_daemon, wait_for
 from udb.errors import OptionError
 from udb.models import SHF_GROUP, Entry
 from udb.session import open_udb, write_session
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
+ROOT_DIR = Path(__file__).resolve().parents[2]
 ACME = ROOT_DIR / "examples" / "scenarios" / "06_acme.toml"
 
 

@@ -16,9 +16,7 @@ from udb import directives
 from udb.models import Const, Entry, SyncRequest
 from udb.session import open_udb, write_session
 
-SCENARIO = (
-    Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "02_shares_2_to_1.toml"
-)
+SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "02_shares_2_to_1.toml"
 
 
 def m_shares(daemon) -> dict[str, float]:

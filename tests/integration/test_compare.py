@@ -19,7 +19,7 @@ from fairshare.core import consts as consts_module
 from fairshare.core import policies
 from fairshare.core.consts import ADJGROUPS
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 TABLE_ONE = str(SCENARIOS / "05_table_one.toml")
 PP = 0.01
 

@@ -14,7 +14,7 @@ import pytest
 
 from udb.cli.progress import status, track
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
+ROOT_DIR = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT_DIR / "examples" / "scenarios" / "06_acme.toml"
 
 

@@ -232,7 +232,7 @@ def test_a_running_daemon_follows_the_schedule_in_force(udb_url):
     from fairshare.sim.daemon import simulated_daemon
 
     scenario = (
-        Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "01_equal_shares.toml"
+        Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "01_equal_shares.toml"
     )
     monday_noon = datetime(2026, 11, 23, 12, 0).timestamp()
     daemon, _model, _cycles = simulated_daemon(open_udb(udb_url), str(scenario), epoch=monday_noon)
@@ -284,7 +284,7 @@ def test_a_running_daemon_takes_up_a_new_policy_within_one_cycle(udb_url, monkey
     monkeypatch.setitem(policies.POLICIES, "recording", Recording())
     monkeypatch.setitem(consts_module.CHOICES, "policy", ("unicos", "recording"))
     scenario = (
-        Path(__file__).resolve().parent.parent / "examples" / "scenarios" / "01_equal_shares.toml"
+        Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "01_equal_shares.toml"
     )
     daemon, _model, _cycles = simulated_daemon(open_udb(udb_url), str(scenario))
     daemon.start()

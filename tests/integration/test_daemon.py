@@ -32,7 +32,7 @@ from udb.session import open_udb, read_session, write_session
 EPOCH = 1_000_000.0
 TICK_COST = 100.0  # the default cost_tick: charge units per CPU tick
 PER_CPU_S = TICK_COST * TICKS_PER_SECOND  # 10,000 charge units per CPU second
-ROOT_DIR = Path(__file__).resolve().parent.parent
+ROOT_DIR = Path(__file__).resolve().parents[2]
 
 
 class Script:

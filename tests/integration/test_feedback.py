@@ -417,7 +417,7 @@ def daemon_groups(tmp_path, policy: str, enforcer: str, duration: str) -> dict[s
     from fairshare.sim.daemon import simulated_daemon
     from udb.session import open_udb
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     text = (root / "examples" / "scenarios" / "12_navoceano.toml").read_text()
     text = text.replace('duration = "4h"', f'duration = "{duration}"')
     text = text.replace('warmup = "2h"', "").replace(

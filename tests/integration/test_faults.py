@@ -35,7 +35,7 @@ from udb.cli.udbsee import main as udbsee
 from udb.errors import UdbError
 from udb.session import dispose_all, open_udb, read_session, write_session
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ACME = ROOT / "examples" / "acme" / "acme.udb"
 
 #: A scenario that simulates whatever UDB --udb names (it brings none of its own).

@@ -15,7 +15,7 @@ import pytest
 
 from fairshare.daemon.service import JournalFormatter, Notifier, log_formatter, under_journal
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
+ROOT_DIR = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT_DIR / "examples" / "scenarios" / "02_shares_2_to_1.toml"
 
 

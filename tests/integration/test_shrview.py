@@ -54,7 +54,7 @@ from udb.models import PublishedLnode
 from udb.remote import Reader
 from udb.session import open_udb
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 #: The simulated clock's start, the number of cycles run, and "now" for the displays:
 #: the last cycle ran at EPOCH + 400, so the table is 100 s old at NOW.
 EPOCH = 1_700_000_000
@@ -656,7 +656,7 @@ def test_the_quick_start_shows_the_last_cycle_with_the_workload_running(tmp_path
     Pri% 0 and Share_pri 0 for everyone)."""
     from fairshare.cli.shrdaemon import main as shrdaemon
 
-    acme = Path(__file__).resolve().parent.parent / "examples"
+    acme = Path(__file__).resolve().parents[2] / "examples"
     text = (acme / "scenarios" / "06_acme.toml").read_text()
     text = text.replace('"../acme/acme.udb"', f'"{acme / "acme" / "acme.udb"}"')
     text = text.replace('duration = "2h"', 'duration = "10m"').replace('warmup = "1h"', "")

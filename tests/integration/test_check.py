@@ -23,7 +23,7 @@ from udb.check import (
 from udb.models import SHF_ACCOUNT, SHF_GROUP
 from udb.session import dispose_all, open_udb, read_session, write_session
 
-MAN = Path(__file__).resolve().parent.parent / "man" / "shrtree.8"
+MAN = Path(__file__).resolve().parents[2] / "man" / "shrtree.8"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
+ROOT_DIR = Path(__file__).resolve().parents[2]
 SCRIPTS = tomllib.loads((ROOT_DIR / "pyproject.toml").read_text())["project"]["scripts"]
 
 

@@ -265,7 +265,7 @@ def test_the_daemon_applies_the_udb_nice_beside_systemd(bus, tmp_path, udb_url):
     nice 4, so her processes at the default nice get 4 while their slice is weighed; bob
     (no UDB nice) is left alone; the daemon's stop puts back what it set."""
     from busy import RecordedOs
-    from test_daemon import EPOCH, Script, proc
+    from integration.test_daemon import EPOCH, Script, proc
 
     from fairshare.daemon.daemon import Daemon, Options
     from fairshare.sim.machine import SimClock

@@ -22,7 +22,7 @@ from udb.check import WARNING, Problem
 from udb.models import SHF_ACCOUNT, SHF_GROUP
 from udb.session import dispose_all, open_udb, write_session
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 NOW = 1_700_000_000.0
 HOUR = 3600.0  # the default half-life
 

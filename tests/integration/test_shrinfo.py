@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_shrview import (  # noqa: F401
+
+from fairshare.cli.shrinfo import main
+from fairshare.display.shrinfo import duration_text, profile_lines
+from fairshare.report.lnodes import view_lnodes
+from fairshare.report.profile import active_profile, fair_usage, idle_time
+from integration.test_shrview import (  # noqa: F401
     NOW,
     _row,
     by_account,
@@ -19,12 +24,7 @@ from test_shrview import (  # noqa: F401
     utc,
 )
 
-from fairshare.cli.shrinfo import main
-from fairshare.display.shrinfo import duration_text, profile_lines
-from fairshare.report.lnodes import view_lnodes
-from fairshare.report.profile import active_profile, fair_usage, idle_time
-
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def run(url: str, *args: str):

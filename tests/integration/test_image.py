@@ -7,8 +7,8 @@ import sqlite3
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import OperationalError
-from test_session import pg_url  # noqa: F401 - the PostgreSQL fixture
 
+from integration.test_session import pg_url  # noqa: F401 - the PostgreSQL fixture
 from udb import directives
 from udb.image import make_image, open_image
 from udb.models import Entry, LnodeCheckpoint, SyncRequest

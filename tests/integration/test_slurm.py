@@ -307,7 +307,7 @@ def test_policy_invariants(scene, dampening):
 
 # -- shrsim: `policy = "slurm"` in a scenario's [consts] ----------------------------------
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 
 
 def shrsim_slurm(stem: str, tmp_path) -> dict:

@@ -31,7 +31,7 @@ from fairshare.store.config import load_consts, save_consts
 from udb.models import Entry
 from udb.session import open_udb, read_session, write_session
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: alice has a 30 CPU s quota and runs two CPU-bound processes on 2 CPUs: she passes the
 #: quota plus the 3 s threshold within a minute and gets SIGKILL.  Her UDB nice is 5.

@@ -14,7 +14,7 @@ from fairshare.sim.record import SimResult
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import load_scenario, parse_scenario
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "examples" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 PP = 0.01  # one percentage point
 
 

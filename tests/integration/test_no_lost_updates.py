@@ -21,7 +21,6 @@ from busy import BusyProcesses, RecordedOs
 from click.testing import CliRunner
 from conftest import ACME, ROOT, load
 from sqlalchemy import select, text
-from test_session import pg_url  # noqa: F401 - the throwaway PostgreSQL fixture
 
 from fairshare.admin.shrdist import Caller, redistribute
 from fairshare.cli.shrdist import main as shrdist
@@ -33,6 +32,7 @@ from fairshare.sim.daemon import simulated_daemon
 from fairshare.sim.machine import SimClock
 from fairshare.store.config import save_consts
 from fairshare.store.published import LnodeStore
+from integration.test_session import pg_url  # noqa: F401 - the throwaway PostgreSQL fixture
 from udb import directives
 from udb.cli.udbgen import main as udbgen
 from udb.models import Entry, ShareChange

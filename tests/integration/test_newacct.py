@@ -1,6 +1,6 @@
 """newacct: the command through a socket server, the daemon's session records, and the
 daemon charging the new account from its next cycle (Share by Account).  As real
-unprivileged uids against a running shrdaemon: tests/test_access.py."""
+unprivileged uids against a running shrdaemon: tests/system/test_access.py."""
 
 from __future__ import annotations
 

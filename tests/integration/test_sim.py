@@ -18,7 +18,7 @@ from fairshare.sim.scenario import ScenarioError, parse_scenario
 from fairshare.store.config import save_consts
 from udb.session import open_udb, write_session
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TWO_USERS = """
 cpus = 2
