@@ -8,7 +8,6 @@ import errno
 import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -70,17 +69,7 @@ def cycles(daemon, n=1):
         daemon.step()
 
 
-def strace_works() -> str | None:
-    """None if strace can trace a child here, else why not."""
-    if shutil.which("strace") is None:
-        return "strace is not installed"
-    r = subprocess.run(["strace", "-f", "-o", os.devnull, "true"], capture_output=True)
-    if r.returncode != 0:
-        return f"strace cannot trace here: {r.stderr.decode().strip()[:200]}"
-    return None
-
-
-@pytest.mark.skipif(strace_works() is not None, reason=str(strace_works()))
+@pytest.mark.requires("strace")
 def test_simulated_quota_run_makes_no_real_kill_or_setpriority(tmp_path):
     """The old daemon sent 286 real kill() calls to made-up pids in this run."""
     trace = tmp_path / "strace.txt"

@@ -1,15 +1,12 @@
 """The daemon loop driven by a scripted collector, a recording enforcer and a simulated
-clock, on a real SQLite UDB; the command through CliRunner and as a process."""
+clock, on a real SQLite UDB; the command through CliRunner.  As a process of its own:
+tests/system/test_daemon_process.py."""
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -560,69 +557,6 @@ def test_once_and_cycles_together_is_an_error(udb_url):
     r = CliRunner().invoke(main, ["--udb", udb_url, "--once", "--cycles", "3"])
     assert r.exit_code == 2
     assert "--once and --cycles" in r.stderr
-
-
-def term_with_parent() -> None:
-    """In the child: SIGTERM when the test process dies, so no daemon outlives a run."""
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def run_daemon(udb_url, *args, **kw):
-    env = dict(os.environ, UDB_URL=udb_url)
-    return subprocess.Popen(
-        [sys.executable, "-m", "fairshare.cli.shrdaemon", "--enforcer", "none", *args],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=term_with_parent,
-        **kw,
-    )
-
-
-def wait_for(predicate, timeout=20.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def test_sigterm_writes_back_and_exits_0_within_2_s_and_a_second_start_is_refused(engine):
-    url = str(engine.url)
-    with write_session(engine) as s:
-        save_consts(s, Consts(delta=0.5))
-        s.execute(update(Entry).where(Entry.uid == 1001).values(uid=os.getuid()))
-    d = run_daemon(url)
-    try:
-        assert wait_for(lambda: LnodeStore(engine).read_published()[0] is not None)
-        second = subprocess.run(
-            [sys.executable, "-m", "fairshare.cli.shrdaemon", "--udb", url, "--once"],
-            capture_output=True,
-            text=True,
-        )
-        assert second.returncode == 2
-        assert f"is already served by pid {d.pid} (lock " in second.stderr
-        # Two more cycles, so that a sample has seen what the refused start used (a
-        # process that came and went between two samples is charged to its parent once
-        # reaped): since the commands start faster it can live between two 0.5 s cycles.
-        after = LnodeStore(engine).published_cycle()
-        assert wait_for(lambda: LnodeStore(engine).published_cycle() >= after + 2)
-        t0 = time.monotonic()
-        d.send_signal(signal.SIGTERM)
-        assert d.wait(timeout=5) == 0
-        assert time.monotonic() - t0 < 2.0
-    finally:
-        if d.poll() is None:
-            d.kill()
-            d.wait()
-    log = d.stderr.read()
-    assert log.splitlines()[0].split(": ", 1)[1].startswith("enforcer none: ")
-    assert "SIGTERM: stopping" in log
-    me = entry(engine, "alice")  # the entry now carrying our uid: our python ran
-    assert me.shcharge > 0 and me.shextime > 0
-    assert not LnodeStore(engine).read_published()[0].running
 
 
 if __name__ == "__main__":  # pragma: no cover

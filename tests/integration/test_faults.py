@@ -1,7 +1,8 @@
 """Fault injection (issues 11 and 18): damaged and foreign databases, URLs that cannot be
 used, the daemon's lock under every spelling of one UDB, a seeded fuzz of the directive
 language, and huge and non-finite numbers in every numeric option.  Each refused run
-prints one line, exits 2 and changes nothing."""
+prints one line, exits 2 and changes nothing.  The lock against a daemon of another uid:
+tests/system/test_daemon_process.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import random
 import shutil
 import sqlite3
 import stat
-import tempfile
 import time
 from pathlib import Path
 
@@ -284,39 +284,6 @@ def test_a_second_daemon_under_another_spelling_is_refused(tmp_path, template):
             one_line_exit_2(r, "is already served by pid")
     finally:
         held.release()
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a second uid")
-def test_a_daemon_of_another_uid_is_refused_beside_roots(template):
-    # Issue 18: a non-root shrdaemon kept its lock under /tmp, so it was not refused
-    # beside a root daemon on the same UDB.  The lock now lives beside the database.
-    directory = Path(tempfile.mkdtemp(prefix="fs-lock-", dir="/tmp"))
-    try:
-        os.chmod(directory, 0o755)
-        db = directory / "c.sqlite"
-        shutil.copy(template, db)
-        os.chmod(db, 0o644)
-        held = DaemonLock(f"sqlite:///{db}", "c")
-        held.acquire()
-        try:
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - the child
-                code = 1
-                try:
-                    os.setgid(65534)
-                    os.setuid(65534)
-                    DaemonLock(f"sqlite:///{directory}/./c.sqlite", "c").acquire()
-                    code = 0
-                except AlreadyRunning:
-                    code = 3
-                finally:
-                    os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            assert os.waitstatus_to_exitcode(status) == 3
-        finally:
-            held.release()
-    finally:
-        shutil.rmtree(directory)
 
 
 # -- the directive language, fuzzed in-process -------------------------------------------------

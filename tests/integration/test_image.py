@@ -8,7 +8,6 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import OperationalError
 
-from integration.test_session import pg_url  # noqa: F401 - the PostgreSQL fixture
 from udb import directives
 from udb.image import make_image, open_image
 from udb.models import Entry, LnodeCheckpoint, SyncRequest
@@ -69,20 +68,6 @@ def test_an_image_cannot_be_written(udb_url):
     seen = open_image(make_image(open_udb(udb_url), 7001))
     with pytest.raises(OperationalError, match="readonly"), seen.begin() as conn:
         conn.execute(text("DELETE FROM entries"))
-
-
-def test_postgresql_gives_the_same_image(pg_url, udb_url):  # noqa: F811
-    pg = open_udb(pg_url, create=True)
-    with pg.begin() as conn:  # a clean slate when UDB_TEST_PG_URL is reused
-        for table in ("lnode_checkpoints", "sync_requests", "entries", "accounts"):
-            conn.execute(text(f"DELETE FROM {table}"))
-    fill(pg)
-    fill(open_udb(udb_url))
-    for viewer in (7001, 0):
-        a = open_image(make_image(pg, viewer))
-        b = open_image(make_image(open_udb(udb_url), viewer))
-        assert entries(a) == entries(b)
-        assert counts(a) == counts(b)
 
 
 def test_open_readonly_changes_nothing(tmp_path):

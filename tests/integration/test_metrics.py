@@ -1,13 +1,10 @@
-"""shrdaemon --metrics: Prometheus metrics scraped from a running daemon, and the
-snapshot the cycle publishes for them."""
+"""shrdaemon --metrics: the snapshot the cycle publishes for the Prometheus metrics, and
+their text.  Scraped from a running daemon: tests/system/test_daemon_process.py."""
 
 from __future__ import annotations
 
 import logging
 import math
-import re
-import signal
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +14,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fairshare.cli.shrdaemon import main
-from fairshare.core.consts import Consts
 from fairshare.daemon.metrics import LNODE_METRICS, Metrics, Snapshot, lnode_text, parse_address
 from fairshare.sim.daemon import simulated_daemon
-from fairshare.store.config import save_consts
-from integration.test_daemon import run_daemon, wait_for
 from udb.errors import OptionError
-from udb.models import SHF_GROUP, Entry
-from udb.session import open_udb, write_session
+from udb.session import open_udb
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 ACME = ROOT_DIR / "examples" / "scenarios" / "06_acme.toml"
@@ -128,49 +121,3 @@ def test_warnings_are_counted_as_errors(tmp_path):
     fam = families(generate_latest(m.registry).decode())
     assert fam["fairshare_errors_total"][(("level", "warning"),)] == 1
     assert fam["fairshare_errors_total"][(("level", "error"),)] == 1
-
-
-def test_scrape_a_running_daemon_over_loopback(udb_url):
-    engine = open_udb(udb_url)
-    with write_session(engine) as s:
-        save_consts(s, Consts(delta=0.5))
-        s.add_all(
-            [
-                Entry(name="Idle", uid=11, shares=0),
-                Entry(name="G", uid=500, shflags=SHF_GROUP, shares=1),
-                Entry(name="unknown", uid=12, resgrp=500, shares=1),
-            ]
-        )
-    d = run_daemon(udb_url, "--metrics", "127.0.0.1:0")
-    try:
-        line = d.stderr.readline()
-        while "metrics on http://" not in line:
-            assert line, "the daemon stopped before serving metrics"
-            line = d.stderr.readline()
-        url = re.search(r"http://\S+/metrics", line).group(0)
-
-        def scrape() -> dict:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                assert r.headers["Content-Type"].startswith("text/plain")
-                return families(r.read().decode())
-
-        assert wait_for(lambda: scrape().get("fairshare_cycles_total", {}).get((), 0) >= 2)
-        fam = scrape()
-        me = {dict(k)["name"]: (dict(k), v) for k, v in fam["fairshare_lnode_processes"].items()}
-        # Every process here (this test's, the daemon's) has no entry: lnode unknown.
-        labels, procs = me["unknown"]
-        assert labels == {"name": "unknown", "kind": "user", "parent": "G"} and procs >= 2
-        e_share = {
-            dict(k)["name"]: v for k, v in fam["fairshare_lnode_effective_share_ratio"].items()
-        }
-        assert 0 < e_share["unknown"] <= 1
-        assert fam["fairshare_lnode_entitled_share_ratio"][tuple(sorted(labels.items()))] > 0
-        assert fam["fairshare_enforcer_info"] == {(("enforcer", "none"),): 1.0}
-        cycles = fam["fairshare_cycles_total"][()]
-        assert fam["fairshare_cycle_duration_seconds_count"][()] in (cycles, cycles + 1)
-        d.send_signal(signal.SIGTERM)
-        assert d.wait(timeout=5) == 0
-    finally:
-        if d.poll() is None:
-            d.kill()
-            d.wait()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -118,7 +117,7 @@ def test_daemon_under_journald_logs_with_priorities(tmp_path, udb_url):
     assert [ln for ln in lines if "'unknown' entry" in ln][0].startswith("<4>")
 
 
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+@pytest.mark.requires("systemd-analyze")
 def test_example_unit_is_a_valid_notify_service_with_watchdog(tmp_path):
     text = (ROOT_DIR / "examples" / "systemd" / "shrdaemon.service").read_text()
     keys = dict(

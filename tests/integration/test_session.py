@@ -1,4 +1,5 @@
-"""Sessions and storage: WAL, a writer with readers at once, migrations, PostgreSQL."""
+"""Sessions and storage: WAL, a writer with readers at once, migrations.  On PostgreSQL:
+tests/system/test_postgresql.py."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import os
 import threading
 import time
 
-import pytest
 from click.testing import CliRunner
-from pgserver import throwaway_server
 from sqlalchemy import select, text, update
 
 from udb import directives
@@ -133,69 +132,6 @@ def test_a_udb_at_the_first_revision_upgrades_in_place(tmp_path):
     ]
     r = CliRunner().invoke(udbgen, ["--udb", url, "-c", "update:old:shares:4:"])
     assert r.exit_code == 0 and shares_of(upgraded, "old") == 4
-
-
-# -- PostgreSQL ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pg_url():
-    """A PostgreSQL URL: UDB_TEST_PG_URL, else a throwaway cluster when root can make one."""
-    url = os.environ.get("UDB_TEST_PG_URL")
-    if url:
-        yield url
-        return
-    server = throwaway_server()
-    try:
-        yield server.url
-    finally:
-        server.remove()
-
-
-def test_postgresql_round_trip(pg_url, acme_acct):
-    engine = open_udb(pg_url, create=True)  # as udbgen does
-    with engine.begin() as conn:  # a clean slate when UDB_TEST_PG_URL is reused
-        conn.execute(text("DELETE FROM entries"))
-        conn.execute(text("DELETE FROM accounts"))
-    out = CliRunner().invoke(udbsee, ["--udb", acme_acct, "-a"]).stdout
-    r = CliRunner().invoke(udbgen, ["--udb", pg_url, "-"], input=out)
-    assert r.exit_code == 0, r.output
-    assert CliRunner().invoke(udbsee, ["--udb", pg_url, "-a"]).stdout == out
-    # Errors leave PostgreSQL untouched too.
-    r = CliRunner().invoke(udbgen, ["--udb", pg_url, "-c", "update:u1:shares:5: delete:Proj2:"])
-    assert r.exit_code == 2 and "delete:Proj2: resgrp 222 names no entry" in r.stderr
-    assert shares_of(engine, "u1") == 25
-    r = CliRunner().invoke(udbgen, ["--udb", pg_url, "-a", "-A"])
-    assert r.exit_code == 0, r.output
-    # Swapping two uids passes PostgreSQL's per-row unique check too.
-    r = CliRunner().invoke(
-        udbgen, ["--udb", pg_url, "-c", "update:u1:uid:1002: update:u2:uid:1001:"]
-    )
-    assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(udbsee, ["--udb", pg_url, "-f", "uid", "u1", "u2"])
-    assert r.stdout == "create:u1:uid:1002:\ncreate:u2:uid:1001:\n"
-
-
-def test_postgresql_daemon_lock_is_an_advisory_lock_keyed_by_host(pg_url, acme_acct):
-    # Issue 11.13: the lock is the database's, not the URL's spelling: two URLs of one
-    # PostgreSQL database (one with a needless option) find the same lock.
-    from fairshare.daemon.lock import AlreadyRunning, DaemonLock
-
-    engine = open_udb(pg_url, create=True)
-    other = open_udb(pg_url + "&application_name=second")
-    held = DaemonLock(pg_url, "pg", host="node1", engine=engine)
-    held.acquire()
-    try:
-        with pytest.raises(AlreadyRunning, match="already served by a shrdaemon for host node1"):
-            DaemonLock(pg_url, "pg", host="node1", engine=other).acquire()
-        node2 = DaemonLock(pg_url, "pg", host="node2", engine=other)
-        node2.acquire()  # another host's daemon on the same UDB is welcome
-        node2.release()
-    finally:
-        held.release()
-    again = DaemonLock(pg_url, "pg", host="node1", engine=other)
-    again.acquire()
-    again.release()
 
 
 def test_head_revision_is_alembics_head():

@@ -1,5 +1,6 @@
 """Many hosts, one UDB: increments never lost, GLOBALUSAGE fair across the site, site
-scenarios in shrsim, a daemon that outlives its database.
+scenarios in shrsim.  On PostgreSQL (the same tests, a daemon that outlives its database,
+two shrdaemon processes): tests/system/test_site_postgresql.py.
 
 Charges: with the default cost_tick (100 per tick, 100 ticks per CPU second) one CPU
 second costs 10,000 charge units.
@@ -8,21 +9,14 @@ second costs 10,000 charge units.
 from __future__ import annotations
 
 import json
-import logging
-import os
-import subprocess
-import sys
 import threading
-import time
-import uuid
 from collections import defaultdict
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT
-from pgserver import throwaway_server
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select
 
 import fairshare.core.steps as steps
 from fairshare.cli.shrsim import main as shrsim
@@ -33,7 +27,7 @@ from fairshare.sim.scenario import ScenarioError, load_scenario, parse_scenario
 from fairshare.store.published import LnodeStore
 from udb import directives
 from udb.models import Entry
-from udb.session import dispose_all, open_udb, read_session
+from udb.session import open_udb, read_session
 
 SITE = ROOT / "examples" / "scenarios" / "10_site.toml"
 CHARGE_PER_CPU_S = 10_000.0
@@ -168,38 +162,14 @@ def test_host_needs_a_site_and_a_site_no_cpus():
         parse_scenario("cpus = 2\nhosts = { a = 1 }\n" + body, "s")
 
 
-# -- UDBs: SQLite and a throwaway PostgreSQL ------------------------------------------------
+# -- UDBs: SQLite here, PostgreSQL in tests/system/test_site_postgresql.py --------------------
 
 
-@pytest.fixture(scope="module")
-def pg_server():
-    if os.environ.get("UDB_TEST_PG_URL"):
-        pytest.skip("these tests stop and start their own PostgreSQL server")
-    server = throwaway_server()
-    yield server
-    server.remove()
-
-
-@pytest.fixture
-def pg_db(pg_server):
-    """The URL of a new, empty UDB (schema at head) in a new database on the throwaway
-    server."""
-    name = f"udb_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(pg_server.url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    url = pg_server.url.replace("/postgres?", f"/{name}?")
-    open_udb(url, create=True)  # an empty UDB, as udbgen makes one
-    yield url
-    dispose_all()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite"])
 def any_udb(request, udb_url):
-    if request.param == "sqlite":
-        return udb_url
-    return request.getfixturevalue("pg_db")
+    """The UDB of the tests that run on either database: SQLite here; the system tier
+    runs them again on PostgreSQL (tests/system/test_site_postgresql.py)."""
+    return udb_url
 
 
 USERS = "create:x:uid:1001:shares:1:\ncreate:y:uid:1002:shares:1:\ncreate:z:uid:1003:shares:1:"
@@ -335,117 +305,6 @@ def test_two_daemons_under_globalusage_give_a_third_each(udb_url, tmp_path):
     total = sum(got.values())
     shares = {u: v / total for u, v in got.items()}
     assert all(abs(s - 1 / 3) < 0.02 for s in shares.values()), shares
-
-
-# -- the database goes away and comes back ------------------------------------------------
-
-
-class Lines(logging.Handler):
-    """The messages logged to the daemon's logger (which shrdaemon keeps from
-    propagating, so caplog would not see them)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def daemon_log():
-    log = logging.getLogger("shrdaemon")
-    handler, level = Lines(), log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    yield handler.lines
-    log.removeHandler(handler)
-    log.setLevel(level)
-
-
-def test_a_daemon_outlives_its_database(pg_server, pg_db, tmp_path, daemon_log):
-    engine, daemons, tally = site_daemons(pg_db, slow_site(tmp_path), hosts=("a",))
-    (a,) = daemons
-    step_all(daemons, 20)
-    pg_server.stop()
-    try:
-        step_all(daemons, 45)  # 3 simulated minutes without a database
-        lines = [line for line in daemon_log if "unreachable" in line]
-        assert len(lines) == 3, lines  # one line a minute
-        assert a.ledger.pending  # what it owes is kept
-        assert a.lnodes.table.active[a.lnodes.tree.node("z")]  # still scheduling
-        assert (a.lnodes.table.e_share > 0).any()
-    finally:
-        pg_server.start()
-    step_all(daemons, 2)
-    assert any("reachable again" in line for line in daemon_log)
-    assert a.ledger.pending == []
-    a.shutdown()
-    for uid, name in ((1001, "x"), (1003, "z")):
-        e = entry(engine, name)
-        assert e.cpuquotaused == pytest.approx(tally["a"][uid])  # nothing lost
-        assert e.shcharge == pytest.approx(tally["a"][uid] * CHARGE_PER_CPU_S)
-
-
-# -- the real commands on PostgreSQL ----------------------------------------------------------
-
-
-def shrdaemon(*args, **kw):
-    return subprocess.Popen(
-        [sys.executable, "-m", "fairshare.cli.shrdaemon", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )
-
-
-def test_two_shrdaemons_on_postgresql(pg_db, tmp_path):
-    from udb.cli.udbgen import main as udbgen
-
-    r = CliRunner().invoke(udbgen, ["--udb", pg_db, "-c", USERS])
-    assert r.exit_code == 0, r.output
-    from fairshare.cli.shradmin import main as shradmin
-
-    r = CliRunner().invoke(shradmin, ["--udb", pg_db, "-F", "GLOBALUSAGE", "-K", "1000d"])
-    assert r.exit_code == 0, r.output
-    for host, user in (("a", "x"), ("b", "y")):  # scenarios naming no directives
-        (tmp_path / f"{host}.toml").write_text(
-            f'cpus = 2\nduration = "2h"\n[[workload]]\nname = "{user}"\nprocs = 4\n'
-            '[[workload]]\nname = "z"\nprocs = 4\n'
-        )
-    procs = [
-        shrdaemon("--udb", pg_db, "--simulate", str(tmp_path / f"{h}.toml"), "--host", h)
-        for h in ("a", "b")
-    ]
-    # A second daemon for host a, while the first runs, is refused.  The first has
-    # published (so it runs) and has most of its 1,800 cycles to go (a few seconds: 450
-    # took under 2 s, and a twin started after a fixed second found host a done).
-    store = LnodeStore(open_udb(pg_db), "a")
-    deadline = time.monotonic() + 60
-    while store.published_cycle() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    twin = shrdaemon("--udb", pg_db, "--simulate", str(tmp_path / "a.toml"), "--host", "a")
-    out, err = twin.communicate(timeout=120)
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
-    assert twin.returncode == 2 and len(err.strip().splitlines()) == 1, err
-    assert "already served" in err and "host a" in err
-    engine = open_udb(pg_db)
-    with read_session(engine) as s:
-        rows = {e.name: e for e in s.scalars(select(Entry))}
-        from udb.models import LnodeCycle
-
-        heads = {h.host: h for h in s.scalars(select(LnodeCycle))}
-    # Every CPU second charged on either host is in the UDB: the sum of the hosts' counts.
-    ticks = sum(heads[h].counts["tick"] for h in ("a", "b"))
-    charged = sum(rows[n].shcharge for n in "xyz")
-    assert charged == pytest.approx(ticks * 100.0)
-    # z ran on both: its usage is the sum of both hosts' increments, not one overwrite.
-    assert rows["z"].shusage == pytest.approx(rows["z"].shcharge, rel=1e-3)
-    assert rows["z"].shcharge > 1.2 * max(rows["x"].shcharge, rows["y"].shcharge) / 2
 
 
 # -- issue 11.3: group usage written back -------------------------------------------------------

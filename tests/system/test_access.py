@@ -29,12 +29,12 @@ import pytest
 import rich.live  # noqa: F401 - shrview imports it for -c only; the children cannot import from /root
 import rich.text  # noqa: F401
 import sqlalchemy.dialects.sqlite  # noqa: F401
-from asuser import UIDS, forked, needs_root, remove, run_as, shared_dir
+from asuser import UIDS, forked, remove, run_as, shared_dir
 from click.testing import CliRunner
+from integration.test_server import _ask, _connect
 from rich.console import Console
 
 from fairshare.cli.newacct import main as newacct
-from fairshare.cli.shrdaemon import main as shrdaemon
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrinfo import main as shrinfo
 from fairshare.cli.shrsync import main as shrsync
@@ -44,13 +44,11 @@ from fairshare.cli.shrview import run_continuous
 from fairshare.core.consts import consts_from_mapping
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Source
-from fairshare.server.server import Server
 from fairshare.store.config import load_consts, save_consts
 from udb import directives
 from udb.cli.udbsee import main as udbsee
-from udb.errors import UdbError
 from udb.image import open_image
-from udb.remote import Reader, call, connect
+from udb.remote import Reader, call
 from udb.session import dispose_all, open_udb, write_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,8 +141,6 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the test runs commands as other real uids (setuid)")
     base = shared_dir()
     (base / "private").mkdir(mode=0o700)
     (base / "run").mkdir(mode=0o755)
@@ -175,7 +171,7 @@ def site():
     remove(base)
 
 
-pytestmark = needs_root
+pytestmark = pytest.mark.requires("root")  # commands run as other real uids (setuid)
 
 
 def test_the_udb_is_root_only_and_the_socket_open_to_all(site):
@@ -330,28 +326,6 @@ def test_shrsync_is_for_root_only(site):
 # -- hostile clients -------------------------------------------------------------------------
 
 
-def _connect(path: str) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    connect(s, path, 30)
-    return s
-
-
-def _ask(path: str, request: str) -> dict:
-    s = _connect(path)
-    try:
-        s.sendall(json.dumps({"v": 1, "request": request}).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                break
-            data += chunk
-        return json.loads(data)
-    finally:
-        s.close()
-
-
 class CycleWatch:
     """Samples the published (cycle, time) while a test runs."""
 
@@ -480,41 +454,6 @@ def test_the_daemon_refuses_a_second_daemon_on_its_socket(site):
         f"{site.sock}: another shrdaemon is listening there: give another --socket"
     )
     assert _ask(site.sock, "hello")["ok"]
-
-
-def test_an_empty_socket_path_serves_nothing(tmp_path):
-    url = f"sqlite:///{tmp_path / 'u.sqlite'}"
-    with write_session(open_udb(url, create=True)) as ses:
-        save_consts(ses, consts_from_mapping({"delta": 0.2}, load_consts(ses)))
-    log = tmp_path / "log"
-    args = ["--udb", url, "--enforcer", "none", "--once", "--socket", "", "--log-file", str(log)]
-    r = CliRunner().invoke(shrdaemon, args)
-    assert r.exit_code == 0, r.output
-    text = log.read_text()
-    assert "--socket '': serving no requests" in text and "serving requests on" not in text
-    assert list(tmp_path.glob("*.sock")) == []
-
-
-def test_the_daemon_replaces_a_stale_socket_but_never_a_file(tmp_path):
-    engine = open_udb(f"sqlite:///{tmp_path / 'u.sqlite'}", create=True)
-    stale = tmp_path / "stale.sock"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(stale))
-    s.close()  # bound, never listening: what a killed daemon leaves
-    srv = Server(str(stale), engine, "h", None, tmp_path / "auth")
-    srv.start()
-    try:
-        assert _ask(str(stale), "hello")["ok"]
-    finally:
-        srv.stop()
-    assert not stale.exists()
-    # The idle selector thread waits without a timeout: stop must wake it to end it.
-    assert "shrdaemon-socket" not in [t.name for t in threading.enumerate()]
-    precious = tmp_path / "precious"
-    precious.write_text("keep me")
-    with pytest.raises(UdbError, match="exists and is not a socket: not replaced"):
-        Server(str(precious), engine, "h", None, tmp_path / "auth").start()
-    assert precious.read_text() == "keep me"
 
 
 # -- without a daemon ---------------------------------------------------------------------------

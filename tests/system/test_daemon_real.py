@@ -10,7 +10,8 @@ child is killed and every cgroup removed whatever happens.
 
 Needs root (setuid children, cgroups, renicing); run with ``pytest -s`` to see
 the figures; FAIRSHARE_REAL_TESTS=0 leaves them out.  About 2.5 minutes in all;
-runs of the suite on one host take turns (tests/machine_lock.py).
+runs of the suite on one host take turns (tests/machine_lock.py, held around every
+system test by tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import psutil
 import pytest
 from machine_lock import (
     cpu_by_uid,
-    machine_lock,
     remove_fairshare_cgroups,
     skip_if_a_daemon_runs,
 )
@@ -36,21 +36,11 @@ from sqlalchemy import select
 
 from fairshare.core.consts import Consts
 from fairshare.enforce.detect import detect
-from fairshare.enforce.nice import autogroup_enabled
 from fairshare.store.config import save_consts
 from udb.models import Entry, LnodeCheckpoint
 from udb.session import open_udb, read_session, write_session
 
-ROOT = os.geteuid() == 0
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(not ROOT, reason="needs root: setuid children, cgroups and renicing"),
-    pytest.mark.skipif(
-        os.environ.get("FAIRSHARE_REAL_TESTS") == "0",
-        reason="FAIRSHARE_REAL_TESTS=0: the real-machine proof was asked to be left out",
-    ),
-]
+pytestmark = pytest.mark.requires("root", "real-cpu")  # setuid children, cgroups, renicing
 
 UID_A, UID_B = 61001, 61002
 PROCS = {UID_A: 2, UID_B: 8}
@@ -58,12 +48,6 @@ WARMUP = 8.0  # s with the daemon before measuring
 WINDOW = 20.0  # s measured
 BASELINE = 5.0  # s measured without the daemon
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-@pytest.fixture(autouse=True)
-def _one_at_a_time():
-    with machine_lock():
-        yield
 
 
 def make_udb(tmp_path, shares_a: int, shares_b: int) -> str:
@@ -231,27 +215,27 @@ def prove(tmp_path, enforcer: str, shares: tuple[int, int], session: bool, tol: 
 
 
 def cgroup_enforcer() -> str:
-    choice = detect("auto")
-    if choice.name not in ("cgroup1", "cgroup2"):
-        pytest.skip(f"no cgroup cpu controller here ({choice.reason})")
-    return choice.name
+    """The cgroup enforcer this machine offers (the test requires "cgroup")."""
+    return detect("auto").name
 
 
+@pytest.mark.requires("cgroup")
 def test_cgroup_equal_shares_deliver_50_50(tmp_path):
     prove(tmp_path, cgroup_enforcer(), (1, 1), session=False, tol=5.0)
 
 
+@pytest.mark.requires("cgroup")
 def test_cgroup_shares_2_to_1_deliver_67_33(tmp_path):
     prove(tmp_path, cgroup_enforcer(), (2, 1), session=False, tol=5.0)
 
 
-@pytest.mark.skipif(not autogroup_enabled(), reason="autogroup off: per-process nice only")
+@pytest.mark.requires("autogroup")
 def test_nice_through_autogroups_equal_shares_deliver_50_50(tmp_path):
     # Each user in a session of their own (setsid), as logins are: the autogroup nice acts.
     prove(tmp_path, "nice", (1, 1), session=True, tol=10.0)
 
 
-@pytest.mark.skipif(not autogroup_enabled(), reason="autogroup off: per-process nice only")
+@pytest.mark.requires("autogroup")
 def test_nice_through_autogroups_shares_2_to_1_deliver_67_33(tmp_path):
     # Sessions already split the CPU 50/50 without the daemon: this is where nice must act.
     prove(tmp_path, "nice", (2, 1), session=True, tol=10.0)

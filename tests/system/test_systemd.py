@@ -7,7 +7,6 @@ with its arguments, and refuses units it is told to (NoSuchUnit), as systemd doe
 from __future__ import annotations
 
 import logging
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -30,9 +29,7 @@ from fairshare.enforce.systemd import (
 )
 from udb.errors import OptionError
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("dbus-daemon") is None, reason="dbus-daemon is not installed"
-)
+pytestmark = pytest.mark.requires("dbus")
 
 
 class FakeSystemd:
