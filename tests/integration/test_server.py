@@ -1,6 +1,6 @@
 """shrdaemon's socket server in this process: a stale socket replaced, never a file; no
-socket at all with --socket ''.  The server as every uid meets it, hostile clients
-included: tests/system/test_access.py."""
+socket at all with --socket ''; the limits a test may shorten (FAIRSHARE_SERVER_LIMITS).
+The server as every uid meets it, hostile clients included: tests/system/test_access.py."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from fairshare.cli.shrdaemon import main as shrdaemon
+from fairshare.cli.shrdaemon import server_limits
 from fairshare.core.consts import consts_from_mapping
-from fairshare.server.server import Server
+from fairshare.server.server import Limits, Server
 from fairshare.store.config import load_consts, save_consts
-from udb.errors import UdbError
+from udb.errors import OptionError, UdbError
 from udb.remote import connect
 from udb.session import open_udb, write_session
 
@@ -75,3 +76,31 @@ def test_the_daemon_replaces_a_stale_socket_but_never_a_file(tmp_path):
     with pytest.raises(UdbError, match="exists and is not a socket: not replaced"):
         Server(str(precious), engine, "h", None, tmp_path / "auth").start()
     assert precious.read_text() == "keep me"
+
+
+def test_the_socket_limits_can_be_changed_for_tests_by_the_environment(tmp_path, monkeypatch):
+    assert server_limits(None) == server_limits("") == Limits()
+    got = server_limits("request_timeout=2, reply_timeout=0.5,max_per_uid=8")
+    assert got == Limits(request_timeout=2.0, reply_timeout=0.5, max_per_uid=8)
+    for bad, says in (
+        ("x=1", "'x=1': expected NAME=VALUE, NAME one of max_request, request_timeout"),
+        ("workers=2.5", "'workers=2.5': expected a positive number"),
+        ("reply_timeout=-1", "'reply_timeout=-1': expected a positive number"),
+        ("reply_timeout=nan", "'reply_timeout=nan': expected a positive number"),
+    ):
+        with pytest.raises(OptionError, match=f"^FAIRSHARE_SERVER_LIMITS: {says}"):
+            server_limits(bad)
+    url = f"sqlite:///{tmp_path / 'u.sqlite'}"
+    with write_session(open_udb(url, create=True)) as ses:
+        save_consts(ses, consts_from_mapping({"delta": 0.2}, load_consts(ses)))
+    log = tmp_path / "log"
+    args = ["--udb", url, "--enforcer", "none", "--once", "--log-file", str(log)]
+    monkeypatch.setenv("FAIRSHARE_SERVER_LIMITS", "workers=x")
+    r = CliRunner().invoke(shrdaemon, args)
+    assert r.exit_code == 2
+    assert "FAIRSHARE_SERVER_LIMITS: 'workers=x': expected a positive number" in r.output
+    monkeypatch.setenv("FAIRSHARE_SERVER_LIMITS", "request_timeout=2,reply_timeout=3")
+    r = CliRunner().invoke(shrdaemon, args)
+    assert r.exit_code == 0, r.output
+    said = [line for line in log.read_text().splitlines() if "FAIRSHARE_SERVER_LIMITS" in line]
+    assert len(said) == 1 and "request_timeout=2.0, reply_timeout=3.0" in said[0]

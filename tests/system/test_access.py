@@ -54,6 +54,12 @@ from udb.session import dispose_all, open_udb, write_session
 ROOT = Path(__file__).resolve().parents[2]
 ACME = ROOT / "examples" / "acme" / "acme.udb"
 DELTA = 1.0
+#: The socket's limits for this daemon (FAIRSHARE_SERVER_LIMITS, man/shrdaemon.8): shorter
+#: than the defaults (5 s to send the request, 10 s to take the reply), so that the
+#: hostile clients are dropped in seconds, and still ample for an honest client on a
+#: loaded machine.
+REQUEST_TIMEOUT, REPLY_TIMEOUT = 2.0, 3.0
+LIMITS = f"request_timeout={REQUEST_TIMEOUT:g},reply_timeout={REPLY_TIMEOUT:g}"
 ME, ADMIN, OTHER = UIDS
 
 #: Entries of the test uids: ME is a user in Proj3 with a quota, a comment and a
@@ -101,7 +107,7 @@ class Site:
         return ["--udb", str(self.db), "--socket", self.sock]
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, PYTHONPATH=str(ROOT), FAIRSHARE_SERVER_LIMITS=LIMITS)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fairshare.cli.shrdaemon", "--enforcer", "none"]
             + ["--udb", str(self.db), "--socket", self.sock, "--auth", str(self.auth)]
@@ -401,9 +407,14 @@ def test_hostile_clients_while_cycles_keep_time(site):
             replies = list(pool.map(lambda k: _ask(site.sock, k), kinds))
         burst = time.monotonic() - started
         assert all(r["ok"] for r in replies), [r for r in replies if not r["ok"]][:3]
-        time.sleep(6)  # past the silent client's 5 s
-        assert silent.recv(100) == b""  # dropped
-        time.sleep(5)  # past the slow readers' 10 s
+        silent.settimeout(REQUEST_TIMEOUT + 30)
+        assert silent.recv(100) == b""  # dropped once its REQUEST_TIMEOUT is past
+        # The slow readers are dropped once their REPLY_TIMEOUT is past.
+        deadline = time.monotonic() + REPLY_TIMEOUT + 30
+        while time.monotonic() < deadline and (
+            sum("did not take the reply to udb" in line for line in site.log_lines()[logged:]) < 8
+        ):
+            time.sleep(0.1)
         for s in (silent, garbage, wrong, long, *slow):
             s.close()
         time.sleep(2 * DELTA)
@@ -415,9 +426,9 @@ def test_hostile_clients_while_cycles_keep_time(site):
     assert sum("malformed JSON" in line for line in new) == 1
     assert sum("protocol version 99 not supported" in line for line in new) == 1
     assert sum("request longer than 65536 bytes" in line for line in new) == 1
-    assert sum("sent no complete request within 5 s" in line for line in new) == 1
+    assert sum(f"sent no complete request within {REQUEST_TIMEOUT:g} s" in ln for ln in new) == 1
     assert sum("left before the reply to udb was sent" in line for line in new) >= 1
-    assert sum("did not take the reply to udb within 10 s" in line for line in new) == 8
+    assert sum(f"did not take the reply to udb within {REPLY_TIMEOUT:g} s" in ln for ln in new) == 8
     assert all("Traceback" not in line for line in new)
 
 
