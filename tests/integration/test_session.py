@@ -68,12 +68,12 @@ def test_readers_read_while_a_writer_holds_its_transaction(acme):
     t.start()
     try:
         assert written.wait(10)
-        # Readers are not blocked, and see the last committed state.
-        started = time.monotonic()
+        # Readers are not blocked, and see the last committed state (blocked, they would
+        # see the writer's 99 once it commits).  How long they take:
+        # tests/bench/bench_responsiveness.py.
         assert shares_of(engine, "u1") == 25
         r = CliRunner().invoke(udbsee, ["--udb", acme, "-f", "shares", "u1"])
         assert r.stdout == "create:u1:shares:25:\n"
-        assert time.monotonic() - started < 5
     finally:
         release.set()
         t.join()

@@ -59,7 +59,7 @@ def wait_for(predicate, timeout=20.0):
     return False
 
 
-def test_sigterm_writes_back_and_exits_0_within_2_s_and_a_second_start_is_refused(engine):  # noqa: F811
+def test_sigterm_writes_back_and_exits_0_and_a_second_start_is_refused(engine):  # noqa: F811
     url = str(engine.url)
     with write_session(engine) as s:
         save_consts(s, Consts(delta=0.5))
@@ -79,10 +79,8 @@ def test_sigterm_writes_back_and_exits_0_within_2_s_and_a_second_start_is_refuse
         # reaped): since the commands start faster it can live between two 0.5 s cycles.
         after = LnodeStore(engine).published_cycle()
         assert wait_for(lambda: LnodeStore(engine).published_cycle() >= after + 2)
-        t0 = time.monotonic()
-        d.send_signal(signal.SIGTERM)
+        d.send_signal(signal.SIGTERM)  # (how soon it exits: tests/bench/bench_responsiveness.py)
         assert d.wait(timeout=5) == 0
-        assert time.monotonic() - t0 < 2.0
     finally:
         if d.poll() is None:
             d.kill()
