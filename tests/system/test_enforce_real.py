@@ -28,9 +28,32 @@ CPU_V1 = Path("/sys/fs/cgroup/cpu")
 # -- the real cgroup v1 hierarchy ------------------------------------------------------------
 
 
+def at_default_nice(p: subprocess.Popen) -> subprocess.Popen:
+    """Give `p` the default nice 0, whatever nice the suite runs at (under `nice -n 5`
+    every child would start at 5): the tests assert the values the enforcers set from
+    the default.  Lowering a nice needs root: without it, skip saying so."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, p.pid, 0)
+    except PermissionError:
+        p.kill()
+        p.wait()
+        pytest.skip(
+            f"the suite runs at nice {os.getpriority(os.PRIO_PROCESS, 0)}: giving its "
+            "children the default nice 0 needs root (CAP_SYS_NICE)"
+        )
+    return p
+
+
+def default_nice() -> None:
+    """In a child before exec (as root): the default nice 0, whatever nice the suite runs
+    at, for a child that forks at once (its children inherit it)."""
+    os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
 def sleeper(uid: int | None = None, session: bool = False) -> subprocess.Popen:
     kw = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
-    return subprocess.Popen(["/bin/sleep", "60"], start_new_session=session, cwd="/", **kw)
+    p = subprocess.Popen(["/bin/sleep", "60"], start_new_session=session, cwd="/", **kw)
+    return at_default_nice(p)
 
 
 def cpu_cgroup(pid: int) -> str:
@@ -119,6 +142,7 @@ def test_nice_restores_children_that_inherited_our_nice():
         user=61001, group=61001, extra_groups=[], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, cwd="/",
     )  # fmt: skip
+    at_default_nice(shell)  # before it forks: it waits for a line first
     try:
         default = read_slice("self")
         e = NiceEnforcer(autogroup=False)
@@ -162,7 +186,9 @@ def mixed_session(*uids: int) -> tuple[subprocess.Popen, list[int]]:
     """A new session led by a root shell, holding one sleeper of each of `uids`: the
     shell and the sleepers' pids, in the order of `uids`."""
     cmd = " ".join(f"setpriv --reuid={u} --regid={u} --clear-groups /bin/sleep 60 &" for u in uids)
-    leader = subprocess.Popen(["/bin/sh", "-c", f"{cmd} wait"], start_new_session=True, cwd="/")
+    leader = subprocess.Popen(
+        ["/bin/sh", "-c", f"{cmd} wait"], start_new_session=True, cwd="/", preexec_fn=default_nice
+    )
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         kids = psutil.Process(leader.pid).children()
