@@ -13,7 +13,11 @@ holding the host's real-machine lock (tests/machine_lock.py):
 `python3 -m pytest tests/system -n 0`.  Every test under tests/system is marked
 `system`; a test says what it needs of the machine with
 `@pytest.mark.requires("root", ...)` and skips, saying why, where that is missing
-(NEEDS below).
+(NEEDS below).  The everyday run distributes with --dist loadgroup: tests that must not
+run at the same time as each other would take `@pytest.mark.xdist_group("name")` (one
+worker runs a group) with a comment saying why; none of unit and integration needs it
+today (each test has its own tmp_path, UDB, socket and ports), and what needs the whole
+machine is the system tier.
 
 Every test runs with XDG_DATA_HOME and FAIRSHARE_SOCKET pointing into its tmp_path
 and UDB_URL unset, so nothing can touch the real default UDB or the socket of
@@ -60,6 +64,8 @@ def _root() -> str | None:
 
 
 def _postgresql() -> str | None:
+    if os.environ.get("UDB_TEST_PG_URL"):
+        return None  # a server of the tester's (fixture pg_url); pg_server may still skip
     from pgserver import unavailable
 
     return unavailable()
