@@ -282,12 +282,12 @@ def server_limits(text: str | None) -> Limits:
                 f"{LIMITS_ENV}: {item.strip()!r}: expected NAME=VALUE, NAME one of "
                 + ", ".join(fields)
             )
-        kind = type(getattr(limits, name))
         try:
-            number = kind(value)
-        except ValueError:
-            number = None
-        if number is None or not math.isfinite(number) or number <= 0:
+            number = type(getattr(limits, name))(value)  # the field's int or float
+            good = math.isfinite(number) and number > 0
+        except (ValueError, OverflowError):
+            good = False
+        if not good:
             raise OptionError(f"{LIMITS_ENV}: {item.strip()!r}: expected a positive number")
         changes[name] = number
     return dataclasses.replace(limits, **changes)

@@ -87,6 +87,7 @@ def test_the_socket_limits_can_be_changed_for_tests_by_the_environment(tmp_path,
         ("workers=2.5", "'workers=2.5': expected a positive number"),
         ("reply_timeout=-1", "'reply_timeout=-1': expected a positive number"),
         ("reply_timeout=nan", "'reply_timeout=nan': expected a positive number"),
+        ("max_request=" + "9" * 400, "'max_request=9999.*': expected a positive number"),
     ):
         with pytest.raises(OptionError, match=f"^FAIRSHARE_SERVER_LIMITS: {says}"):
             server_limits(bad)
