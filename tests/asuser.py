@@ -1,4 +1,5 @@
-"""Run a click command in-process as a real unprivileged uid (tests that need root).
+"""Run a click command in-process as a real unprivileged uid (system tests that require
+root: @pytest.mark.requires("root"), tests/conftest.py).
 
 `run_as(uid, command, args)` forks; the child drops every group and sets its gid and
 uid (so it really is that user: files, the UDB, the auth file are checked by the
@@ -20,17 +21,12 @@ import tempfile
 import traceback
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from udb.session import dispose_all
 
 #: Test uids with no passwd entry: their login name is their number (fairshare.admin.shrdist).
 UIDS = (62001, 62002, 62003)
-
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: the test runs commands as other real uids (setuid)"
-)
 
 
 def forked(fn, *, uid: int | None = None, new_session: bool = False):

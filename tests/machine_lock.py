@@ -1,9 +1,10 @@
 """One real-machine test at a time on this host, whichever pytest run it belongs to.
 
-The real-machine tests use fixed test uids (61001, 61002), the fair-share cgroup
-and the CPU itself, so two runs of the suite at once (CI jobs, several people as
-root on one box) would measure each other.  `machine_lock()` is an fcntl lock on
-a file in /tmp that every such test holds while it runs.
+The system tier's tests use fixed test uids (61001, 61002, 62001...), the fair-share
+cgroup and the CPU itself, so two runs of the suite at once (CI jobs, several people
+as root on one box) would measure each other.  `machine_lock()` is an fcntl lock on
+a file in /tmp that every system test holds while it runs (tests/conftest.py), and
+the benchmarks on the real machine (tests/bench) too.
 """
 
 from __future__ import annotations
@@ -19,14 +20,31 @@ LOCK_FILE = "/tmp/fairshare-real-machine-tests.lock"
 CGROUP_MOUNTS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup"))
 
 
+#: The lock's descriptor and how many `machine_lock()` blocks of this process hold it.
+#: POSIX record locks belong to the process and closing any descriptor of the file
+#: drops them, so a nested block (the system tier's fixture around a test that takes
+#: the lock too) reuses the one descriptor and only the outermost block closes it.
+_held: list = [None, 0]
+
+
 @contextmanager
 def machine_lock() -> Iterator[None]:
-    """Hold the host-wide real-machine test lock (waits for any other holder)."""
+    """Hold the host-wide real-machine test lock (waits for any other holder).  Nested
+    blocks in one process share the outermost's hold."""
+    if _held[1]:
+        _held[1] += 1
+        try:
+            yield
+        finally:
+            _held[1] -= 1
+        return
     fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX)
+        _held[:] = [fd, 1]
         yield
     finally:
+        _held[:] = [None, 0]
         os.close(fd)
 
 

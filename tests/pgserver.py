@@ -1,5 +1,8 @@
 """A throwaway PostgreSQL server for tests: initdb in a temporary directory, started
-as the postgres user on a Unix socket there, stopped (and restarted) at will."""
+as the postgres user on a Unix socket there, stopped (and restarted) at will.
+
+The system tier starts one per session (tests/conftest.py, fixture `pg_server`) and
+gives each test a database of its own on it (`new_database`, fixture `pg_db`)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 
 import pytest
 
@@ -55,22 +59,30 @@ class PgServer:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def skip_unless_pg_possible() -> None:
-    """Skip (saying why) unless this process can start a throwaway PostgreSQL."""
+def unavailable() -> str | None:
+    """Why this process cannot start a throwaway PostgreSQL, or None if it can."""
     if os.geteuid() != 0:
-        pytest.skip("starting a throwaway PostgreSQL needs root")
+        return "starting a throwaway PostgreSQL needs root"
     if not glob.glob("/usr/lib/postgresql/*/bin/initdb") or shutil.which("runuser") is None:
-        pytest.skip("no PostgreSQL server installed to start a throwaway one")
+        return "no PostgreSQL server installed to start a throwaway one"
     try:
         import pwd
 
         pwd.getpwnam("postgres")
     except KeyError:
-        pytest.skip("no postgres system user to run a server as")
+        return "no postgres system user to run a server as"
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        pytest.skip("psycopg is not installed (pip install -e '.[test]')")
+        return "psycopg is not installed (pip install -e '.[test]')"
+    return None
+
+
+def skip_unless_pg_possible() -> None:
+    """Skip (saying why) unless this process can start a throwaway PostgreSQL."""
+    why = unavailable()
+    if why:
+        pytest.skip(why)
 
 
 def throwaway_server() -> PgServer:
@@ -82,3 +94,30 @@ def throwaway_server() -> PgServer:
     except (subprocess.SubprocessError, OSError) as err:
         pytest.skip(f"could not start a throwaway PostgreSQL: {err}")
     return server
+
+
+def new_database(server: PgServer) -> str:
+    """Create a new, empty database on `server`; returns its URL."""
+    from sqlalchemy import create_engine, text
+
+    name = f"udb_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server.url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+    finally:
+        admin.dispose()
+    return server.url.replace("/postgres?", f"/{name}?")
+
+
+def drop_database(server: PgServer, url: str) -> None:
+    """Drop the database of `url` (made by `new_database`), whoever is still connected."""
+    from sqlalchemy import create_engine, make_url, text
+
+    name = make_url(url).database
+    admin = create_engine(server.url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    finally:
+        admin.dispose()

@@ -9,7 +9,9 @@ in force and why.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import os
 import socket
 import sys
@@ -22,7 +24,7 @@ from fairshare.daemon.lock import DaemonLock
 from fairshare.daemon.service import Notifier, log_formatter
 from fairshare.enforce.actions import RealOs
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
-from fairshare.server.server import Server
+from fairshare.server.server import Limits, Server
 from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store.config import load_consts
 from fairshare.store.published import LnodeStore
@@ -229,6 +231,7 @@ def run_real(
 ) -> LnodeStore:
     """Run the daemon on this machine under `lock` (serving `socket_` unless '') until it
     stops; returns its store, which holds the last published lnode table."""
+    limits = server_limits(os.environ.get(LIMITS_ENV))
     lock.acquire()
     try:
         choice = detect(enforcer)
@@ -239,8 +242,12 @@ def run_real(
         serve(observers)
         server = None
         if socket_:
-            server = Server(socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth))
+            server = Server(
+                socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth), limits
+            )
             server.start()
+            if limits != Limits():
+                log.info("%s: the socket's clients are held to %s", LIMITS_ENV, limits)
         else:
             log.info("--socket '': serving no requests (only root's commands can be used)")
         try:
@@ -252,6 +259,38 @@ def run_real(
     finally:
         lock.release()
     return daemon.store
+
+
+#: Shorter (or longer) limits for the socket server's clients, for tests: see ENVIRONMENT
+#: in shrdaemon(8).
+LIMITS_ENV = "FAIRSHARE_SERVER_LIMITS"
+
+
+def server_limits(text: str | None) -> Limits:
+    """The socket server's limits (fairshare.server.server.Limits), with those `text`
+    names changed: comma-separated NAME=VALUE, NAME a field of Limits, VALUE positive
+    ("request_timeout=2,reply_timeout=3")."""
+    limits = Limits()
+    if not text:
+        return limits
+    fields = [f.name for f in dataclasses.fields(Limits)]
+    changes = {}
+    for item in text.split(","):
+        name, _, value = (part.strip() for part in item.partition("="))
+        if name not in fields:
+            raise OptionError(
+                f"{LIMITS_ENV}: {item.strip()!r}: expected NAME=VALUE, NAME one of "
+                + ", ".join(fields)
+            )
+        try:
+            number = type(getattr(limits, name))(value)  # the field's int or float
+            good = math.isfinite(number) and number > 0
+        except (ValueError, OverflowError):
+            good = False
+        if not good:
+            raise OptionError(f"{LIMITS_ENV}: {item.strip()!r}: expected a positive number")
+        changes[name] = number
+    return dataclasses.replace(limits, **changes)
 
 
 def enforcer_line(choice, scheduling: bool) -> str:

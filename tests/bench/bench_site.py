@@ -1,6 +1,6 @@
 """Benchmark: a site of 16 hosts x 10,000 active lnodes on one PostgreSQL UDB.
 
-Run as root (it starts a throwaway PostgreSQL 15 as tests/test_session.py does), or
+Run as root (it starts a throwaway PostgreSQL 15 as the system tier does, tests/pgserver.py), or
 with UDB_TEST_PG_URL naming an empty database: ``python tests/bench/bench_site.py``.
 
 The UDB holds 10,000 users in 100 resource groups; every one of the 16 hosts has all

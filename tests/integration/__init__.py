@@ -1,0 +1,1 @@
+"""The integration tier (tests/conftest.py)."""

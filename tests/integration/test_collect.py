@@ -1,0 +1,302 @@
+"""The procfs collector: parsing /proc text, deltas per (pid, create time), fake /proc trees.
+On the real machine: tests/system/test_collect_real.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fairshare.collect import GroupReading
+from fairshare.collect.procfs import (
+    CLK_TCK,
+    PAGE,
+    Counters,
+    DeltaTracker,
+    ProcfsCollector,
+    parse_process,
+)
+
+# A command name with a space and a parenthesis, as /proc shows it: the parser must
+# split after the last ')'.
+STAT = (
+    b"4242 (my (odd) cmd) R 1 4242 4242 0 -1 4194304 100 0 0 0 "
+    b"250 50 0 0 20 5 1 0 12345 1000000 2560 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 "
+    b"17 1 0 0 0 0 0\n"
+)
+STATUS = (
+    b"Name:\tmy (odd) cmd\nState:\tR (running)\nUid:\t61001\t61001\t61001\t61001\n"
+    b"Gid:\t61001\t61001\t61001\t61001\nvoluntary_ctxt_switches:\t7\n"
+    b"nonvoluntary_ctxt_switches:\t3\n"
+)
+IO = (
+    b"rchar: 999\nwchar: 999\nsyscr: 10\nsyscw: 5\nread_bytes: 8192\nwrite_bytes: 4096\n"
+    b"cancelled_write_bytes: 0\n"
+)
+
+
+def test_parse_process_reads_every_counter():
+    c = parse_process(4242, STAT, STATUS, IO, boot_time=1000.0)
+    assert c.pid == 4242 and c.uid == 61001
+    assert c.cpu == pytest.approx(300 / CLK_TCK)  # utime 250 + stime 50 ticks
+    assert c.create_time == pytest.approx(1000.0 + 12345 / CLK_TCK)
+    assert c.nice == 5
+    assert c.runnable and not c.kernel
+    assert c.io_blocks == 3.0  # (8192 + 4096) / 4096
+    assert c.io_calls == 15.0  # syscr 10 + syscw 5
+    assert c.ctx == 10.0  # 7 voluntary + 3 involuntary
+    assert c.rss == pytest.approx(2560 * PAGE / 2**20)
+
+
+def test_parse_process_without_io_and_sleeping_kernel_thread():
+    stat = STAT.replace(b") R 1 ", b") S 2 ")
+    c = parse_process(77, stat, STATUS, b"", boot_time=0.0)
+    assert not c.runnable and c.kernel
+    assert c.io_blocks == 0.0 and c.io_calls == 0.0
+
+
+def test_zombie_is_seen_as_exited():
+    c = parse_process(78, STAT.replace(b") R 1 ", b") Z 1 "), STATUS, b"", boot_time=0.0)
+    assert c.zombie and not c.runnable
+    assert not parse_process(4242, STAT, STATUS, IO, boot_time=0.0).zombie
+
+
+def counters(pid, ctime, cpu, uid=1000, blocks=0.0, rss=0.0):
+    return Counters(pid, ctime, uid, cpu, blocks, 0.0, 0.0, rss, True, 0, False)
+
+
+def test_first_sample_is_a_baseline_then_deltas():
+    t = DeltaTracker()
+    s0 = t.update([counters(10, 100.0, 5.0)], idle=50.0, mono=0.0, now=1000.0)
+    assert s0.elapsed == 0.0 and s0.idle == 0.0
+    assert s0.processes[0].cpu == 0.0  # existed before we looked: nothing charged
+    s1 = t.update([counters(10, 100.0, 7.5, rss=10.0)], idle=53.0, mono=4.0, now=1004.0)
+    assert s1.elapsed == 4.0
+    assert s1.idle == 3.0
+    p = s1.processes[0]
+    assert p.cpu == 2.5
+    assert p.mem == 40.0  # 10 MiB over 4 s
+
+
+def test_reused_pid_is_a_new_process_charged_from_zero():
+    t = DeltaTracker()
+    t.update([counters(10, 100.0, 50.0)], idle=0.0, mono=0.0, now=1000.0)
+    # pid 10 exited and was reused by a process born at 1002 that has used 1 s.
+    s = t.update([counters(10, 1002.0, 1.0)], idle=0.0, mono=4.0, now=1004.0)
+    assert s.processes[0].cpu == 1.0  # not 1.0 - 50.0, not 0
+
+
+def test_unseen_old_process_gives_only_a_baseline():
+    t = DeltaTracker()
+    t.update([], idle=0.0, mono=0.0, now=1000.0)
+    # Born before the previous sample but not seen then (e.g. a race): no charge yet.
+    s = t.update([counters(11, 900.0, 30.0)], idle=0.0, mono=4.0, now=1004.0)
+    assert s.processes[0].cpu == 0.0
+    s = t.update([counters(11, 900.0, 31.0)], idle=0.0, mono=8.0, now=1008.0)
+    assert s.processes[0].cpu == 1.0
+
+
+def test_counters_going_backwards_never_charge_negative():
+    t = DeltaTracker()
+    t.update([counters(10, 100.0, 5.0, blocks=9.0)], idle=10.0, mono=0.0, now=1000.0)
+    s = t.update([counters(10, 100.0, 4.0, blocks=1.0)], idle=5.0, mono=4.0, now=1004.0)
+    assert s.processes[0].cpu == 0.0 and s.processes[0].bio == 0.0 and s.idle == 0.0
+
+
+def fake_proc(tmp_path, pid: int, uid: int, ticks: int = 100):
+    d = tmp_path / str(pid)
+    d.mkdir(exist_ok=True)
+    (d / "stat").write_bytes(STAT.replace(b" 250 50 ", f" {ticks} 0 ".encode()))
+    (d / "status").write_bytes(STATUS.replace(b"Uid:\t61001", f"Uid:\t{uid}".encode()))
+    return d
+
+
+def test_status_is_read_for_new_processes_then_cached_until_the_owner_changes(tmp_path):
+    fake_proc(tmp_path, 4242, 61001)
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: [4242])
+    assert c.sample(io=False, syscalls=False).processes[0].uid == 61001
+    # The real uid changes but /proc/PID keeps its owner: the cached uid stands until
+    # the periodic refresh (every STATUS_EVERY samples) reads the status again.
+    d = fake_proc(tmp_path, 4242, 61002, ticks=200)
+    s = c.sample(io=False, syscalls=False)
+    assert s.processes[0].uid == 61001
+    assert s.processes[0].cpu == pytest.approx(100 / CLK_TCK)  # stat is read every time
+    for _ in range(ProcfsCollector.STATUS_EVERY - 2):
+        assert c.sample(io=False, syscalls=False).processes[0].uid == 61001
+    assert c.sample(io=False, syscalls=False).processes[0].uid == 61002
+    if os.geteuid() == 0:  # a changed owner of /proc/PID (a setuid) is seen at once
+        fake_proc(tmp_path, 4242, 61003)
+        os.chown(d, 61003, 61003)
+        assert c.sample(io=False, syscalls=False).processes[0].uid == 61003
+
+
+def test_context_switches_only_when_they_cost(tmp_path):
+    fake_proc(tmp_path, 4242, 61001)
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: [4242])
+    c.sample(syscalls=False)
+    (tmp_path / "4242" / "status").write_bytes(STATUS.replace(b"\t7\n", b"\t17\n"))
+    assert c.sample(syscalls=False).processes[0].syscalls == 0.0
+    c.sample(syscalls=True)  # first reading with syscalls on: a baseline, not 17
+    (tmp_path / "4242" / "status").write_bytes(STATUS.replace(b"\t7\n", b"\t20\n"))
+    assert c.sample(syscalls=True).processes[0].syscalls == 3.0
+
+
+def proc_counters(pid, ctime, cpu, ccpu=0.0, ppid=1, group=""):
+    return Counters(
+        pid, ctime, 1000, cpu, 0.0, 0.0, 0.0, 0.0, True, 0, False, ppid=ppid, ccpu=ccpu, group=group
+    )
+
+
+def test_children_born_and_reaped_between_samples_are_charged_to_the_parent():
+    t = DeltaTracker()
+    t.update([proc_counters(10, 100.0, 1.0, ccpu=5.0)], idle=0.0, mono=0.0, now=1000.0)
+    # Between the samples shell 10 ran and reaped children that used 2.5 s: no sample
+    # saw them, the shell's cutime + cstime did.
+    s = t.update([proc_counters(10, 100.0, 1.5, ccpu=7.5)], idle=0.0, mono=4.0, now=1004.0)
+    assert s.processes[0].cpu == pytest.approx(0.5 + 2.5)
+
+
+def test_a_child_seen_by_a_sample_is_not_charged_twice_when_reaped():
+    t = DeltaTracker()
+    shell = proc_counters(10, 100.0, 1.0)
+    t.update([shell, proc_counters(11, 999.0, 0.0, ppid=10)], idle=0.0, mono=0.0, now=1000.0)
+    s = t.update(
+        [proc_counters(10, 100.0, 1.0), proc_counters(11, 999.0, 3.0, ppid=10)],
+        idle=0.0,
+        mono=4.0,
+        now=1004.0,
+    )
+    assert [p.cpu for p in s.processes] == [0.0, 3.0]
+    # 11 used 0.5 s more, exited (a zombie is not listed) and then its parent reaped it:
+    # the shell's cutime grows by all 3.5 s, of which only the last 0.5 s is new.
+    s = t.update([proc_counters(10, 100.0, 1.0)], idle=0.0, mono=8.0, now=1008.0)
+    assert s.processes[0].cpu == 0.0  # not reaped yet
+    s = t.update([proc_counters(10, 100.0, 1.0, ccpu=3.5)], idle=0.0, mono=12.0, now=1012.0)
+    assert s.processes[0].cpu == pytest.approx(0.5)
+    # What was owed is used up: the next reaped child is charged in full.
+    s = t.update([proc_counters(10, 100.0, 1.0, ccpu=4.5)], idle=0.0, mono=16.0, now=1016.0)
+    assert s.processes[0].cpu == pytest.approx(1.0)
+
+
+def test_a_child_counted_by_its_cgroup_forfeits_its_parents_next_reap():
+    t = DeltaTracker()
+    t.update(
+        [proc_counters(10, 100.0, 1.0), proc_counters(11, 999.0, 2.0, ppid=10, group="u")],
+        idle=0.0,
+        mono=0.0,
+        now=1000.0,
+        groups={"u": 2.0},
+    )
+    s = t.update(
+        [proc_counters(10, 100.0, 1.0, ccpu=9.0)], idle=0.0, mono=4.0, now=1004.0, groups={"u": 9.0}
+    )
+    assert s.processes[0].cpu == 0.0  # its cgroup's counter has it: 7 s
+    assert s.groups == {"u": 7.0}
+
+
+def test_group_counters_give_deltas_and_a_new_cgroup_counts_from_zero():
+    t = DeltaTracker()
+    s = t.update([], idle=0.0, mono=0.0, now=1000.0, groups={"a": 50.0})
+    assert s.groups == {"a": 0.0}  # a baseline
+    s = t.update([], idle=0.0, mono=4.0, now=1004.0, groups={"a": 53.0, "b": 1.5})
+    assert s.groups == {"a": 3.0, "b": 1.5}  # b was made since the previous sample
+    s = t.update([], idle=0.0, mono=8.0, now=1008.0, groups={"a": 0.5, "b": 2.0})
+    assert s.groups == {"a": 0.5, "b": 0.5}  # a was removed and made again
+
+
+def test_processes_in_lnode_cgroups_are_read_only_when_needed(tmp_path):
+    fake_proc(tmp_path, 4242, 61001)
+    fake_proc(tmp_path, 4243, 61001)
+    nice_0 = STAT.replace(b" 20 5 1 0 ", b" 20 0 1 0 ")
+    (tmp_path / "4242" / "stat").write_bytes(nice_0)  # (the fake STAT is at nice 5)
+    reads = []
+    members = {"u": GroupReading(10.0, frozenset({4242}))}
+    c = ProcfsCollector(
+        proc=str(tmp_path), pids=lambda: [4242, 4243], groups=lambda full=True: members
+    )
+    real = c._read
+
+    def counting(pid, *a):
+        reads.append(pid)
+        return real(pid, *a)
+
+    c._read = counting
+    c.sample(io=False, syscalls=False)  # first sample: every process is read
+    reads.clear()
+    s = c.sample(io=False, syscalls=False)
+    assert reads == [4243]  # 4242 is in a cgroup whose counter has its CPU
+    assert {p.pid: p.group for p in s.processes} == {4242: "u", 4243: ""}
+    assert s.groups == {"u": 0.0}
+    members["u"] = GroupReading(12.0, frozenset({4242}))
+    reads.clear()
+    assert c.sample(io=True, syscalls=False).groups == {"u": 2.0}
+    assert reads == [4242, 4243]  # I/O costs something: everything is read
+    (tmp_path / "4242" / "stat").write_bytes(STAT)  # reniced to 5 (seen at the next read)
+    c.sample(io=True, syscalls=False)
+    reads.clear()
+    c.sample(io=False, syscalls=False)
+    assert reads == [4242, 4243]  # at nice 5 its CPU is graded: read every sample
+
+
+def test_children_born_in_an_lnode_cgroup_are_counted_there_between_full_reads(tmp_path):
+    fake_proc(tmp_path, 4242, 61001)
+    pids = [4242]
+    full_reads = []
+
+    def groups(full: bool) -> dict:
+        full_reads.append(full)
+        return {"u": GroupReading(5.0, frozenset({4242}) if full else frozenset())}
+
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: list(pids), groups=groups)
+    c.sample(io=False, syscalls=False)
+    # 4243, forked by 4242 since, is in u's cgroup; 4244, a child of init, is not.
+    fake_proc(tmp_path, 4243, 61001)
+    (tmp_path / "4243" / "stat").write_bytes(STAT.replace(b") R 1 ", b") R 4242 "))
+    fake_proc(tmp_path, 4244, 61001)
+    pids += [4243, 4244]
+    s = c.sample(io=False, syscalls=False)
+    assert full_reads == [True, False]
+    assert {p.pid: p.group for p in s.processes} == {4242: "u", 4243: "u", 4244: ""}
+
+
+def test_with_sessions_placed_at_once_proc_is_listed_only_on_full_samples(tmp_path):
+    """`placed` (the process events put new sessions in their lnode cgroups): a sample
+    between the full ones lists no /proc and reads no process outside lnode cgroups;
+    it sees the processes of the previous sample and those moved into a cgroup since,
+    and a process outside is charged what it used at the next full sample."""
+    nice_0 = STAT.replace(b" 20 5 1 0 ", b" 20 0 1 0 ")
+    fake_proc(tmp_path, 4242, 61001)
+    (tmp_path / "4242" / "stat").write_bytes(nice_0)
+    fake_proc(tmp_path, 4243, 0, ticks=100)  # a system process, outside lnode cgroups
+    alive, moved, listings = [4242, 4243], set(), []
+
+    def pids():
+        listings.append(list(alive))
+        return list(alive)
+
+    c = ProcfsCollector(
+        proc=str(tmp_path),
+        pids=pids,
+        groups=lambda full=True: {"u": GroupReading(10.0, frozenset({4242} | moved))},
+    )
+    lean = {"io": False, "syscalls": False, "mem": False, "placed": True}
+    c.sample(**lean)  # the first sample is a full one: /proc is listed
+    assert len(listings) == 1
+    fake_proc(tmp_path, 4243, 0, ticks=300)  # used 2 s more
+    fake_proc(tmp_path, 4244, 61001)  # a new session, placed by the process events
+    (tmp_path / "4244" / "stat").write_bytes(nice_0)
+    alive.append(4244)
+    moved.add(4244)
+    charged = 0.0
+    for _ in range(ProcfsCollector.STATUS_EVERY - 1):
+        s = c.sample(**lean)
+        assert {p.pid: p.group for p in s.processes} == {4242: "u", 4243: "", 4244: "u"}
+        charged += next(p.cpu for p in s.processes if p.pid == 4243)
+    assert len(listings) == 1 and charged == 0.0  # not listed, 4243 not read
+    s = c.sample(**lean)  # the next full sample
+    assert len(listings) == 2
+    assert next(p.cpu for p in s.processes if p.pid == 4243) == pytest.approx(2.0)
+    # Without `placed` (no process events, Share by Account), every sample lists /proc.
+    c.sample(**{**lean, "placed": False})
+    c.sample(**{**lean, "placed": False})
+    assert len(listings) == 4

@@ -1,0 +1,92 @@
+"""udb.image: the UDB as one caller may see it; udb.session.open_readonly."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.exc import OperationalError
+
+from udb import directives
+from udb.image import make_image, open_image
+from udb.models import Entry, LnodeCheckpoint, SyncRequest
+from udb.session import open_readonly, open_udb, read_session, write_session
+
+SECRETS = """
+create:me:uid:7001:resgrp:0:shares:1:passwd:$6$mine$hash:
+update:me:cpuquota:100:cpuquotaused:5:comment:my room:
+create:you:uid:7002:resgrp:0:shares:1:passwd:$6$yours$hash:
+update:you:cpuquota:200:cpuquotaused:9:comment:your secret:
+"""
+
+
+def fill(engine) -> None:
+    directives.run(engine, directives.parse(SECRETS, "secrets"))
+    with write_session(engine) as s:
+        s.add(
+            LnodeCheckpoint(
+                host="h", uid=7002, name="you", usage=1, charge=1, cpu_seconds=1, time=1
+            )
+        )
+        s.add(SyncRequest(host="h", kind="update", who="root", requested=1.0))
+
+
+def entries(engine) -> dict[str, tuple]:
+    with read_session(engine) as s:
+        rows = s.execute(
+            select(Entry.name, Entry.passwd, Entry.cpuquota, Entry.cpuquotaused, Entry.comment)
+        ).all()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def counts(engine) -> tuple[int, int]:
+    with read_session(engine) as s:
+        return (
+            len(s.scalars(select(LnodeCheckpoint)).all()),
+            len(s.scalars(select(SyncRequest)).all()),
+        )
+
+
+def test_a_user_sees_no_password_and_only_their_own_private_fields(udb_url):
+    engine = open_udb(udb_url)
+    fill(engine)
+    raw = make_image(engine, 7001)
+    seen = open_image(raw)
+    got = entries(seen)
+    assert got["me"] == ("", 100.0, 5.0, "my room")
+    assert got["you"] == ("", 0.0, 0.0, "")
+    assert counts(seen) == (0, 0)
+    for secret in (b"$6$mine$hash", b"$6$yours$hash", b"your secret"):
+        assert secret not in raw  # overwritten, not left in a free page
+    # Root's image is the UDB.
+    assert entries(open_image(make_image(engine, 0))) == entries(engine)
+    assert counts(open_image(make_image(engine, 0))) == (1, 1)
+
+
+def test_an_image_cannot_be_written(udb_url):
+    seen = open_image(make_image(open_udb(udb_url), 7001))
+    with pytest.raises(OperationalError, match="readonly"), seen.begin() as conn:
+        conn.execute(text("DELETE FROM entries"))
+
+
+def test_open_readonly_changes_nothing(tmp_path):
+    path = tmp_path / "plain.sqlite"
+    engine = open_udb(f"sqlite:///{path}", create=True)
+    fill(engine)
+    engine.dispose()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    ro = open_readonly(str(path))
+    assert entries(ro)["you"][2] == 9.0
+    with ro.connect() as c:
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "delete"
+    with pytest.raises(OperationalError), ro.begin() as c:
+        c.execute(text("DELETE FROM entries"))
+    ro.dispose()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 2
+    conn.close()

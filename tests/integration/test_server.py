@@ -1,0 +1,125 @@
+"""shrdaemon's socket server in this process: a stale socket replaced, never a file; no
+socket at all with --socket ''; the limits a test may shorten (FAIRSHARE_SERVER_LIMITS).
+The server as every uid meets it, hostile clients included: tests/system/test_access.py."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from fairshare.cli.shrdaemon import main as shrdaemon
+from fairshare.cli.shrdaemon import server_limits
+from fairshare.core.consts import consts_from_mapping
+from fairshare.server.clients import Held
+from fairshare.server.server import Limits, Server
+from fairshare.store.config import load_consts, save_consts
+from udb.errors import OptionError, UdbError
+from udb.remote import connect
+from udb.session import open_udb, write_session
+
+
+def _connect(path: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    connect(s, path, 30)
+    return s
+
+
+def _ask(path: str, request: str) -> dict:
+    s = _connect(path)
+    try:
+        s.sendall(json.dumps({"v": 1, "request": request}).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        return json.loads(data)
+    finally:
+        s.close()
+
+
+def test_an_empty_socket_path_serves_nothing(tmp_path):
+    url = f"sqlite:///{tmp_path / 'u.sqlite'}"
+    with write_session(open_udb(url, create=True)) as ses:
+        save_consts(ses, consts_from_mapping({"delta": 0.2}, load_consts(ses)))
+    log = tmp_path / "log"
+    args = ["--udb", url, "--enforcer", "none", "--once", "--socket", "", "--log-file", str(log)]
+    r = CliRunner().invoke(shrdaemon, args)
+    assert r.exit_code == 0, r.output
+    text = log.read_text()
+    assert "--socket '': serving no requests" in text and "serving requests on" not in text
+    assert list(tmp_path.glob("*.sock")) == []
+
+
+def test_the_daemon_replaces_a_stale_socket_but_never_a_file(tmp_path):
+    engine = open_udb(f"sqlite:///{tmp_path / 'u.sqlite'}", create=True)
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(stale))
+    s.close()  # bound, never listening: what a killed daemon leaves
+    srv = Server(str(stale), engine, "h", None, tmp_path / "auth")
+    srv.start()
+    try:
+        assert _ask(str(stale), "hello")["ok"]
+    finally:
+        srv.stop()
+    assert not stale.exists()
+    # The idle selector thread waits without a timeout: stop must wake it to end it.
+    assert "shrdaemon-socket" not in [t.name for t in threading.enumerate()]
+    precious = tmp_path / "precious"
+    precious.write_text("keep me")
+    with pytest.raises(UdbError, match="exists and is not a socket: not replaced"):
+        Server(str(precious), engine, "h", None, tmp_path / "auth").start()
+    assert precious.read_text() == "keep me"
+
+
+def test_the_socket_limits_can_be_changed_for_tests_by_the_environment(tmp_path, monkeypatch):
+    assert server_limits(None) == server_limits("") == Limits()
+    got = server_limits("request_timeout=2, reply_timeout=0.5,max_per_uid=8")
+    assert got == Limits(request_timeout=2.0, reply_timeout=0.5, max_per_uid=8)
+    for bad, says in (
+        ("x=1", "'x=1': expected NAME=VALUE, NAME one of max_request, request_timeout"),
+        ("workers=2.5", "'workers=2.5': expected a positive number"),
+        ("reply_timeout=-1", "'reply_timeout=-1': expected a positive number"),
+        ("reply_timeout=nan", "'reply_timeout=nan': expected a positive number"),
+        ("max_request=" + "9" * 400, "'max_request=9999.*': expected a positive number"),
+    ):
+        with pytest.raises(OptionError, match=f"^FAIRSHARE_SERVER_LIMITS: {says}"):
+            server_limits(bad)
+    url = f"sqlite:///{tmp_path / 'u.sqlite'}"
+    with write_session(open_udb(url, create=True)) as ses:
+        save_consts(ses, consts_from_mapping({"delta": 0.2}, load_consts(ses)))
+    log = tmp_path / "log"
+    args = ["--udb", url, "--enforcer", "none", "--once", "--log-file", str(log)]
+    monkeypatch.setenv("FAIRSHARE_SERVER_LIMITS", "workers=x")
+    r = CliRunner().invoke(shrdaemon, args)
+    assert r.exit_code == 2
+    assert "FAIRSHARE_SERVER_LIMITS: 'workers=x': expected a positive number" in r.output
+    monkeypatch.setenv("FAIRSHARE_SERVER_LIMITS", "request_timeout=2,reply_timeout=3")
+    r = CliRunner().invoke(shrdaemon, args)
+    assert r.exit_code == 0, r.output
+    said = [line for line in log.read_text().splitlines() if "FAIRSHARE_SERVER_LIMITS" in line]
+    assert len(said) == 1 and "request_timeout=2.0, reply_timeout=3.0" in said[0]
+
+
+def test_connections_are_held_at_once_and_per_uid_root_past_its_own_limit():
+    held = Held(max_clients=3, max_per_uid=2)
+    for uid in (1001, 1001, 0):
+        assert held.refusal(uid) is None
+        held.hold(uid)
+    assert held.refusal(1002) == "3 clients already"
+    held.release(0)
+    assert held.refusal(1001) == "2 connections of this uid already"
+    assert held.refusal(0) is None  # root is held to the total only
+    held.hold(0)
+    held.release(1001)
+    assert held.refusal(1001) is None and held.per_uid == {1001: 1, 0: 1}
+    held.release(1001)
+    held.release(0)
+    assert (held.count, held.per_uid) == (0, {})

@@ -1,0 +1,1 @@
+"""The system tier (tests/conftest.py)."""

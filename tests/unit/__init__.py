@@ -1,0 +1,1 @@
+"""The unit tier (tests/conftest.py)."""
