@@ -363,7 +363,7 @@ def test_a_child_forked_while_its_cgroup_is_emptied_is_moved_out_too(tmp_path):
                 f.unlink()
             real.rmdir(path)
 
-    e = Cgroup1Enforcer(mount, REAL_OS, proc=proc, actions=ForkDuringMove())
+    e = Cgroup1Enforcer(mount, ForkDuringMove(), proc=proc)
     e.setup()
     e.apply([LnodeTarget("u1", (5,), 1.0, 1)])
     e.teardown()
