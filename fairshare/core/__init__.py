@@ -15,6 +15,8 @@ In the order one cycle uses them:
 - `policies`: the policies (unicos, slurm, feedback) and `run_cycle`, the one entry point;
   `fair` the fair level each policy's split implies (what shrinfo explains), asked
   through `policies.fair_usage`.
+- `maxmin`: the fair target, the hierarchical max-min allocation for a given demand,
+  against which delivered CPU is judged.
 - `steps`: the daemon's steps on plain values, which shrdaemon and shrsim both run.
 - `site`: GLOBALUSAGE: many hosts, one UDB, and the site's records.
 - `schedule`: shradmin's time-of-day schedules, parsed and applied.

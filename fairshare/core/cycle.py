@@ -9,15 +9,17 @@ usage, shares, background lnodes, its own state) from the steps below, and
 `lnode_table` turns that into the new lnode table with the bookkeeping every policy
 shares (rates, counts, group sums, the long-term charge, CPU seconds, the priority).
 `UnicosPolicy` (the default, fairshare.core.policies.unicos) is the UNICOS / Kay-Lauder
-policy, in DESIGN.md's order, one named function per step:
+policy, in the order of the guide and Kay-Lauder's paper (docs/architecture.md draws the
+cycle around it), one named function per step:
 
 1. `leaf_charges`: cost x resources x percent/100 per leaf (charge units).  CPU ticks
    are charged by nice (`Consumption.cpu_charged`, the guide's Nice Ticks: 150% at nice
    -20 down to 55% at 18); processes at the weakest nice are not charged: the daemon
    leaves them out of `Consumption`.
-2. `machine_shares` then `apply_sharemin` (DESIGN.md's steps 4-5; they need nothing from
-   steps 2-3, so they run first): machine shares over the active lnodes (a group whose
-   active leaves all have zero shares claims none), every active leaf at least `sharemin`.
+2. `machine_shares` then `apply_sharemin` (Kay-Lauder's machine share and the guide's
+   sharemin; they need nothing from steps 3-4, so they run first): machine shares over
+   the active lnodes (a group whose active leaves all have zero shares claims none),
+   every active leaf at least `sharemin`.
 3. `group_adjustment` (ADJGROUPS): a group whose share of its active siblings' charges is
    below mingshare x its due share has its leaves' charges scaled by
    actual / (mingshare x due), for the decayed usage only.
