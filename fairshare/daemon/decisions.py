@@ -8,7 +8,8 @@ done by the daemon's step through its OsActions and its enforcer.
   Kernel threads are never signalled.
 - `enforcer_targets`: one fairshare.enforce.base.LnodeTarget per active leaf with
   processes the enforcer may touch (uid at least `enforce_min_uid`, not a kernel
-  thread): its processes, e_share, runnable count, background flag and UDB nice.
+  thread): its processes, e_share, runnable count, background flag, UDB nice and the
+  groups above it with their e_shares (the cgroup enforcers nest their cgroups so).
 
 `send_quota_signals` sends the signals through the daemon's OsActions
 (fairshare.enforce.actions), each logged, to the processes still the ones sampled; the
@@ -28,7 +29,7 @@ from fairshare.collect import ProcessSample
 from fairshare.core.consts import Consts
 from fairshare.daemon.state import Lnodes
 from fairshare.enforce.actions import OsActions, same_process
-from fairshare.enforce.base import LnodeTarget
+from fairshare.enforce.base import GroupShare, LnodeTarget
 
 log = logging.getLogger("shrdaemon")
 
@@ -123,6 +124,7 @@ def enforcer_targets(
         t.e_share[idx].tolist(), t.nrun[idx].tolist(), t.background[idx].tolist(), strict=True
     )
     names, entry = ln.tree.names, ln.entry
+    above = _groups_above(ln, [node for node, _mine in placed])
     out = []
     for (node, mine), active, (e_share, nrun, background) in zip(
         placed, keep, columns, strict=True
@@ -139,6 +141,25 @@ def enforcer_targets(
                 runnable=frozenset([p.pid for p in mine if p.runnable]),
                 nice=st.nice if (st := entry.get(node)) is not None else 0,
                 starts=tuple([p.create_time for p in mine]),
+                groups=above[node],
             )
         )
     return out
+
+
+def _groups_above(ln: Lnodes, nodes: Sequence[int]) -> dict[int, tuple[GroupShare, ...]]:
+    """For each leaf of `nodes`, the groups above it (top first, the root left out) with
+    their e_share and background flag; each group's chain made once."""
+    t, tree = ln.table, ln.tree
+    parent = tree.parent
+    memo: dict[int, tuple[GroupShare, ...]] = {}
+
+    def down_to(g: int) -> tuple[GroupShare, ...]:  # the chain ending with group g
+        if g <= 0:
+            return ()
+        if g not in memo:
+            me = GroupShare(tree.names[g], float(t.e_share[g]), bool(t.background[g]))
+            memo[g] = (*down_to(int(parent[g])), me)
+        return memo[g]
+
+    return {node: down_to(int(parent[node])) for node in nodes}

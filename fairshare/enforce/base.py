@@ -2,7 +2,9 @@
 
 The daemon hands an enforcer, once a cycle, one `LnodeTarget` per active
 leaf lnode that has processes to place: the processes, the effective share
-the cycle computed and whether the lnode is a background user.  Each backend
+the cycle computed, whether the lnode is a background user, and the groups above
+it (`GroupShare`: name, e_share, background; top first), which the cgroup
+enforcers mirror as nested cgroups and the flat ones (nice, systemd, none) ignore.  Each backend
 turns e_share into its own kernel knob through `fairshare.enforce.mapping`
 (cgroup v2 weights, cgroup v1 shares, nice values) and applies it; the
 arithmetic lives there, the file writes here.
@@ -53,13 +55,24 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class GroupShare:
+    """A group above a target lnode: its name, e_share (its subtree's, a fraction of
+    the machine) and background flag, as the lnode table holds them."""
+
+    name: str
+    e_share: float
+    background: bool = False
+
+
+@dataclass(frozen=True)
 class LnodeTarget:
     """One lnode to enforce: `e_share` (fraction of the machine), `nrun` its
     runnable processes, `pids` the processes to place, `runnable` those of
     them that were runnable at the sample, `nice` the UDB's nice of its user or
     account (a floor for its processes' nice, fairshare.enforce.renice), `starts`
     the start times of `pids` in order (ProcessSample.create_time; empty: not known),
-    which tell a pid given since the sample to another process (fairshare.enforce.actions)."""
+    which tell a pid given since the sample to another process (fairshare.enforce.actions),
+    `groups` the groups above it, top first, the root left out (empty: flat)."""
 
     name: str
     pids: tuple[int, ...]
@@ -69,6 +82,7 @@ class LnodeTarget:
     runnable: frozenset[int] = field(default_factory=frozenset)
     nice: int = 0
     starts: tuple[float, ...] = ()
+    groups: tuple[GroupShare, ...] = ()
 
     def processes(self) -> zip:
         """(pid, start time or None) of every process of `pids`."""

@@ -1,7 +1,9 @@
 """The fair-share simulator: the daemon's cycle on a simulated machine.
 
 - machine.py: the simulated kernel (N CPUs shared by weight, each process at most one
-  CPU, the idle class on leftovers), the enforcers' weight models, the workloads'
+  CPU, the idle class on leftovers; under the cgroup model down the nested cgroup tree
+  the cgroup enforcers make, unused share going to siblings first), the enforcers'
+  weight models, the workloads'
   processes, the simulated clock and OS actions.  The simulated collector
   (fairshare.sim.collector) and enforcer (fairshare.sim.enforcer) build on it.
 - scenario.py: the one scenario loader (TOML, man/shrsim.1) for shrsim and

@@ -1,5 +1,7 @@
 """The simulator as an enforcer: e_share becomes the simulated machine's weights
-(fairshare.sim.machine.SimWorld), with the same weight models as shrsim."""
+(fairshare.sim.machine.SimWorld), with the same weight models as shrsim; under the
+cgroup model it hands the world the targets' groups, which it nests as the cgroup
+enforcers do (fairshare.enforce.mapping.targets_tree)."""
 
 from __future__ import annotations
 
@@ -27,10 +29,14 @@ class SimEnforcer:
         """Nothing to prepare."""
 
     def apply(self, targets: Sequence[LnodeTarget]) -> None:
-        """Weights for every target lnode from its e_share (the world's model)."""
+        """Weights for every target lnode from its e_share (the world's model), and
+        under the cgroup model for every group above one."""
         e_share, nrun, background = arrays(targets)
         self.world.set_weights([t.name for t in targets], e_share, background, nrun)
+        if self.world.model == "cgroup":
+            self.world.set_tree(targets)
 
     def teardown(self) -> None:
         """Back to plain Linux: equal weight per process."""
         self.world.weight = {}
+        self.world.paths = {}

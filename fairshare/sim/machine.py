@@ -5,9 +5,14 @@ each process using at most one CPU (and at most its `demand`); processes of the
 idle class run only on CPU the others leave.  The weights come from the same
 mappings the daemon's enforcers use (fairshare.enforce.mapping):
 
-- "cgroup": cgroup v2, one cgroup per lnode side by side, cpu.weight from
-  `cgroup2_weights`, split equally among the lnode's runnable processes; background
-  lnodes are cpu.idle cgroups (idle class).
+- "cgroup": cgroup v2 as the cgroup enforcers nest it (fairshare.enforce.mapping): a
+  cgroup per group and per lnode, MOUNT/fairshare/+<group>/<lnode>, each weighted among
+  its siblings by `cgroup2_tree_weights`.  The CPUs are split among sibling cgroups by
+  weight down the tree, each cgroup capped at what its processes can use, what one
+  leaves going to its siblings first (`cgroup_tree_share`: hierarchical water-filling,
+  fairshare.core.maxmin.maxmin_allocation with the weights as shares); inside an lnode
+  cgroup its processes share by their nice weights.  Background lnodes are cpu.idle
+  cgroups (idle class): they run only on what the tree leaves.
 - "nice": each process weighs NICE_TO_WEIGHT[nice + 20] with nice from `nice_values`
   (background lnodes get nice 19, as the nice enforcer sets them).
 - "none": weight 1 per process (Linux without fair share).
@@ -33,16 +38,26 @@ from __future__ import annotations
 import errno
 import signal
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fairshare.enforce.mapping import NICE_TO_WEIGHT, cgroup2_weights, nice_values
+from fairshare.core.maxmin import maxmin_allocation
+from fairshare.enforce.mapping import (
+    NICE_TO_WEIGHT,
+    CgroupTree,
+    cgroup2_tree_weights,
+    cgroup2_weights,
+    nice_values,
+    targets_tree,
+)
 
 if TYPE_CHECKING:
     from fairshare.core.tree import ShareTree
+    from fairshare.enforce.base import LnodeTarget
 
 ENFORCERS = ("cgroup", "nice", "none")  # the keys of WEIGHT_MODELS
 
@@ -115,6 +130,45 @@ class SimMachine:
             # cpu.idle cgroups still share by weight among themselves: equal per process.
             got += water_fill(left, np.where(idle, count, 0.0), np.where(idle, cap, 0.0))
         return got
+
+
+def cgroup_tree_share(
+    cpus: float,
+    tree: CgroupTree,
+    weight: np.ndarray,
+    leaf: np.ndarray,
+    count: np.ndarray,
+    cap: np.ndarray,
+    nice_weight: np.ndarray,
+    idle: np.ndarray,
+) -> np.ndarray:
+    """CPUs each workload receives under nested cgroups (the "cgroup" model).
+
+    `weight`: every cgroup of `tree`'s weight among its siblings; per workload, `leaf`
+    its lnode cgroup (a position in `tree`), `count` its processes, `cap` the CPUs
+    they can use in all, `nice_weight` the sum of its runnable processes' nice weights
+    and `idle` its lnode's idle class.  The normal cgroups share the CPUs down the tree by weight,
+    each capped at its processes' caps, what one leaves going to its siblings first
+    (maxmin_allocation); inside an lnode cgroup its workloads share by nice weight; the
+    idle-class workloads share what is left, equally per process as flat cgroups do.
+    """
+    idle = np.asarray(idle, dtype=bool)
+    n = tree.index.n
+    normal_cap = np.where(idle, 0.0, cap)
+    leaf_cap = np.bincount(leaf, weights=normal_cap, minlength=n)
+    alloc = maxmin_allocation(tree.index, np.asarray(weight, dtype=float), leaf_cap, cpus)
+    got = np.zeros(len(leaf))
+    busy = normal_cap > 0
+    many = np.bincount(leaf[busy], minlength=n) > 1
+    one = busy & ~many[leaf]
+    got[one] = alloc[leaf[one]]
+    for cg in np.flatnonzero(many).tolist():
+        sel = busy & (leaf == cg)
+        got[sel] = water_fill(alloc[cg], nice_weight[sel], normal_cap[sel])
+    left = cpus - float(alloc[0])
+    if idle.any() and left > 1e-12:
+        got += water_fill(left, np.where(idle, count, 0.0), np.where(idle, cap, 0.0))
+    return got
 
 
 def cgroup_model(e_share, background, nrun) -> tuple[np.ndarray, np.ndarray]:
@@ -247,6 +301,9 @@ class SimWorld:
     killed: set[int] = field(default_factory=set)  # pids stopped by a signal
     nice: dict[int, int] = field(default_factory=dict)  # workload -> nice, if reniced
     signals: list[tuple[int, int]] = field(default_factory=list)  # (pid, signal) received
+    # cgroup model: lnode -> its cgroup path, and every cgroup's weight among its siblings
+    paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    cg_weight: dict[tuple[str, ...], float] = field(default_factory=dict)
 
     def pids(self, i: int) -> list[int]:
         """The fake pids of workload `i`'s processes that are still alive."""
@@ -283,6 +340,29 @@ class SimWorld:
             n: (float(a), bool(b), int(r)) for n, a, b, r in zip(names, w, idle, nrun, strict=True)
         }
 
+    def set_tree(self, targets: Sequence[LnodeTarget]) -> None:
+        """Record the nested cgroups of `targets` and their weights (the cgroup model:
+        fairshare.enforce.mapping.targets_tree, as the cgroup enforcers make them)."""
+        tree, paths, e, bg = targets_tree(targets)
+        w = cgroup2_tree_weights(tree, e, bg)
+        self.paths = {t.name: p for t, p in zip(targets, paths, strict=True)}
+        self.cg_weight = dict(zip(tree.keys, w.astype(float).tolist(), strict=True))
+
+    def _run_nested(self, count, cap, runnable, nice) -> np.ndarray:
+        """CPUs per workload under the nested cgroups last set (`cgroup_tree_share`); an
+        lnode with none runs beside the fair-share tree at weight 1 per process."""
+        names = self.names
+        plain = {n: ("=" + n,) for n in names if n not in self.paths}
+        paths = [self.paths.get(n) or plain[n] for n in names]
+        tree = CgroupTree.of(paths)
+        w = np.array([self.cg_weight.get(k, 1.0) for k in tree.keys])
+        leaf = np.array([tree.position[p] for p in paths], dtype=np.int64)
+        for n, p in plain.items():
+            w[tree.position[p]] = sum(c for c, m in zip(count, names, strict=True) if m == n)
+        own = NICE_TO_WEIGHT[nice + 20] * runnable
+        idle = np.array([self.weight.get(n, (0, False, 0))[1] for n in names], dtype=bool)
+        return cgroup_tree_share(self.machine.cpus, tree, w, leaf, count, cap, own, idle)
+
     def run(self, start: float, seconds: float) -> np.ndarray:
         """CPU seconds each workload's processes got (total per workload) over
         `seconds` from simulated second `start`."""
@@ -294,6 +374,9 @@ class SimWorld:
         demand = np.array([w.demand for w in self.workloads])
         runnable = count * (demand > 0)
         nice = np.array([self.nice_of(i) for i in range(n)], dtype=np.int64)
+        if self.model == "cgroup" and self.paths:
+            cap = count * np.minimum(demand, 1.0)
+            return self._run_nested(count, cap, runnable, nice) * seconds
         lnodes = sorted(set(self.names))
         col = np.array([lnodes.index(name) for name in self.names], dtype=np.int64)
         # An lnode the enforcer set no weight for runs as on plain Linux.

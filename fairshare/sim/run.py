@@ -53,11 +53,13 @@ from fairshare.core.site import SiteState, SiteView
 from fairshare.core.split import machine_shares
 from fairshare.core.steps import activate_stored, advance, refresh_site
 from fairshare.core.tree import ShareTree, tree_index
+from fairshare.enforce.mapping import NICE_TO_WEIGHT, CgroupTree, cgroup2_tree_weights, cgroup_path
 from fairshare.enforce.renice import user_floor
 from fairshare.sim.machine import (
     ENFORCERS,
     SimMachine,
     Workload,
+    cgroup_tree_share,
     enforcer_weights,
     workload_weights,
 )
@@ -120,6 +122,26 @@ class _Host:
         self.nrun = np.zeros(nl)
         self.count = self.cap = self.run_w = np.zeros(len(workloads))
         self.cpu_l = np.zeros(nl)  # CPU s per lnode over the last cycle
+        if enforcer == "cgroup":
+            self._nest(tree)
+
+    def _nest(self, tree: ShareTree) -> None:
+        """The nested cgroups the cgroup enforcers make for this host's lnodes
+        (fairshare.enforce.mapping.cgroup_path): `cg` their tree, `cg_node` the share
+        tree's node of each cgroup, `cg_leaf` each workload's lnode cgroup and
+        `cg_lnode` each lnode's."""
+        paths, node_of = [], {(): 0}
+        for n in self.lnodes:
+            chain = tree.ancestors(n)[-2::-1]  # groups above n, top first
+            path = cgroup_path([tree.names[g] for g in chain], tree.names[n])
+            paths.append(path)
+            node_of[path] = n
+            for k, g in enumerate(chain[: len(path) - 1]):
+                node_of.setdefault(path[: k + 1], g)
+        self.cg = CgroupTree.of(paths)
+        self.cg_node = np.array([node_of[k] for k in self.cg.keys], dtype=np.int64)
+        self.cg_lnode = np.array([self.cg.position[p] for p in paths], dtype=np.int64)
+        self.cg_leaf = self.cg_lnode[self.col]
 
     def come_and_go(self, sc: Scenario, step: int, stored: Stored, written: list) -> None:
         """At cycle `step`, processes start or stop: lnodes are activated from `stored`
@@ -149,16 +171,33 @@ class _Host:
     def run(self, sc: Scenario) -> None:
         """One cycle: the machine runs `delta` s by the enforcer's weights, and that CPU
         goes through the daemon's cycle."""
-        e_now = self.table.e_share[self.arr]  # 0 for lnodes without processes
-        background = self.table.background[self.arr]
-        w, idle = enforcer_weights(self.enforcer, e_now, background, self.nrun)
-        weight, w_idle = workload_weights(
-            self.enforcer, w, idle, self.nrun, self.col, self.count, self.run_w, self.nice
-        )
-        got = self.machine.share(self.count, self.cap, weight, w_idle)
+        if self.enforcer == "cgroup":
+            got = self._nested_share()
+        else:
+            e_now = self.table.e_share[self.arr]  # 0 for lnodes without processes
+            background = self.table.background[self.arr]
+            w, idle = enforcer_weights(self.enforcer, e_now, background, self.nrun)
+            weight, w_idle = workload_weights(
+                self.enforcer, w, idle, self.nrun, self.col, self.count, self.run_w, self.nice
+            )
+            got = self.machine.share(self.count, self.cap, weight, w_idle)
         self.cpu_l = np.bincount(self.col, weights=got, minlength=len(self.lnodes)) * sc.delta
         self.cons.cpu[self.arr] = self.cpu_l
         self.table, _ = advance(sc.tree, self.table, self.cons, sc.consts, sc.delta, self.site)
+
+    def _nested_share(self) -> np.ndarray:
+        """CPUs per workload under the nested cgroups, weighted from the table's e_share
+        among the cgroups that exist (those of lnodes with processes, and their groups)."""
+        made = np.zeros(self.cg.index.n)
+        made[self.cg_lnode] = self.present
+        made = self.cg.index.subtree_sum(made) > 0
+        e = np.where(made, self.table.e_share[self.cg_node], 0.0)
+        w = cgroup2_tree_weights(self.cg, e, self.table.background[self.cg_node])
+        own = NICE_TO_WEIGHT[self.nice + 20] * self.run_w
+        idle = self.table.background[self.arr][self.col]
+        return cgroup_tree_share(
+            self.cpus, self.cg, w, self.cg_leaf, self.count, self.cap, own, idle
+        )
 
     def accrued(self, tree: ShareTree, now: float) -> list[tuple[int, WriteBack]]:
         """A write-back: what every active leaf accrued, as of `now` (s)."""

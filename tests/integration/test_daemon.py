@@ -553,6 +553,20 @@ def test_simulate_acme_like_scenario_delivers_shares_2_to_1(udb_url):
     assert lnodes["alice"]["m_share"] == pytest.approx(2 / 3)
 
 
+def test_simulate_nests_the_cgroups_so_a_group_gets_its_share(udb_url):
+    """Scenario 14 under the real daemon loop: Chem's u4 uses 1% of a CPU, and the
+    share it leaves goes to u3 (its group's), so Chem still gets half the machine."""
+    scenario = ROOT_DIR / "examples" / "scenarios" / "14_interactive_member.toml"
+    r = CliRunner().invoke(
+        main,
+        ["--udb", udb_url, "--simulate", str(scenario), "--cycles", "900", "--show", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    cpu = {x["name"]: x["cpu"] for x in json.loads(r.stdout)["lnodes"]}
+    assert cpu["u3"] + cpu["u4"] == pytest.approx(0.5, abs=0.02)
+    assert cpu["u4"] == pytest.approx(0.005, abs=0.002)
+
+
 def test_once_and_cycles_together_is_an_error(udb_url):
     r = CliRunner().invoke(main, ["--udb", udb_url, "--once", "--cycles", "3"])
     assert r.exit_code == 2

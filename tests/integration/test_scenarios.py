@@ -1,15 +1,19 @@
 """The nine scenarios of issue 5 (examples/scenarios/), each beside its --enforcer none
 baseline, which shows that plain Linux does not give the result and fair share does;
-scenario 5 also without ADJGROUPS (the flat model) and scenario 13 (idle share)."""
+scenario 5 also without ADJGROUPS (the flat model) and scenario 13 (idle share); 14
+and 15 (a group's share when members use little, nested cgroups) against the
+hierarchical max-min allocation under every policy."""
 
 from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fairshare.core.consts import K5
+from fairshare.core.maxmin import maxmin_allocation
 from fairshare.sim.record import SimResult
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import load_scenario, parse_scenario
@@ -276,4 +280,38 @@ def test_12_navoceano_with_the_udb_nice_instead_of_the_users_own():
 def test_every_scenario_file_is_tested():
     stems = sorted(p.name[:2] for p in SCENARIOS.glob("*.toml"))
     # 10 (a site of two hosts) is tested in test_site.py.
-    assert stems == [f"{i:02d}" for i in range(1, 14)]
+    assert stems == [f"{i:02d}" for i in range(1, 16)]
+
+
+def fair_target(stem: str) -> dict[str, float]:
+    """The hierarchical max-min allocation of scenario `stem` (fairshare.core.maxmin,
+    from its workloads' demands) as fractions of the CPU delivered, per lnode and group."""
+    (path,) = SCENARIOS.glob(f"{stem}_*.toml")
+    sc = load_scenario(path)
+    tree = sc.tree
+    demand = np.zeros(tree.size)
+    for w in sc.workloads:
+        demand[tree.node(w.name)] += w.procs * min(w.demand, 1.0)
+    alloc = maxmin_allocation(tree.index, tree.shares, demand, sc.cpus)
+    return {tree.names[n]: alloc[n] / alloc[0] for n in range(1, tree.size) if alloc[n] > 0}
+
+
+@pytest.mark.parametrize("policy", ["unicos", "slurm", "feedback"])
+def test_14_a_group_gets_its_share_when_a_member_uses_little(policy):
+    """Physics and Chem get half each, although Chem's u4 uses 1% of a CPU: the CPU its
+    cgroup leaves goes to u3, its group's (flat cgroups gave Physics 66.85% under
+    unicos), and every user gets its max-min allocation."""
+    target = fair_target("14")
+    assert target["Physics"] == pytest.approx(0.5) and target["u4"] == pytest.approx(0.005)
+    d = delivered(result("14", "cgroup", policy))
+    assert d["Physics"] == pytest.approx(0.5, abs=PP) and d["Chem"] == pytest.approx(0.5, abs=PP)
+    assert d == pytest.approx(target, abs=PP)
+
+
+@pytest.mark.parametrize("policy", ["unicos", "slurm", "feedback"])
+def test_15_three_levels_of_partly_busy_users(policy):
+    """Three group levels, users who want less than a CPU: each user, team, department
+    and organisation within one point of its max-min allocation."""
+    target = fair_target("15")
+    assert target["b1"] == pytest.approx(0.4 / 3) and target["A"] == pytest.approx(2 / 3)
+    assert delivered(result("15", "cgroup", policy)) == pytest.approx(target, abs=PP)

@@ -437,3 +437,25 @@ def test_a_bare_halflife_in_a_scenario_is_hours():
     assert hours.consts.halflife == 7200.0
     unit = parse_scenario(TWO_USERS.replace('halflife = "5m"', 'halflife = "2s"'), "two.toml")
     assert unit.consts.halflife == 2.0
+
+
+def test_nested_cgroups_hand_unused_share_to_siblings_first():
+    """u4 (1% of a CPU) leaves its group's share to u3, not to the other group."""
+    from fairshare.enforce.mapping import CgroupTree
+    from fairshare.sim.machine import cgroup_tree_share
+
+    t = CgroupTree.of([("+P", "u1"), ("+P", "u2"), ("+C", "u3"), ("+C", "u4")])
+    pos = np.array([t.position[k] for k in [("+P", "u1"), ("+P", "u2"), ("+C", "u3")]])
+    pos = np.append(pos, t.position[("+C", "u4")])
+    w = np.full(t.index.n, 100.0)
+    count = np.array([8.0, 1.0, 1.0, 1.0])
+    cap = np.array([8.0, 1.0, 1.0, 0.01])
+    got = cgroup_tree_share(2, t, w, pos, count, cap, count * 1024, np.zeros(4, dtype=bool))
+    assert got == pytest.approx([0.5, 0.5, 0.99, 0.01])
+    # An idle-class lnode runs only on what the tree leaves.
+    idle = np.array([False, False, False, True])
+    got = cgroup_tree_share(2, t, w, pos, count, cap, count * 1024, idle)
+    assert got == pytest.approx([0.5, 0.5, 1.0, 0.0])
+    cap = np.array([0.2, 0.2, 0.2, 1.0])
+    got = cgroup_tree_share(2, t, w, pos, count, cap, count * 1024, idle)
+    assert got == pytest.approx([0.2, 0.2, 0.2, 1.0])

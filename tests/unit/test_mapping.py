@@ -86,3 +86,45 @@ def test_cgroup2_weights_range_and_order(shares):
 def test_weights_ignore_nonsense_shares():
     assert cgroup2_weights([np.nan, 0.5, np.inf, -1.0], [False] * 4).tolist() == [1, 10000, 1, 1]
     assert cgroup1_shares([np.nan], [False]).tolist() == [2]
+
+
+def test_cgroup_path_prefixes_groups_and_keeps_the_leaf_name():
+    from fairshare.enforce.mapping import cgroup_path
+
+    assert cgroup_path(["Physics"], "u1") == ("+Physics", "u1")
+    assert cgroup_path([], "a b") == ("a_b",)  # safe_name, as a flat lnode always had
+    # A group and an lnode of the same name at one level never clash.
+    assert cgroup_path(["X"], "X") == ("+X", "X")
+
+
+def test_cgroup_path_collapses_levels_past_the_limit():
+    from fairshare.enforce.mapping import MAX_GROUP_LEVELS, cgroup_path
+
+    deep = [f"g{i}" for i in range(MAX_GROUP_LEVELS + 3)]
+    path = cgroup_path(deep, "u")
+    assert path == (*[f"+g{i}" for i in range(MAX_GROUP_LEVELS)], "u")
+
+
+def test_cgroup_tree_weights_among_siblings():
+    from fairshare.enforce.mapping import CgroupTree, cgroup1_tree_shares, cgroup2_tree_weights
+
+    t = CgroupTree.of([("+P", "u1"), ("+P", "u2"), ("+C", "u3"), ("+C", "u4"), ("solo",)])
+    assert t.keys == [(), ("+C",), ("+P",), ("solo",), ("+C", "u3"), ("+C", "u4")] + [
+        ("+P", "u1"),
+        ("+P", "u2"),
+    ]
+    assert t.index.leaf.tolist() == [False, False, False, True, True, True, True, True]
+    e = [1.0, 0.4, 0.4, 0.2, 0.3, 0.1, 0.2, 0.2]
+    bg = [False] * 7 + [True]
+    assert cgroup2_tree_weights(t, e, bg).tolist() == [
+        10000, 10000, 10000, 5000, 10000, 3333, 10000, 1,
+    ]  # fmt: skip
+    assert cgroup1_tree_shares(t, e, bg)[[1, 3, 7]].tolist() == [262144, 131072, 2]
+
+
+def test_sibling_weights_flat_is_the_flat_mapping():
+    from fairshare.enforce.mapping import sibling_weights
+
+    e, bg = [0.5, 0.25, 0.1, 0.15, np.nan], [False] * 5
+    flat = cgroup2_weights(e, bg)
+    assert sibling_weights(np.zeros(5), e, bg, 1, 10000).tolist() == flat.tolist()
