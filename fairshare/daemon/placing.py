@@ -95,4 +95,6 @@ class Placing:
             return
         node = leaf_of(ln, ProcessSample(pid=pid, create_time=0.0, uid=uid), self.accounts)
         if node is not None:
-            self.enforcement.enforcer.place(pid, ln.tree.names[node])
+            names = ln.tree.names
+            groups = [names[g] for g in ln.tree.ancestors(node)[-2::-1]]  # top first
+            self.enforcement.enforcer.place(pid, names[node], groups)

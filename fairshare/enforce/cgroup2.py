@@ -1,8 +1,11 @@
-"""The cgroup v2 enforcer: ``cpu.weight`` and ``cpu.idle`` in MOUNT/fairshare/<lnode>.
+"""The cgroup v2 enforcer: ``cpu.weight`` and ``cpu.idle`` in
+MOUNT/fairshare/+<group>/<lnode> (the nesting: fairshare.enforce.cgroupfs), each
+cgroup's weight among its siblings.
 
-The cpu controller must be enabled in the subtree_control of the mount root
-and of MOUNT/fairshare before the lnode cgroups can be weighted; processes
-live only in the lnode cgroups (leaves), never in MOUNT/fairshare itself.
+The cpu controller must be enabled in the subtree_control of the mount root,
+of MOUNT/fairshare and of every group's cgroup before their children can be
+weighted; processes live only in the lnode cgroups (leaves), never in
+MOUNT/fairshare itself nor in a group's.
 Background lnodes (past MAXUSAGE) get ``cpu.idle = 1``: they run only on CPU
 no one else wants, whatever their weight.  Each lnode's CPU is read from its
 ``cpu.stat`` (usage_usec).
@@ -17,7 +20,7 @@ import numpy as np
 
 from fairshare.enforce.actions import OsActions
 from fairshare.enforce.cgroupfs import CgroupEnforcer, parent_weight
-from fairshare.enforce.mapping import cgroup2_weights
+from fairshare.enforce.mapping import CgroupTree, cgroup2_tree_weights
 
 #: cpu.weight of a cgroup weighted like one nice-0 process (the kernel's default).
 NICE0_WEIGHT = 100
@@ -29,12 +32,13 @@ def enable_cpu(cgroup: Path, actions: OsActions) -> None:
     """Enable the cpu controller for `cgroup`'s children through `actions` (no-op when
     already on)."""
     control = cgroup / "cgroup.subtree_control"
-    if "cpu" not in control.read_text().split():
+    if not control.exists() or "cpu" not in control.read_text().split():
         actions.write_file(control, "+cpu")
 
 
 class Cgroup2Enforcer(CgroupEnforcer):
-    """Lnode cgroups weighted by cpu.weight (1..10000, proportional to e_share)."""
+    """Nested cgroups weighted by cpu.weight (1..10000, proportional to e_share among
+    siblings)."""
 
     name = "cgroup2"
     controller = None
@@ -47,10 +51,16 @@ class Cgroup2Enforcer(CgroupEnforcer):
         enable_cpu(self.parent, self.actions)
         self.actions.write_file(self.parent / "cpu.weight", str(parent_weight(NICE0_WEIGHT)))
 
-    def weights(self, e_share: np.ndarray, background: np.ndarray) -> list[tuple]:
-        """(cpu.weight, cpu.idle) per lnode."""
-        w = cgroup2_weights(e_share, background)
+    def tree_weights(
+        self, tree: CgroupTree, e_share: np.ndarray, background: np.ndarray
+    ) -> list[tuple]:
+        """(cpu.weight, cpu.idle) per cgroup of `tree`, the weight among its siblings."""
+        w = cgroup2_tree_weights(tree, e_share, background)
         return [(int(x), int(b)) for x, b in zip(w, background, strict=True)]
+
+    def prepare_group(self, cgroup: Path) -> None:
+        """Turn the cpu controller on for a group's children."""
+        enable_cpu(cgroup, self.actions)
 
     def parse_counter(self, text: bytes) -> float:
         """CPU seconds from cpu.stat's usage_usec line."""

@@ -1,8 +1,18 @@
-"""What the cgroup v1 and v2 enforcers share: a flat directory of lnode cgroups.
+"""What the cgroup v1 and v2 enforcers share: nested cgroups mirroring the share tree.
 
-Layout: ``MOUNT/fairshare/<lnode>``, every lnode cgroup a sibling under one
-parent, so their weights compete directly with each other (the kernel only
-weighs siblings against each other).  A process is placed by writing its
+Layout: ``MOUNT/fairshare/+<group>/+<subgroup>/<lnode>``: a cgroup per active group,
+the lnode cgroups inside their group's (fairshare.enforce.mapping.cgroup_path; at
+most MAX_GROUP_LEVELS group levels, deeper ones collapsed into their ancestor at the
+last level kept, logged once).  The kernel weighs only siblings against each other,
+so each cgroup's weight among its siblings is proportional to its e_share among
+theirs (mapping.CgroupTree), and the CPU a cgroup leaves unused goes to its siblings
+first: a group whose member works interactively still gets its share, where one flat
+directory of lnode cgroups handed that member's unused weight to every lnode.  Group
+directories start with "+", which `safe_name` never gives, so a group never clashes
+with an lnode of the same name and an lnode's directory keeps its `safe_name`.
+Processes live only in the lnode cgroups (leaves), never in a group's (cgroup v2's
+rule).  When a user moves to another group its lnode cgroup is made at the new place,
+its processes moved there, and the old cgroups, empty, removed.  A process is placed by writing its
 pid to the lnode cgroup's ``cgroup.procs`` (the whole thread group moves);
 the cgroup it came from is remembered so that `teardown` can put it back.
 Children inherit their parent's cgroup, so once a session's shell is placed,
@@ -32,7 +42,14 @@ import numpy as np
 from fairshare.collect import GroupReading
 from fairshare.collect.procfs import read_bytes
 from fairshare.enforce.actions import OsActions
-from fairshare.enforce.base import Capabilities, LnodeTarget, arrays, safe_name
+from fairshare.enforce.base import Capabilities, LnodeTarget
+from fairshare.enforce.mapping import (
+    GROUP_PREFIX,
+    MAX_GROUP_LEVELS,
+    CgroupTree,
+    cgroup_path,
+    targets_tree,
+)
 
 log = logging.getLogger("shrdaemon")
 
@@ -44,6 +61,26 @@ KEEP_OPEN = 512
 #: How many times `teardown` empties a cgroup that is still busy before giving up on it.
 REMOVE_TRIES = 5
 _NONE: frozenset[int] = frozenset()
+
+
+def is_group(rel: str) -> bool:
+    """Whether the cgroup at `rel` (a path under MOUNT/fairshare) is a group's."""
+    return rel.rsplit("/", 1)[-1].startswith(GROUP_PREFIX)
+
+
+def ancestors(rel: str) -> list[str]:
+    """The groups' cgroups above `rel`, nearest first ("a/b/c": ["a/b", "a"])."""
+    parts = rel.split("/")
+    return ["/".join(parts[:k]) for k in range(len(parts) - 1, 0, -1)]
+
+
+def existing(parent: Path) -> list[str]:
+    """Every cgroup under `parent` (paths relative to it), parents before children."""
+    out = []
+    for root, dirs, _files in os.walk(parent):
+        base = Path(root).relative_to(parent)
+        out += [str(base / d) if str(base) != "." else d for d in sorted(dirs)]
+    return out
 
 
 def parent_weight(nice0: int, cpus: int | None = None) -> int:
@@ -107,13 +144,107 @@ class CounterFiles:
             self.close(name)
 
 
-class CgroupEnforcer:
-    """One cgroup per active lnode under MOUNT/fairshare; subclasses write the weight
-    and read the CPU counter.
+class CgroupFiles:
+    """The cgroup file work `CgroupEnforcer` does with its lock held: make a cgroup and
+    write its weight, move a process in, empty and remove a cgroup."""
+
+    actions: OsActions
+    parent: Path
+    proc: str
+    hierarchies: list[tuple[Path, str | None]]
+    _placed: dict[int, str]
+    _origin: dict[int, tuple[str, ...]]
+    _weight: dict[str, tuple]
+    _moved: dict[str, set[int]]
+    _counters: CounterFiles
+
+    def write_weight(self, cgroup: Path, values: tuple) -> None:
+        """Write one cgroup's knob values."""
+        raise NotImplementedError
+
+    def prepare_group(self, cgroup: Path) -> None:
+        """Whatever a group's cgroup needs before its children can use the cpu controller."""
+
+    def _make(self, name: str, values: tuple) -> None:
+        if name not in self._weight:
+            for mount, _ctl in self.hierarchies:
+                self.actions.mkdir(mount / PARENT / name)
+            if is_group(name):
+                self.prepare_group(self.parent / name)
+        if self._weight.get(name) != values:
+            self.write_weight(self.parent / name, values)
+            self._weight[name] = values
+
+    def _move(self, pid: int, name: str) -> None:
+        if pid not in self._origin:
+            origin = tuple(cgroup_of(pid, ctl, self.proc) for _m, ctl in self.hierarchies)
+            if any(o is None for o in origin):
+                return
+            if not origin[0].startswith(f"/{PARENT}/"):
+                self._origin[pid] = origin
+        try:
+            for mount, _ctl in self.hierarchies:
+                self.actions.write_file(mount / PARENT / name / "cgroup.procs", str(pid))
+            self._placed[pid] = name
+            self._moved.setdefault(name, set()).add(pid)
+        except OSError as err:
+            if err.errno not in (errno.ESRCH, errno.ENOENT):
+                log.warning("could not move pid %d into %s: %s", pid, name, err)
+
+    def _remove(self, name: str, into: str | None = None) -> bool:
+        """Empty cgroup `name` in every hierarchy (processes into cgroup `into`, else to
+        their origin, else the mount root) and remove it; True if it is gone."""
+        gone = True
+        self._counters.close(name)
+        for i, (mount, _ctl) in enumerate(self.hierarchies):
+            cg = mount / PARENT / name
+            # A process forking while its parent is moved out leaves the child behind
+            # (EBUSY): empty the cgroup again, a few times.
+            for attempt in range(REMOVE_TRIES):
+                self._empty(cg, mount, i, into)
+                try:
+                    self.actions.rmdir(cg)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as err:
+                    if err.errno == errno.EBUSY and attempt + 1 < REMOVE_TRIES:
+                        continue
+                    if err.errno != errno.EBUSY:
+                        log.warning("could not remove %s: %s", cg, err)
+                    gone = False
+                    break
+        return gone
+
+    def _empty(self, cg: Path, mount: Path, i: int, into: str | None = None) -> None:
+        """Move every process of cgroup `cg` (in hierarchy `i`) into our cgroup `into`,
+        else back to its origin, else the mount root."""
+        try:
+            pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            origin = self._origin.get(pid)
+            dest = mount / origin[i].lstrip("/") if origin else mount
+            if into is not None:
+                dest = mount / PARENT / into
+            if not (dest / "cgroup.procs").exists():
+                dest = mount
+            try:
+                self.actions.write_file(dest / "cgroup.procs", str(pid))
+            except OSError as err:
+                if err.errno != errno.ESRCH:
+                    log.warning("could not move pid %d back to %s: %s", pid, dest, err)
+
+
+class CgroupEnforcer(CgroupFiles):
+    """Nested cgroups under MOUNT/fairshare, a group's and an lnode's as the share tree
+    holds them; subclasses write the weight and read the CPU counter.
 
     `acct` is the hierarchy whose counter `read_groups` reads (cgroup v1's cpuacct
     mount when it is not the cpu one; None: `mount` itself, or no counter at all
-    when the subclass has none there)."""
+    when the subclass has none there).  Cgroups are known by their path under
+    MOUNT/fairshare ("+Physics/u1"; a flat lnode's is its name)."""
 
     name = "cgroup"
     #: The cgroup v1 controller that places processes (None: cgroup v2).
@@ -136,30 +267,27 @@ class CgroupEnforcer:
         self.mount = Path(mount)
         self.parent = self.mount / PARENT
         self.proc = proc
-        # (mount, controller) of each hierarchy the lnode cgroups are made in; the last
-        # one keeps the CPU counter.
+        # (mount, controller) of each hierarchy the cgroups are made in; the last one
+        # keeps the CPU counter.
         self.hierarchies: list[tuple[Path, str | None]] = [(self.mount, self.controller)]
         if acct is not None and Path(acct) != self.mount:
             self.hierarchies.append((Path(acct), self.counter_controller))
         self.counted = acct is not None or self.controller is None
         self._lock = threading.Lock()  # `place` runs on the process-events thread
-        self._placed: dict[int, str] = {}  # pid -> lnode cgroup name it was put in
+        self._placed: dict[int, str] = {}  # pid -> lnode cgroup it was put in
         self._origin: dict[int, tuple[str, ...]] = {}  # pid -> its cgroup per hierarchy
-        self._weight: dict[str, tuple] = {}  # cgroup name -> last knob values written
+        self._weight: dict[str, tuple] = {}  # cgroup -> last knob values written
         self._members: dict[int, str] = {}  # pid -> lnode cgroup, at the last read_groups
         self._fresh: set[str] = set()  # cgroups `place` used since the last read_groups
         self._moved: dict[str, set[int]] = {}  # cgroup -> pids moved in since read_groups
         self._counters = CounterFiles()
+        self._collapsed = False  # a tree deeper than MAX_GROUP_LEVELS was logged
         self._up = False
 
     # -- what the versions differ in ----------------------------------------------------
 
-    def weights(self, e_share: np.ndarray, background: np.ndarray) -> list[tuple]:
-        """The knob values for each lnode (one tuple per lnode)."""
-        raise NotImplementedError
-
-    def write_weight(self, cgroup: Path, values: tuple) -> None:
-        """Write one lnode's knob values into its cgroup."""
+    def tree_weights(self, tree: CgroupTree, e_share: np.ndarray, background: np.ndarray):
+        """The knob values of every cgroup of `tree` (one tuple per cgroup)."""
         raise NotImplementedError
 
     def parse_counter(self, text: bytes) -> float:
@@ -172,61 +300,80 @@ class CgroupEnforcer:
     # -- the protocol ----------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create MOUNT/fairshare, adopting one a crashed daemon left: its lnode cgroups
-        are reused when their lnodes are active and removed when they are not."""
+        """Create MOUNT/fairshare, adopting a tree a crashed daemon left: its cgroups are
+        reused where the next targets want them and removed where they do not."""
         with self._lock:
             for mount, _ctl in self.hierarchies:
                 self.actions.mkdir(mount / PARENT)
             self.prepare_parent()
             for mount, _ctl in self.hierarchies:
-                for d in (mount / PARENT).iterdir():
-                    if d.is_dir():
-                        self._weight[d.name] = ()  # unknown weight: rewritten if wanted
+                for rel in existing(mount / PARENT):
+                    self._weight[rel] = ()  # unknown weight: rewritten if wanted
             self._up = True
 
     def apply(self, targets: Sequence[LnodeTarget]) -> None:
-        """Create missing lnode cgroups, write changed weights, move new processes in,
-        and remove the cgroups of lnodes that are no longer targets."""
-        e_share, _nrun, background = arrays(targets)
-        values = self.weights(e_share, background) if targets else []
+        """Create missing cgroups (groups first), write changed weights, move processes
+        into their lnode's cgroup, and remove the cgroups no target wants (an lnode's
+        old cgroup emptied into its new one when its user moved to another group)."""
+        if not self._collapsed and any(len(t.groups) > MAX_GROUP_LEVELS for t in targets):
+            self._collapsed = True
+            log.info(
+                "the share tree is deeper than %d group levels: the cgroups of deeper "
+                "groups are collapsed into their ancestor at that level",
+                MAX_GROUP_LEVELS,
+            )
+        tree, paths, e_share, background = targets_tree(targets)
+        values = self.tree_weights(tree, e_share, background)
         with self._lock:
-            wanted = set()
-            for t, v in zip(targets, values, strict=True):
-                name = safe_name(t.name)
-                wanted.add(name)
-                self._make(name, v)
+            wanted = {"/".join(k): v for k, v in zip(tree.keys[1:], values[1:], strict=True)}
+            for rel, v in wanted.items():  # breadth first: groups before their children
+                self._make(rel, v)
+            now = {}  # lnode cgroup name -> where it is now
+            for t, path in zip(targets, paths, strict=True):
+                rel = "/".join(path)
+                now[path[-1]] = rel
                 for pid in t.pids:
-                    if self._placed.get(pid) != name and self._members.get(pid) != name:
-                        self._move(pid, name)
+                    if self._placed.get(pid) != rel and self._members.get(pid) != rel:
+                        self._move(pid, rel)
             # A cgroup `place` used since the sample holds a process the sample did not
-            # see: it stays until the next cycle decides.
-            for name in [n for n in self._weight if n not in wanted and n not in self._fresh]:
-                if self._remove(name):
-                    del self._weight[name]
+            # see: it stays (with its groups) until the next cycle decides.
+            keep = set(wanted) | {a for f in self._fresh for a in (f, *ancestors(f))}
+            gone = sorted((r for r in self._weight if r not in keep), key=lambda r: -r.count("/"))
+            for rel in gone:
+                moved_to = now.get(rel.rsplit("/", 1)[-1]) if not is_group(rel) else None
+                if self._remove(rel, moved_to):
+                    del self._weight[rel]
             alive = {pid for t in targets for pid in t.pids}
-            for pid in [p for p in self._placed if p not in alive]:
+            # A process `place` put in a cgroup kept for it keeps its origin too.
+            for pid in [p for p in self._placed if p not in alive and self._placed[p] not in keep]:
                 del self._placed[pid]
                 self._origin.pop(pid, None)
 
-    def place(self, pid: int, lnode: str) -> None:
-        """Move `pid` into `lnode`'s cgroup now, between cycles (a process that has just
-        become the lnode's).  A cgroup not yet made is made at the top weight, which the
-        next cycle corrects: a newcomer is owed more than it has used."""
+    def place(self, pid: int, lnode: str, groups: Sequence[str] = ()) -> None:
+        """Move `pid` into `lnode`'s cgroup (below `groups`, its groups' names, top
+        first) now, between cycles (a process that has just become the lnode's).  A
+        cgroup not yet made is made at the top weight, which the next cycle corrects:
+        a newcomer is owed more than it has used."""
         with self._lock:
             if not self._up:
                 return
-            name = safe_name(lnode)
-            top = self.weights(np.ones(1), np.zeros(1, dtype=bool))[0]
-            self._make(name, self._weight.get(name) or top)
-            self._fresh.add(name)
-            if self._placed.get(pid) != name:
-                self._move(pid, name)
+            path = cgroup_path(groups, lnode)
+            tree = CgroupTree.of([path])
+            top = self.tree_weights(tree, np.ones(tree.index.n), np.zeros(tree.index.n, bool))
+            for k in range(1, len(path) + 1):
+                rel = "/".join(path[:k])
+                self._make(rel, self._weight.get(rel) or top[k])
+            rel = "/".join(path)
+            self._fresh.add(rel)
+            if self._placed.get(pid) != rel:
+                self._move(pid, rel)
 
     def read_groups(self, members: bool = True) -> dict[str, GroupReading]:
         """Each lnode cgroup's CPU counter (CPU seconds of every process that ran in it)
         and the pids in it now (`members` False: only the pids this enforcer moved in
-        since the previous call, sparing a read of every cgroup.procs); empty when
-        there is no counter or nothing is set up."""
+        since the previous call, sparing a read of every cgroup.procs), by the lnode
+        cgroup's name (the lnode's `safe_name`); empty when there is no counter or
+        nothing is set up.  Groups' cgroups hold no process and are not read."""
         with self._lock:
             self._fresh.clear()
             moved, self._moved = self._moved, {}
@@ -234,36 +381,40 @@ class CgroupEnforcer:
                 return {}
             mount = str(self.hierarchies[-1][0] / PARENT)
             counter, read, parse = self.counter_file, self._counters.read, self.parse_counter
-            out = {}
-            for name in self._weight:
+            out, where = {}, {}
+            for rel in self._weight:
+                if is_group(rel):
+                    continue
                 try:
-                    cpu = parse(read(name, f"{mount}/{name}/{counter}"))
+                    cpu = parse(read(rel, f"{mount}/{rel}/{counter}"))
                     if members:
-                        procs = read_bytes(f"{mount}/{name}/cgroup.procs").split()
+                        procs = read_bytes(f"{mount}/{rel}/cgroup.procs").split()
                         pids = frozenset([int(p) for p in procs])
                     else:  # most cycles: nobody was moved in
-                        pids = frozenset(moved[name]) if name in moved else _NONE
+                        pids = frozenset(moved[rel]) if rel in moved else _NONE
                 except (OSError, ValueError):
                     continue
-                out[name] = GroupReading(cpu, pids)
+                name = rel.rsplit("/", 1)[-1]
+                out[name], where[name] = GroupReading(cpu, pids), rel
             if members:
-                self._members = {pid: name for name, g in out.items() for pid in g.pids}
+                self._members = {pid: where[n] for n, g in out.items() for pid in g.pids}
             else:
-                for name, pids in moved.items():
+                for rel, pids in moved.items():
                     for pid in pids:
-                        self._members[pid] = name
+                        self._members[pid] = rel
             return out
 
     def teardown(self) -> None:
-        """Move every process in our cgroups back where it came from and remove them."""
+        """Move every process in our cgroups back where it came from and remove them,
+        children before their groups."""
         with self._lock:
             self._up = False
-            names = set(self._weight)
+            rels = set(self._weight)
             for mount, _ctl in self.hierarchies:
                 if (mount / PARENT).is_dir():
-                    names |= {d.name for d in (mount / PARENT).iterdir() if d.is_dir()}
-            for name in names:
-                self._remove(name)
+                    rels |= set(existing(mount / PARENT))
+            for rel in sorted(rels, key=lambda r: -r.count("/")):
+                self._remove(rel)
             for mount, _ctl in self.hierarchies:
                 try:
                     self.actions.rmdir(mount / PARENT)
@@ -276,72 +427,3 @@ class CgroupEnforcer:
             self._weight.clear()
             self._members.clear()
             self._counters.close_all()
-
-    # -- helpers (called with the lock held) -----------------------------------------------
-
-    def _make(self, name: str, values: tuple) -> None:
-        if name not in self._weight:
-            for mount, _ctl in self.hierarchies:
-                self.actions.mkdir(mount / PARENT / name)
-        if self._weight.get(name) != values:
-            self.write_weight(self.parent / name, values)
-            self._weight[name] = values
-
-    def _move(self, pid: int, name: str) -> None:
-        if pid not in self._origin:
-            origin = tuple(cgroup_of(pid, ctl, self.proc) for _m, ctl in self.hierarchies)
-            if any(o is None for o in origin):
-                return
-            if not origin[0].startswith(f"/{PARENT}/"):
-                self._origin[pid] = origin
-        try:
-            for mount, _ctl in self.hierarchies:
-                self.actions.write_file(mount / PARENT / name / "cgroup.procs", str(pid))
-            self._placed[pid] = name
-            self._moved.setdefault(name, set()).add(pid)
-        except OSError as err:
-            if err.errno not in (errno.ESRCH, errno.ENOENT):
-                log.warning("could not move pid %d into %s: %s", pid, name, err)
-
-    def _remove(self, name: str) -> bool:
-        """Empty lnode cgroup `name` in every hierarchy (processes to their origin, else
-        the mount root) and remove it; True if it is gone."""
-        gone = True
-        self._counters.close(name)
-        for i, (mount, _ctl) in enumerate(self.hierarchies):
-            cg = mount / PARENT / name
-            # A process forking while its parent is moved out leaves the child behind
-            # (EBUSY): empty the cgroup again, a few times.
-            for attempt in range(REMOVE_TRIES):
-                self._empty(cg, mount, i)
-                try:
-                    self.actions.rmdir(cg)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as err:
-                    if err.errno == errno.EBUSY and attempt + 1 < REMOVE_TRIES:
-                        continue
-                    if err.errno != errno.EBUSY:
-                        log.warning("could not remove %s: %s", cg, err)
-                    gone = False
-                    break
-        return gone
-
-    def _empty(self, cg: Path, mount: Path, i: int) -> None:
-        """Move every process of cgroup `cg` (in hierarchy `i`) back to its origin, else
-        the mount root."""
-        try:
-            pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
-        except OSError:
-            pids = []
-        for pid in pids:
-            origin = self._origin.get(pid)
-            dest = mount / origin[i].lstrip("/") if origin else mount
-            if not (dest / "cgroup.procs").exists():
-                dest = mount
-            try:
-                self.actions.write_file(dest / "cgroup.procs", str(pid))
-            except OSError as err:
-                if err.errno != errno.ESRCH:
-                    log.warning("could not move pid %d back to %s: %s", pid, dest, err)

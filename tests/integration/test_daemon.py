@@ -211,7 +211,7 @@ def test_the_collector_is_told_when_new_sessions_are_placed_as_they_appear(engin
     events = Listening()
     d, clock, col, enf, _sent = make(engine, lambda i: [proc(7, 1001, 1.0)], process_events=events)
     enf.capabilities = Capabilities(places=True, counts=True)  # as the cgroup enforcers
-    enf.place = lambda pid, name: None
+    enf.place = lambda pid, name, groups=(): None
     d.start()
     cycle(d, clock, 3)
     # The baseline and the two cycles that place what already runs list every process.

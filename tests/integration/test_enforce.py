@@ -7,6 +7,7 @@ import errno
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,13 @@ from busy import RecordedOs
 from fairshare.cli.shrdaemon import enforcer_line
 from fairshare.collect import GroupReading
 from fairshare.daemon.lock import AlreadyRunning, DaemonLock
+from fairshare.enforce import cgroupfs
 from fairshare.enforce.actions import REAL_OS
-from fairshare.enforce.base import LnodeTarget, safe_name
+from fairshare.enforce.base import GroupShare, LnodeTarget, safe_name
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 from fairshare.enforce.cgroup2 import Cgroup2Enforcer
 from fairshare.enforce.detect import detect, make_enforcer
+from fairshare.enforce.mapping import MAX_GROUP_LEVELS
 from udb.errors import OptionError
 
 CPU_V1 = Path("/sys/fs/cgroup/cpu")
@@ -259,7 +262,9 @@ def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_pa
     assert (acct / "users" / "cgroup.procs").read_text() == "6"
     assert (cpu / "cgroup.procs").read_text() == "6"
     e.teardown()
-    assert (acct / "users" / "cgroup.procs").read_text() == "5"
+    # 5 and 7 (placed between cycles: its origin is kept) both go back to /users (the
+    # fake file keeps the last write).
+    assert (acct / "users" / "cgroup.procs").read_text() in ("5", "7")
     assert e._counters._fd == {}  # every descriptor closed
 
 
@@ -385,3 +390,156 @@ def test_process_events_are_not_used_in_a_nested_pid_namespace(tmp_path):
     assert nested_pid_namespace(str(tmp_path / "host")) is not in_init
     assert nested_pid_namespace(str(tmp_path / "below"))
     assert not nested_pid_namespace(str(tmp_path / "missing"))
+
+
+# -- nested cgroups on a fake tree ---------------------------------------------------------
+
+
+class FakeCgroupFs:
+    """REAL_OS on a fake tree, with what cgroupfs does: writing a pid to a cgroup.procs
+    moves it there (out of every other cgroup of that hierarchy), and rmdir removes a
+    cgroup with no child cgroup and no process (its interface files go with it)."""
+
+    name = "fake-cgroupfs"
+
+    def __init__(self, mounts: list[Path]):
+        self.mounts = mounts
+
+    def write_file(self, path: Path, text: str) -> None:
+        path = Path(path)
+        if path.name != "cgroup.procs":
+            path.write_text(text)
+            return
+        mount = next(m for m in self.mounts if path.is_relative_to(m))
+        for procs in mount.rglob("cgroup.procs"):
+            pids = [p for p in procs.read_text().split() if p != text]
+            procs.write_text("\n".join(pids + ([text] if procs == path else [])))
+
+    def mkdir(self, path: Path) -> None:
+        Path(path).mkdir(exist_ok=True)
+        if not (Path(path) / "cgroup.procs").exists():
+            (Path(path) / "cgroup.procs").write_text("")
+
+    def rmdir(self, path: Path) -> None:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(errno.ENOENT, "gone", str(path))
+        if any(d.is_dir() for d in path.iterdir()) or (path / "cgroup.procs").read_text():
+            raise OSError(errno.EBUSY, "busy", str(path))
+        for f in path.iterdir():
+            f.unlink()
+        path.rmdir()
+
+
+def nested(*groups: tuple[str, float]) -> tuple[GroupShare, ...]:
+    return tuple(GroupShare(name, e) for name, e in groups)
+
+
+def test_cgroup2_nests_groups_and_weighs_siblings(tmp_path):
+    mount = fake_v2(tmp_path)
+    proc = fake_proc(tmp_path, [1, 2, 3, 4], "0::/user.slice\n")
+    (mount / "user.slice").mkdir()
+    (mount / "user.slice" / "cgroup.procs").write_text("1\n2\n3\n4")
+    e = Cgroup2Enforcer(mount, FakeCgroupFs([mount]), proc=proc)
+    e.setup()
+    phys, chem = ("Physics", 0.5), ("Chem", 0.5)
+    targets = [
+        LnodeTarget("u1", (1,), 0.3, 8, groups=nested(phys)),
+        LnodeTarget("u2", (2,), 0.2, 1, groups=nested(phys)),
+        LnodeTarget("u3", (3,), 0.1, 1, groups=nested(chem)),
+        LnodeTarget("u4", (4,), 0.4, 1, groups=nested(chem)),
+    ]
+    e.apply(targets)
+    fs = mount / "fairshare"
+    assert sorted(p.name for p in fs.iterdir() if p.is_dir()) == ["+Chem", "+Physics"]
+    # Each cgroup weighed among its siblings: the groups equal, u3 a quarter of u4.
+    assert (fs / "+Physics" / "cpu.weight").read_text() == "10000"
+    assert (fs / "+Chem" / "cpu.weight").read_text() == "10000"
+    assert (fs / "+Physics" / "u2" / "cpu.weight").read_text() == "6667"
+    assert (fs / "+Chem" / "u3" / "cpu.weight").read_text() == "2500"
+    assert (fs / "+Chem" / "cgroup.subtree_control").read_text() == "+cpu"
+    assert (fs / "+Chem" / "u4" / "cgroup.procs").read_text() == "4"
+    assert (fs / "+Chem" / "cgroup.procs").read_text() == ""  # processes only in leaves
+    # The counters come from the lnode cgroups, by the lnode's name.
+    (fs / "+Chem" / "u4" / "cpu.stat").write_text("usage_usec 2000000\n")
+    (fs / "+Chem" / "cpu.stat").write_text("usage_usec 9000000\n")
+    assert e.read_groups()["u4"] == GroupReading(2.0, frozenset({4}))
+    assert "+Chem" not in e.read_groups()
+    # A new session of u5, in Chem, between cycles: at once in its nested cgroup.
+    proc5 = Path(proc) / "5"
+    proc5.mkdir()
+    (proc5 / "cgroup").write_text("0::/user.slice\n")
+    e.place(5, "u5", ["Chem"])
+    assert (fs / "+Chem" / "u5" / "cgroup.procs").read_text() == "5"
+    # u4 moves to Physics while running; Chem's u3 and the new u5 leave: the processes
+    # follow, the empty cgroups go (u5's stays one cycle: the sample did not see it).
+    e.apply([replace(targets[3], groups=nested(phys)), *targets[:2]])
+    assert (fs / "+Physics" / "u4" / "cgroup.procs").read_text() == "4"
+    assert not (fs / "+Chem" / "u4").exists() and not (fs / "+Chem" / "u3").exists()
+    assert (mount / "user.slice" / "cgroup.procs").read_text() == "3"  # back where it was
+    e.read_groups()  # the next cycle's sample
+    e.apply([replace(targets[3], groups=nested(phys)), *targets[:2]])
+    assert not (fs / "+Chem").exists()
+    # Teardown: everyone back, every cgroup removed.
+    e.teardown()
+    assert sorted((mount / "user.slice" / "cgroup.procs").read_text().split()) == list("12345")
+    assert not fs.exists()
+
+
+def test_nested_tree_left_by_a_crashed_daemon_is_adopted(tmp_path):
+    mount = fake_v2(tmp_path)
+    proc = fake_proc(tmp_path, [9], "0::/\n")
+    fs = mount / "fairshare"
+    for d in ("+Old/gone", "+Old/+Deep/x", "+Kept/kept"):
+        (fs / d).mkdir(parents=True)
+    (fs / "+Kept" / "kept" / "cpu.weight").write_text("77")
+    os_ = FakeCgroupFs([mount])
+    for d in ("+Old", "+Old/gone", "+Old/+Deep", "+Old/+Deep/x", "+Kept", "+Kept/kept"):
+        os_.mkdir(fs / d)
+    e = Cgroup2Enforcer(mount, os_, proc=proc)
+    e.setup()
+    e.apply([LnodeTarget("kept", (9,), 1.0, 1, groups=nested(("Kept", 1.0)))])
+    assert (fs / "+Kept" / "kept" / "cpu.weight").read_text() == "10000"
+    assert (fs / "+Kept" / "cpu.weight").read_text() == "10000"
+    assert not (fs / "+Old").exists()  # its lnodes are not active: removed, deepest first
+
+
+def test_trees_deeper_than_the_limit_are_collapsed_and_logged_once(tmp_path, monkeypatch):
+    mount = tmp_path / "cpu"
+    mount.mkdir()
+    (mount / "cgroup.procs").write_text("")
+    proc = fake_proc(tmp_path, [5, 6], "1:cpu:/\n2:cpuacct:/\n")
+    e = Cgroup1Enforcer(mount, FakeCgroupFs([mount]), proc=proc)
+    e.setup()
+    deep = nested(*[(f"g{i}", 1.0) for i in range(MAX_GROUP_LEVELS + 2)])
+    targets = [
+        LnodeTarget("a", (5,), 0.75, 1, groups=deep),
+        LnodeTarget("b", (6,), 0.25, 1, groups=deep[:-1]),
+    ]
+    said = []
+    monkeypatch.setattr(cgroupfs.log, "info", lambda msg, *args: said.append(msg % args))
+    e.apply(targets)
+    e.apply(targets)
+    kept = mount / "fairshare" / "/".join(f"+g{i}" for i in range(MAX_GROUP_LEVELS))
+    assert (kept / "a" / "cpu.shares").read_text() == "262144"
+    assert (kept / "b" / "cpu.shares").read_text() == "87381"  # siblings there now
+    assert len(said) == 1 and "collapsed" in said[0]
+
+
+def test_cgroup1_nests_in_both_hierarchies_when_cpuacct_is_apart(tmp_path):
+    cpu, acct = tmp_path / "cpu", tmp_path / "cpuacct"
+    for m in (cpu, acct):
+        m.mkdir()
+        (m / "cgroup.procs").write_text("5")
+    proc = fake_proc(tmp_path, [5], "2:cpuacct:/\n1:cpu:/\n")
+    e = Cgroup1Enforcer(cpu, FakeCgroupFs([cpu, acct]), proc=proc, acct=acct)
+    e.setup()
+    e.apply([LnodeTarget("u1", (5,), 0.5, 1, groups=nested(("P", 0.5)))])
+    for m in (cpu, acct):
+        assert (m / "fairshare" / "+P" / "u1" / "cgroup.procs").read_text() == "5"
+    assert (cpu / "fairshare" / "+P" / "cpu.shares").read_text() == "262144"
+    (acct / "fairshare" / "+P" / "u1" / "cpuacct.usage").write_text("1000000000\n")
+    assert e.read_groups() == {"u1": GroupReading(1.0, frozenset({5}))}
+    e.teardown()
+    for m in (cpu, acct):
+        assert (m / "cgroup.procs").read_text() == "5" and not (m / "fairshare").exists()
