@@ -19,7 +19,7 @@ import pytest
 from machine_lock import skip_if_a_daemon_runs
 
 from fairshare.enforce.actions import REAL_OS
-from fairshare.enforce.base import LnodeTarget
+from fairshare.enforce.base import GroupShare, LnodeTarget
 from fairshare.enforce.cgroup1 import Cgroup1Enforcer
 from fairshare.enforce.nice import LONG_SLICE_NS, NiceEnforcer, read_autogroup, read_slice
 
@@ -96,6 +96,48 @@ def cgroup1_real():
         for p in (a, b):
             p.kill()
             p.wait()
+
+
+@pytest.mark.requires("root", "cgroup-v1")
+def test_cgroup1_real_nests_groups_moves_a_user_and_adopts_a_crashed_tree():
+    skip_if_a_daemon_runs()
+    if (CPU_V1 / "fairshare").exists():
+        pytest.skip("a shrdaemon is using /sys/fs/cgroup/cpu/fairshare")
+    a, b = sleeper(), sleeper()
+    origin = cpu_cgroup(a.pid)
+    phys, chem = (GroupShare("Physics", 0.5),), (GroupShare("Chem", 0.5),)
+    targets = [
+        LnodeTarget("t_a", (a.pid,), 0.5, 1, groups=phys),
+        LnodeTarget("t_b", (b.pid,), 0.25, 1, groups=chem),
+    ]
+    e = Cgroup1Enforcer(CPU_V1, REAL_OS)
+    try:
+        e.setup()
+        e.apply(targets)
+        assert cpu_cgroup(a.pid) == "/fairshare/+Physics/t_a"
+        assert cpu_cgroup(b.pid) == "/fairshare/+Chem/t_b"
+        assert (CPU_V1 / "fairshare/+Chem/cpu.shares").read_text().strip() == "262144"
+        # t_b moves to Physics while running: its process follows, Chem's cgroups go.
+        moved = LnodeTarget("t_b", (b.pid,), 0.25, 1, groups=phys)
+        e.apply([targets[0], moved])
+        assert cpu_cgroup(b.pid) == "/fairshare/+Physics/t_b"
+        assert not (CPU_V1 / "fairshare/+Chem").exists()
+        assert (CPU_V1 / "fairshare/+Physics/t_b/cpu.shares").read_text().strip() == "131072"
+        # A daemon that crashed left its tree: the next one adopts it and removes the rest.
+        e2 = Cgroup1Enforcer(CPU_V1, REAL_OS)
+        e2.setup()
+        e2.apply([targets[0]])
+        assert cpu_cgroup(a.pid) == "/fairshare/+Physics/t_a"
+        assert not (CPU_V1 / "fairshare/+Physics/t_b").exists()
+        e2.teardown()
+        assert cpu_cgroup(a.pid) != "/fairshare/+Physics/t_a" and cpu_cgroup(b.pid) == "/"
+        assert not (CPU_V1 / "fairshare").exists()
+    finally:
+        e.teardown()
+        for p in (a, b):
+            p.kill()
+            p.wait()
+    assert origin is not None
 
 
 # -- nice ------------------------------------------------------------------------------------
