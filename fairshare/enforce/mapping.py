@@ -188,6 +188,10 @@ def cgroup1_tree_shares(tree: CgroupTree, e_share, background) -> np.ndarray:
     return tree.weights(e_share, background, CGROUP1_MIN, CGROUP1_MAX)
 
 
+#: The last tree `targets_tree` built, by its paths.
+_LAST_TREE: dict[tuple[tuple[str, ...], ...], CgroupTree] = {}
+
+
 def targets_tree(
     targets: Sequence[LnodeTarget],
 ) -> tuple[CgroupTree, list[tuple[str, ...]], np.ndarray, np.ndarray]:
@@ -195,7 +199,12 @@ def targets_tree(
     e_share and background flag of every cgroup of the tree (a group's from the
     target's `groups`; a collapsed group's from its ancestor at the last level kept)."""
     paths = [cgroup_path([g.name for g in t.groups], t.name) for t in targets]
-    tree = CgroupTree.of(paths)
+    key = tuple(paths)
+    tree = _LAST_TREE.get(key)
+    if tree is None:  # the tree changes only when lnodes come, go or change group
+        tree = CgroupTree.of(paths)
+        _LAST_TREE.clear()
+        _LAST_TREE[key] = tree
     e = np.zeros(tree.index.n)
     bg = np.zeros(tree.index.n, dtype=bool)
     e[0] = 1.0
