@@ -221,7 +221,7 @@ def test_cgroup1_shares_on_a_fake_tree(tmp_path):
     assert e.read_groups() == {}  # no cpuacct hierarchy: no counter, CPU sampled per process
 
 
-def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_path):
+def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_path, monkeypatch):
     cpu, acct = tmp_path / "cpu", tmp_path / "cpuacct"
     for m in (cpu, acct):
         m.mkdir()
@@ -261,10 +261,20 @@ def test_cgroup1_with_cpuacct_apart_places_in_both_and_reads_the_counters(tmp_pa
     # emptied directories: its files are not cgroupfs's).
     assert (acct / "users" / "cgroup.procs").read_text() == "6"
     assert (cpu / "cgroup.procs").read_text() == "6"
-    e.teardown()
     # 5 and 7 (placed between cycles: its origin is kept) both go back to /users (the
-    # fake file keeps the last write).
-    assert (acct / "users" / "cgroup.procs").read_text() in ("5", "7")
+    # fake file keeps only the last write: the writes are what the kernel is told).
+    assert e._origin[5] == e._origin[7] == ("/", "/users")
+    written: list[tuple[Path, str]] = []
+    real_write = REAL_OS.write_file
+
+    def recorded(path: Path, text: str) -> None:
+        written.append((path, text))
+        real_write(path, text)
+
+    monkeypatch.setattr(REAL_OS, "write_file", recorded)
+    e.teardown()
+    back = sorted(text for path, text in written if path == acct / "users" / "cgroup.procs")
+    assert back == ["5", "7"]
     assert e._counters._fd == {}  # every descriptor closed
 
 
