@@ -24,6 +24,11 @@ per session already, so the baseline hides what a scheduler must fix):
    and the seconds until the split is back within 3 pp (3 s windows, every 0.5 s, so
    3 s is the shortest it can show).  Churn also times how soon a new session of a
    user is in a fair-share cgroup (cgroup enforcers).
+6. groups: the Groups issue's interactive member.  Two resource groups of equal shares:
+   Physics (a user with 8 CPU-bound processes, a user with a fork-heavy loop) and Chem
+   (a user with 1 CPU-bound process, a light interactive user: 5 ms of CPU every half
+   second, with the latency probe between).  Goal: Physics within 2 pp of 50%, the
+   light user's p99 wake-up lateness no worse than without the daemon.
 
 A user's CPU is measured from the kernel, independently of the daemon: the sum over
 its processes (zombies too) of utime + stime + cutime + cstime, whose growth over a
@@ -64,10 +69,12 @@ from machine_lock import (  # noqa: E402  (tests/machine_lock.py)
 from fairshare.core.consts import Consts  # noqa: E402
 from fairshare.enforce.nice import read_slice  # noqa: E402
 from fairshare.store.config import save_consts  # noqa: E402
-from udb.models import Entry  # noqa: E402
+from udb.models import SHF_GROUP, Entry  # noqa: E402
 from udb.session import open_udb, write_session  # noqa: E402
 
 FIRST_UID = 63000
+#: The uids of the resource groups of a case with groups (CASE_GROUPS).
+GROUP_UID = 62900
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
@@ -149,6 +156,22 @@ def fork_loops(n: int, seconds: float, seed: int) -> None:
         os.waitpid(pid, 0)
 
 
+def interactive(seconds: float, out: int) -> None:
+    """A light interactive user: a small command (5 ms of CPU) every half second, with
+    `probe`'s 10 ms sleeps between; writes how late each wake-up was (ms) to fd `out`."""
+    late = []
+    end = time.monotonic() + seconds
+    next_command = time.monotonic()
+    while time.monotonic() < end:
+        if time.monotonic() >= next_command:
+            burn(0.005)
+            next_command += 0.5
+        t = time.monotonic()
+        time.sleep(0.010)
+        late.append((time.monotonic() - t - 0.010) * 1e3)
+    os.write(out, json.dumps(late).encode())
+
+
 def probe(seconds: float, out: int) -> None:
     """Sleep 10 ms again and again; write how late each wake-up was (ms) to fd `out`."""
     late = []
@@ -210,6 +233,7 @@ class Run:
     tmp: Path
     uids: list[int]
     delta: float
+    groups: dict[str, list[int]] = field(default_factory=dict)  # group -> its users' indices
     daemon: subprocess.Popen | None = None
     sessions: list[int] = field(default_factory=list)
 
@@ -219,8 +243,12 @@ class Run:
         with write_session(engine) as s:
             s.add(Entry(name="Idle", uid=11, shares=0))
             s.add(Entry(name="unknown", uid=12, shares=1))
+            resgrp = {}
+            for g, (name, members) in enumerate(self.groups.items()):
+                s.add(Entry(name=name, uid=GROUP_UID + g, shares=1, shflags=SHF_GROUP))
+                resgrp.update(dict.fromkeys(members, GROUP_UID + g))
             for i, uid in enumerate(self.uids):
-                s.add(Entry(name=f"r{i}", uid=uid, shares=1))
+                s.add(Entry(name=f"r{i}", uid=uid, shares=1, resgrp=resgrp.get(i, 0)))
             save_consts(s, Consts(delta=self.delta, halflife=10.0))
         engine.dispose()
         return url
@@ -430,13 +458,44 @@ def case_restart(run: Run, a) -> dict:
     return {"back within 3 pp after (s)": back, "stale after SIGTERM": len(stale)}
 
 
+def case_groups(run: Run, a) -> dict:
+    """The Groups issue's interactive member: Physics (r0 8 loops, r1 a fork-heavy loop)
+    against Chem (r2 1 loop, r3 light and interactive), equal shares: the fair target is
+    50/50 between the groups, r3 keeping what it uses."""
+    span = a.warmup + a.seconds + 5
+    u1, u2, u3, u4 = run.uids
+    run.sessions.append(session(u1, lambda: busy(8, span)))
+    run.sessions.append(session(u2, lambda: fork_loops(1, span, a.seed)))
+    run.sessions.append(session(u3, lambda: busy(1, span)))
+    run.start_daemon()
+    r, w = os.pipe()
+    run.sessions.append(session(u4, lambda: interactive(a.warmup + a.seconds, w)))
+    os.close(w)
+    got, daemon = measure(run, set(run.uids), a.warmup, a.seconds)
+    with os.fdopen(r) as f:
+        late = json.loads(f.read() or "[]")
+    q = statistics.quantiles(late, n=100) if len(late) > 1 else [float("nan")] * 99
+    physics = got[u1] + got[u2]
+    return {
+        "dev": abs(physics - 50.0),
+        "Physics %": physics,
+        "r3 %": got[u4],
+        "p99": q[98],
+        "daemon": daemon,
+        "split": [round(got[u], 1) for u in run.uids],
+    }
+
+
 CASES = {
     "churn": (case_churn, 10),
     "fork": (case_fork, 2),
     "many": (case_many, 100),
     "latency": (case_latency, 2),
     "restart": (case_restart, 10),
+    "groups": (case_groups, 4),
 }
+#: The groups of a case's UDB (group -> its users' indices); a case not listed has none.
+CASE_GROUPS = {"groups": {"Physics": [0, 1], "Chem": [2, 3]}}
 
 
 def summary(values: list[float | None]) -> str:
@@ -487,7 +546,8 @@ def main() -> int:
                 for rep in range(a.repeats):
                     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
                         uids = [FIRST_UID + k for k in range(users)]
-                        run = Run(enforcer, Path(tmp), uids, a.delta)
+                        groups = CASE_GROUPS.get(name, {})
+                        run = Run(enforcer, Path(tmp), uids, a.delta, groups)
                         run.udb()
                         try:
                             results.setdefault(enforcer, []).append(fn(run, a))
