@@ -65,17 +65,25 @@ def cpu_cgroup(pid: int) -> str:
     raise AssertionError("no cpu cgroup line")
 
 
-@pytest.mark.requires("root", "cgroup-v1")
-def test_cgroup1_real_moves_weights_and_cleans_up():
-    cgroup1_real()
-
-
-def cgroup1_real():
+@pytest.fixture
+def two_sleepers():
+    """Two sleeping processes, and the cpu cgroup they started in, on a cgroup v1
+    hierarchy no shrdaemon is using; killed at the end."""
     skip_if_a_daemon_runs()
     if (CPU_V1 / "fairshare").exists():
         pytest.skip("a shrdaemon is using /sys/fs/cgroup/cpu/fairshare")
     a, b = sleeper(), sleeper()
-    origin = cpu_cgroup(a.pid)
+    try:
+        yield a, b, cpu_cgroup(a.pid)
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.requires("root", "cgroup-v1")
+def test_cgroup1_real_moves_weights_and_cleans_up(two_sleepers):
+    a, b, origin = two_sleepers
     e = Cgroup1Enforcer(CPU_V1, REAL_OS)
     try:
         e.setup()
@@ -93,18 +101,11 @@ def cgroup1_real():
         assert not (CPU_V1 / "fairshare").exists()
     finally:
         e.teardown()
-        for p in (a, b):
-            p.kill()
-            p.wait()
 
 
 @pytest.mark.requires("root", "cgroup-v1")
-def test_cgroup1_real_nests_groups_moves_a_user_and_adopts_a_crashed_tree():
-    skip_if_a_daemon_runs()
-    if (CPU_V1 / "fairshare").exists():
-        pytest.skip("a shrdaemon is using /sys/fs/cgroup/cpu/fairshare")
-    a, b = sleeper(), sleeper()
-    origin = cpu_cgroup(a.pid)
+def test_cgroup1_real_nests_groups_moves_a_user_and_adopts_a_crashed_tree(two_sleepers):
+    a, b, origin = two_sleepers
     phys, chem = (GroupShare("Physics", 0.5),), (GroupShare("Chem", 0.5),)
     targets = [
         LnodeTarget("t_a", (a.pid,), 0.5, 1, groups=phys),
@@ -134,9 +135,6 @@ def test_cgroup1_real_nests_groups_moves_a_user_and_adopts_a_crashed_tree():
         assert not (CPU_V1 / "fairshare").exists()
     finally:
         e.teardown()
-        for p in (a, b):
-            p.kill()
-            p.wait()
     assert origin is not None
 
 
