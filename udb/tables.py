@@ -117,7 +117,10 @@ lnode_cycles = Table(
 #: the root), `kind` one of root, group, user, account, idle.  `stored`: the part of
 #: `usage` already stored in the UDB (groups: their leaves'); the rest is what this host
 #: still owes it.  `due` and `pri`: the cycle's due share and near-future proportion
-#: (fairshare.core.lnode.LnodeTable), None in a table published before the daemon published them.
+#: (fairshare.core.lnode.LnodeTable), None in a table published before the daemon published them;
+#: so are `want`, `target`, `got`, `got_minute` and `flat` (fairshare.core.delivery: the
+#: CPUs it wants, its fair target, what it received over the last cycle and minute, its
+#: flat enforcers' share).
 lnodes = Table(
     "lnodes",
     metadata,
@@ -145,6 +148,11 @@ lnodes = Table(
     _col("demand", Boolean),
     _col("due", Float, null=True),
     _col("pri", Float, null=True),
+    _col("want", Float, null=True),
+    _col("target", Float, null=True),
+    _col("got", Float, null=True),
+    _col("got_minute", Float, null=True),
+    _col("flat", Float, null=True),
 )
 
 #: An active leaf lnode as last checkpointed (the guide's /etc/lnodes.chkpt): `uid` is

@@ -39,7 +39,9 @@ class ProcessSample:
     sample time; `nice` its nice value.  `cpu` includes the CPU of the children
     it reaped since the previous sample that no sample saw (cutime + cstime).
     `group`: the lnode cgroup the process is in, whose kernel counter
-    (`Sample.groups`) has its CPU; its own `cpu` is then not charged.
+    (`Sample.groups`) has its CPU; its own `cpu` is then not charged.  `want`: the CPU
+    seconds it would have used unconstrained since the previous sample, where the
+    collector knows it (the simulator's), else -1 (fairshare.core.delivery estimates it).
     """
 
     pid: int
@@ -55,6 +57,7 @@ class ProcessSample:
     kernel: bool = False  # a kernel thread: charged, never moved or reniced
     sid: int = 0  # session id (field 6 of /proc/PID/stat; newacct's accounts are per session)
     group: str = ""  # the lnode cgroup counting its CPU ("" none: charge `cpu`)
+    want: float = -1.0  # CPU s it would have used unconstrained (-1: not known)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,9 @@ class Consumption:
     resident memory; nrun: runnable processes at sample time; refs: processes attached;
     cpu_charged: CPU seconds as charged, each process's weighted by its nice's tick rate
     (fairshare.core.nicetables.tick_rates), or None to charge `cpu` as it is (nice 0's rate).
+    want: CPU seconds the leaf's processes would have used unconstrained, where the
+    collector knows it (the simulator), else None (fairshare.core.delivery estimates it);
+    cpus: the machine's CPUs (0: not given), for the fair target and the CPU delivered.
     """
 
     cpu: np.ndarray
@@ -113,6 +116,8 @@ class Consumption:
     nrun: np.ndarray
     refs: np.ndarray
     cpu_charged: np.ndarray | None = None
+    want: np.ndarray | None = None
+    cpus: float = 0.0
 
     @classmethod
     def zeros(cls, n: int) -> Consumption:

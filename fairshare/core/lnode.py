@@ -51,6 +51,12 @@ _FLOAT_FIELDS = (
     "cpu",
     "adj",
     "priority",
+    "want",
+    "target",
+    "got",
+    "got_minute",
+    "flat",
+    "trim",
 )
 _BOOL_FIELDS = ("active", "demand", "background")
 _INT_FIELDS = ("refs", "nrun")
@@ -124,6 +130,12 @@ class LnodeTable:
     priority: Kay-Lauder priority usage x nrun / m_share**2 (PRIORITY_MAX if m_share 0).
     background: past MAXUSAGE or zero shares: runs only on CPU nobody else wants.
     parent: the tree's parent array (shared, never written), for activate/release.
+    want, target, got, got_minute, flat (fairshare.core.delivery, the same for every
+      policy): the CPUs the lnode would use unconstrained; its fair target, the
+      hierarchical max-min allocation for those wants (fraction of the machine); the
+      fraction of the machine it received over the last cycle, and about the last
+      minute; the share a flat enforcer (nice, systemd) weighs a leaf by, and the
+      factor that corrects it for what the kernel delivered (0: not yet set).
     policy_state: the state the policy in force keeps from cycle to cycle, of a type it
       defines (a `NodeState`: fairshare.core.policies.feedback.FeedbackState); None
       under a policy that keeps none, and in a new table.
@@ -149,11 +161,18 @@ class LnodeTable:
     parent: np.ndarray
     due: np.ndarray | None = None
     pri: np.ndarray | None = None
+    want: np.ndarray | None = None
+    target: np.ndarray | None = None
+    got: np.ndarray | None = None
+    got_minute: np.ndarray | None = None
+    flat: np.ndarray | None = None
+    trim: np.ndarray | None = None
     policy_state: NodeState | None = None
 
     def __post_init__(self) -> None:
-        # Figures a policy need not compute (the displays show 0 for them).
-        for name in ("due", "pri"):
+        # Figures a policy need not compute (the displays show 0 for them), and those
+        # fairshare.core.delivery fills in after the policy's cycle.
+        for name in ("due", "pri", "want", "target", "got", "got_minute", "flat", "trim"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.usage)))
 

@@ -5,7 +5,9 @@
 - `advance`: the policy's cycle (fairshare.core.policies.run_cycle) over the charges of
   the last `elapsed` seconds; on a host of a site the CPU is counted for the site
   factors and, with GLOBALUSAGE, the factors are applied to e_share
-  (fairshare.core.site); a value the cycle left not finite keeps its last finite value;
+  (fairshare.core.site); then what was delivered against the fair target and the flat
+  enforcers' shares (fairshare.core.delivery); a value the cycle left not finite keeps
+  its last finite value;
 - `refresh_site` (GLOBALUSAGE, at a write-back): the active leaves take their
   site-wide usage and the host's site factors are updated from the view of the
   other hosts.
@@ -24,6 +26,7 @@ import numpy as np
 
 from fairshare.core.consts import GLOBALUSAGE, Consts
 from fairshare.core.cycle import Consumption
+from fairshare.core.delivery import deliver
 from fairshare.core.lnode import LnodeTable, activate, aged_usage, keep_finite
 from fairshare.core.policies import run_cycle
 from fairshare.core.site import SiteState, SiteView, apply_factors, refresh_usage, update_factors
@@ -60,6 +63,7 @@ def advance(
         site.add(consumption.cpu, elapsed)
         if consts.flags & GLOBALUSAGE:
             new.e_share = apply_factors(tree, new, site.factor)
+    deliver(tree, table, new, consumption, consts, elapsed)
     return new, keep_finite(table, new)
 
 

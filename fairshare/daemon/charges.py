@@ -127,6 +127,9 @@ def consumption(
         own = np.where(charged & ~in_group, cpu, 0.0)
         c.cpu = total(own)
         c.cpu_charged = total(own * rate)
+        want = np.array([p.want for p in ps], dtype=float)
+        if (want >= 0).any():  # the collector knows what they wanted (the simulator's)
+            c.want = total(np.where(want >= 0, want, cpu))
         if io:
             c.bio = total(column("bio"))
             c.sio = total(column("sio"))

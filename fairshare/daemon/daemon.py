@@ -285,6 +285,7 @@ class Daemon:
         sample = self.collector.sample(**wanted, placed=self.placing.skim(ln))
         sets_nice = self.enforcement.enforcer.capabilities.sets_nice and self.scheduling
         c, self._pids = charge(ln, sample, self.account_of, sets_nice, wanted)
+        c.cpus = self.cpus
         add_counts(self.counts, c)
         # state: the arriving leaves' lnodes, then the cycle on the lnode table
         read = partial(self.udb.call, "read the new lnodes' entries", self.store.entry_states)

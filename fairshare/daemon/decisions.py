@@ -8,8 +8,9 @@ done by the daemon's step through its OsActions and its enforcer.
   Kernel threads are never signalled.
 - `enforcer_targets`: one fairshare.enforce.base.LnodeTarget per active leaf with
   processes the enforcer may touch (uid at least `enforce_min_uid`, not a kernel
-  thread): its processes, e_share, runnable count, background flag, UDB nice and the
-  groups above it with their e_shares (the cgroup enforcers nest their cgroups so).
+  thread): its processes, e_share, runnable count, background flag, UDB nice, the
+  groups above it with their e_shares (the cgroup enforcers nest their cgroups so) and
+  its flat share (what the flat enforcers weigh it by: fairshare.core.delivery).
 
 `send_quota_signals` sends the signals through the daemon's OsActions
 (fairshare.enforce.actions), each logged, to the processes still the ones sampled; the
@@ -121,12 +122,16 @@ def enforcer_targets(
     keep = t.active[idx].tolist()
     # One fancy index per field, not a numpy scalar per field and target.
     columns = zip(
-        t.e_share[idx].tolist(), t.nrun[idx].tolist(), t.background[idx].tolist(), strict=True
+        t.e_share[idx].tolist(),
+        t.nrun[idx].tolist(),
+        t.background[idx].tolist(),
+        t.flat[idx].tolist(),
+        strict=True,
     )
     names, entry = ln.tree.names, ln.entry
     above = _groups_above(ln, [node for node, _mine in placed])
     out = []
-    for (node, mine), active, (e_share, nrun, background) in zip(
+    for (node, mine), active, (e_share, nrun, background, flat) in zip(
         placed, keep, columns, strict=True
     ):
         if not active:
@@ -142,6 +147,7 @@ def enforcer_targets(
                 nice=st.nice if (st := entry.get(node)) is not None else 0,
                 starts=tuple([p.create_time for p in mine]),
                 groups=above[node],
+                flat=flat,
             )
         )
     return out

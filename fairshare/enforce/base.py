@@ -4,7 +4,9 @@ The daemon hands an enforcer, once a cycle, one `LnodeTarget` per active
 leaf lnode that has processes to place: the processes, the effective share
 the cycle computed, whether the lnode is a background user, and the groups above
 it (`GroupShare`: name, e_share, background; top first), which the cgroup
-enforcers mirror as nested cgroups and the flat ones (nice, systemd, none) ignore.  Each backend
+enforcers mirror as nested cgroups, and its flat share, which the flat ones (nice,
+systemd) weigh it by instead: the cycle works it out so that the CPU an lnode leaves
+goes to its own group first there too (fairshare.core.delivery).  Each backend
 turns e_share into its own kernel knob through `fairshare.enforce.mapping`
 (cgroup v2 weights, cgroup v1 shares, nice values) and applies it; the
 arithmetic lives there, the file writes here.
@@ -72,7 +74,9 @@ class LnodeTarget:
     account (a floor for its processes' nice, fairshare.enforce.renice), `starts`
     the start times of `pids` in order (ProcessSample.create_time; empty: not known),
     which tell a pid given since the sample to another process (fairshare.enforce.actions),
-    `groups` the groups above it, top first, the root left out (empty: flat)."""
+    `groups` the groups above it, top first, the root left out (empty: flat), and `flat`
+    the share a flat enforcer weighs it by, so that side by side with the others it
+    gets what nested cgroups would give it (fairshare.core.delivery; None: e_share)."""
 
     name: str
     pids: tuple[int, ...]
@@ -83,6 +87,7 @@ class LnodeTarget:
     nice: int = 0
     starts: tuple[float, ...] = ()
     groups: tuple[GroupShare, ...] = ()
+    flat: float | None = None
 
     def processes(self) -> zip:
         """(pid, start time or None) of every process of `pids`."""
@@ -115,8 +120,9 @@ class Enforcer(Protocol):
 
 
 def arrays(targets: Sequence[LnodeTarget]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """e_share (float), nrun (int) and background (bool) of `targets` as arrays."""
-    e = np.array([t.e_share for t in targets], dtype=float)
+    """What a flat enforcer (nice, systemd) weighs `targets` by, as arrays: the flat
+    share (float: `LnodeTarget.flat`, else e_share), nrun (int) and background (bool)."""
+    e = np.array([t.e_share if t.flat is None else t.flat for t in targets], dtype=float)
     n = np.array([t.nrun for t in targets], dtype=np.int64)
     b = np.array([t.background for t in targets], dtype=bool)
     return e, n, b

@@ -35,7 +35,9 @@ class SimCollector:
         w = self.world
         now = w.clock.now
         elapsed = 0.0 if self._last is None else now - self._last
-        got = w.run(self._last, elapsed) if self._last is not None else np.zeros(len(w.workloads))
+        n = len(w.workloads)
+        got = w.run(self._last, elapsed) if self._last is not None else np.zeros(n)
+        ran = w.running(self._last) if self._last is not None else np.zeros(n, dtype=bool)
         self._last = now
         on = w.running(now)
         procs: list[ProcessSample] = []
@@ -49,6 +51,7 @@ class SimCollector:
             if not pids or (not on[i] and got[i] == 0):
                 continue
             per = got[i] / len(pids)
+            want = min(wl.demand, 1.0) * elapsed if ran[i] else 0.0
             for pid in pids:
                 procs.append(
                     ProcessSample(
@@ -56,6 +59,7 @@ class SimCollector:
                         create_time=w.clock.epoch + wl.start,
                         uid=w.uids[i],
                         cpu=per,
+                        want=want,
                         runnable=bool(on[i] and wl.demand > 0),
                         group=group,
                         nice=w.nice_of(i),

@@ -35,7 +35,7 @@ log = logging.getLogger("shrdaemon")
 
 #: shrdaemon's --enforcer values and the weight model each simulates (auto: the
 #: scenario's).
-MODELS = {"auto": None, "cgroup1": "cgroup", "cgroup2": "cgroup", "systemd": "cgroup"}
+MODELS = {"auto": None, "cgroup1": "cgroup", "cgroup2": "cgroup", "systemd": "slices"}
 
 
 def simulated_daemon(

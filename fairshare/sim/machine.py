@@ -13,8 +13,14 @@ mappings the daemon's enforcers use (fairshare.enforce.mapping):
   fairshare.core.maxmin.maxmin_allocation with the weights as shares); inside an lnode
   cgroup its processes share by their nice weights.  Background lnodes are cpu.idle
   cgroups (idle class): they run only on what the tree leaves.
-- "nice": each process weighs NICE_TO_WEIGHT[nice + 20] with nice from `nice_values`
-  (background lnodes get nice 19, as the nice enforcer sets them).
+- "slices": systemd's user slices, one cgroup per lnode side by side (systemd owns the
+  tree, so nothing nests): each weighted by `cgroup2_weights` of its flat share
+  (fairshare.core.delivery), its processes sharing it by nice weight.
+- "nice": each process weighs NICE_TO_WEIGHT[nice + 20] with nice from `nice_values` of
+  its lnode's flat share (background lnodes get nice 19, as the nice enforcer sets them).
+
+The flat models ("slices", "nice") are driven by the flat shares the cycle works out
+so that side by side the lnodes get what nested cgroups would give them.
 - "none": weight 1 per process (Linux without fair share).
 
 A `Workload` is `procs` identical processes of one lnode.  `SimWorld` is the machine
@@ -59,7 +65,7 @@ if TYPE_CHECKING:
     from fairshare.core.tree import ShareTree
     from fairshare.enforce.base import LnodeTarget
 
-ENFORCERS = ("cgroup", "nice", "none")  # the keys of WEIGHT_MODELS
+ENFORCERS = ("cgroup", "slices", "nice", "none")  # the keys of WEIGHT_MODELS
 
 
 def water_fill(capacity: float, weight: np.ndarray, cap: np.ndarray) -> np.ndarray:
@@ -172,7 +178,8 @@ def cgroup_tree_share(
 
 
 def cgroup_model(e_share, background, nrun) -> tuple[np.ndarray, np.ndarray]:
-    """cgroup v2, one cgroup per lnode: its cpu.weight split over its runnable processes;
+    """Flat cgroups, one per lnode (systemd's user slices; the cgroup model's lnodes
+    outside the nested tree): its cpu.weight split over its runnable processes;
     background lnodes are cpu.idle cgroups.  Returns (per-process weight, idle class)."""
     w = cgroup2_weights(e_share, background).astype(float)
     return w / np.maximum(nrun, 1), np.asarray(background, dtype=bool)
@@ -192,7 +199,12 @@ def none_model(e_share, background, nrun) -> tuple[np.ndarray, np.ndarray]:
 
 
 #: The weight model of each enforcer the simulator knows.
-WEIGHT_MODELS = {"cgroup": cgroup_model, "nice": nice_model, "none": none_model}
+WEIGHT_MODELS = {
+    "cgroup": cgroup_model,
+    "slices": cgroup_model,
+    "nice": nice_model,
+    "none": none_model,
+}
 
 
 def enforcer_weights(
@@ -228,14 +240,14 @@ def workload_weights(
     how many of its processes are runnable.  A process's own nice (the one it was
     started with, or the UDB's the daemon applied) acts as on Linux: under "nice" the
     process runs at the larger of the enforcer's nice and its own (the smaller weight);
-    under "cgroup" it splits its lnode's cgroup weight with the lnode's other runnable
+    under "cgroup" and "slices" it splits its lnode's cgroup weight with the lnode's other runnable
     processes by nice weight; under "none" it weighs NICE_TO_WEIGHT[nice] / 1024.
     """
     own = NICE_TO_WEIGHT[np.asarray(nice, dtype=np.int64) + 20].astype(float)
     w = np.asarray(w_lnode, dtype=float)[col]
     if enforcer == "nice":
         per = np.minimum(w, own)
-    elif enforcer == "cgroup":
+    elif enforcer in ("cgroup", "slices"):
         total_w = w * np.maximum(np.asarray(nrun_lnode, dtype=float)[col], 1.0)
         lnode_nw = np.bincount(col, weights=runnable * own, minlength=len(w_lnode))[col]
         per = np.where(lnode_nw > 0, total_w * own / np.where(lnode_nw > 0, lnode_nw, 1.0), w)

@@ -116,6 +116,7 @@ class _Host:
         self.machine = SimMachine(cpus)
         self.table = new_table(tree)
         self.cons = Consumption.zeros(tree.size)  # its cpu: CPU s per node, last cycle
+        self.cons.cpus, self.cons.want = cpus, np.zeros(tree.size)  # want: CPU s, last cycle
         self.site = SiteState.new(tree.size) if site else None
         nl = len(self.lnodes)
         self.present = np.zeros(nl, dtype=bool)
@@ -162,6 +163,7 @@ class _Host:
             written.append((self.lnodes[j], release(self.table, self.lnodes[j], now)))
         self.cons.nrun[self.arr] = self.nrun
         self.cons.refs[self.arr] = refs
+        self.cons.want[self.arr] = np.bincount(self.col, weights=self.cap, minlength=nl) * sc.delta
         if (here != self.present).any():
             # Re-plan at once (no time passes) so newcomers have an e_share.
             self.present = here
@@ -174,7 +176,7 @@ class _Host:
         if self.enforcer == "cgroup":
             got = self._nested_share()
         else:
-            e_now = self.table.e_share[self.arr]  # 0 for lnodes without processes
+            e_now = self.table.flat[self.arr]  # 0 for lnodes without processes
             background = self.table.background[self.arr]
             w, idle = enforcer_weights(self.enforcer, e_now, background, self.nrun)
             weight, w_idle = workload_weights(

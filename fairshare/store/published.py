@@ -176,14 +176,20 @@ class LnodeStore:
         """This host's published header (None if nothing was published) and lnodes in
         node order, as columns (udb.columnar.decode: one array per column, names and
         kinds as lists): one value read, no row per lnode.  Empty columns when the
-        header has none (nothing published)."""
+        header has none (nothing published); a column the publishing daemon did not
+        have yet (an older version's table) is all NaN."""
         cycles = tables.lnode_cycles
         with read_connection(self.engine) as s:  # the header and its columns in one row
             head = s.execute(select(cycles).where(self._here(cycles))).first()
         blob = None if head is None else head.columnar
         if blob is None:
             return head, row_columns((), [c for c in PUBLISHED if c != "host"])
-        return head, decode_columns(blob)
+        cols = decode_columns(blob)
+        n = len(cols.get("node", ()))
+        for name in PUBLISHED:
+            if name not in cols and name != "host":
+                cols[name] = np.full(n, np.nan)
+        return head, cols
 
     def published_cycle(self) -> int | None:
         """This host's published cycle number (None if nothing was published): a cheap

@@ -247,7 +247,8 @@ def test_11_figure_2_3_feedback_gives_organisation_a_its_half():
 def test_12_navoceano_feedback_keeps_the_organisations_within_one_point(enforcer):
     """Seed 004's Tables 1-1 and 1-2: f1 (AirForce) runs at nice 8.  Under the nice
     enforcer unicos cannot offset it (the floor is f1's, and ADJGROUPS only scales the
-    charges): Navy takes over 60%.  The feedback policy's share nodes keep raising
+    charges): Navy takes over 55% (the flat shares' trim, at its limit of twice f1's
+    weight, wins back part of it).  The feedback policy's share nodes keep raising
     f1's share until it receives it: both organisations within 1 pp of half, under
     either enforcer (under cgroup enforcement nice only ranks f1's own processes)."""
     groups = {m.name: abs(m.deviation_pp) for m in result("12", enforcer, "feedback").groups}
@@ -255,7 +256,7 @@ def test_12_navoceano_feedback_keeps_the_organisations_within_one_point(enforcer
     assert max(groups.values()) < 1.0
     unicos = {m.name: m.deviation_pp for m in result("12", enforcer, "unicos").groups}
     if enforcer == "nice":
-        assert unicos["Navy"] > 10.0 and unicos["AirForce"] < -10.0
+        assert unicos["Navy"] > 5.0 and unicos["AirForce"] < -5.0
         assert delivered(result("12", enforcer, "feedback"))["f1"] == pytest.approx(0.25, abs=PP)
     else:
         assert max(abs(v) for v in unicos.values()) < 1.0
@@ -296,22 +297,28 @@ def fair_target(stem: str) -> dict[str, float]:
     return {tree.names[n]: alloc[n] / alloc[0] for n in range(1, tree.size) if alloc[n] > 0}
 
 
+#: The enforcers' models: nested cgroups, and the flat ones driven by the flat shares.
+HIERARCHICAL = ["cgroup", "nice", "slices"]
+
+
+@pytest.mark.parametrize("enforcer", HIERARCHICAL)
 @pytest.mark.parametrize("policy", ["unicos", "slurm", "feedback"])
-def test_14_a_group_gets_its_share_when_a_member_uses_little(policy):
-    """Physics and Chem get half each, although Chem's u4 uses 1% of a CPU: the CPU its
-    cgroup leaves goes to u3, its group's (flat cgroups gave Physics 66.85% under
-    unicos), and every user gets its max-min allocation."""
+def test_14_a_group_gets_its_share_when_a_member_uses_little(policy, enforcer):
+    """Physics and Chem get half each, although Chem's u4 uses 1% of a CPU: the CPU it
+    leaves goes to u3, its group's (flat cgroups weighted by e_share gave Physics 66.85%
+    under unicos), and every user gets its max-min allocation."""
     target = fair_target("14")
     assert target["Physics"] == pytest.approx(0.5) and target["u4"] == pytest.approx(0.005)
-    d = delivered(result("14", "cgroup", policy))
+    d = delivered(result("14", enforcer, policy))
     assert d["Physics"] == pytest.approx(0.5, abs=PP) and d["Chem"] == pytest.approx(0.5, abs=PP)
     assert d == pytest.approx(target, abs=PP)
 
 
+@pytest.mark.parametrize("enforcer", HIERARCHICAL)
 @pytest.mark.parametrize("policy", ["unicos", "slurm", "feedback"])
-def test_15_three_levels_of_partly_busy_users(policy):
+def test_15_three_levels_of_partly_busy_users(policy, enforcer):
     """Three group levels, users who want less than a CPU: each user, team, department
     and organisation within one point of its max-min allocation."""
     target = fair_target("15")
     assert target["b1"] == pytest.approx(0.4 / 3) and target["A"] == pytest.approx(2 / 3)
-    assert delivered(result("15", "cgroup", policy)) == pytest.approx(target, abs=PP)
+    assert delivered(result("15", enforcer, policy)) == pytest.approx(target, abs=PP)

@@ -1,0 +1,148 @@
+"""What the machine delivered against what is fair, and what a flat enforcer weighs (pure).
+
+After every policy's cycle (fairshare.core.steps.advance, after GLOBALUSAGE's site
+factors), on the new lnode table, in place:
+
+- `want`: the CPUs each active leaf would use if nothing held it back.  Where the
+  collector measured it (`Consumption.want`: the simulator knows each workload's
+  demand) that; otherwise the larger of the CPUs it used over the cycle and its
+  runnable processes at the sample: a process uses at most one CPU, a busy one is
+  runnable whenever it is sampled and an interactive one seldom is.  A group's want is
+  its leaves' sum.
+- `target`: the fair target, the hierarchical max-min allocation of the machine's CPUs
+  (fairshare.core.maxmin) for those wants over the tree's shares, as a fraction of the
+  machine.  A group's target is its subtree's.
+- `got`: the fraction of the machine each lnode received over the cycle; `got_minute`
+  the same, averaged over about the last minute (exponentially, time constant MINUTE).
+- `flat`: the share a flat enforcer (nice values, systemd's user slices: one weight
+  per lnode, side by side) gives an lnode, so that the kernel delivers what nested
+  cgroups would.  The kernel hands the CPU an lnode leaves unused to every runnable
+  lnode by weight; nested cgroups hand it to the lnode's own group first.  So:
+
+  1. the policy's e_shares, as weights of each node among its siblings, are shared
+     out by hierarchical max-min over the wants (`maxmin_allocation`): what an lnode
+     leaves goes to its siblings first, as the nested cgroups do;
+  2. an lnode that gets less than it wants (it is *using its share*) weighs exactly its
+     allocation: the weights of those lnodes then split the CPU that the others leave
+     in the ratio of their allocations;
+  3. an lnode that gets all it wants (it used less than its share) weighs the larger of
+     its allocation and its e_share: the kernel still gives it only what it uses, so
+     the rest is not lost, and when it wakes it is served at once at its full share,
+     the next cycle being the policy's to correct;
+  4. the kernel's weights are coarse (nice values step by 1.25) and the kernel is not
+     the model (autogroups, wake-up preemption): each lnode using its share has a
+     `trim`, a factor on its weight that every cycle moves by (allocation / received)
+     ** TRIM_GAIN, within TRIM_RANGE, so what it receives averages its allocation
+     (an integral controller: between two nice values, the lnode alternates in the
+     proportion that gives the right mean).
+
+  Without ADJGROUPS under unicos (Kay-Lauder's flat model, `hierarchical` False) every
+  user competes by its own share whatever its group: the flat share is e_share.
+
+Background lnodes (past MAXUSAGE, zero shares) want as the others (a fair target
+counts them) but get no flat share: the enforcers run them at the lowest weight.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairshare.core.consts import ADJGROUPS, Consts
+from fairshare.core.cycle import Consumption
+from fairshare.core.lnode import LnodeTable
+from fairshare.core.maxmin import maxmin_allocation
+from fairshare.core.tree import ShareTree
+
+#: The time constant of `got_minute` (s): about the last minute's CPU.
+MINUTE = 60.0
+#: An lnode gets all it wants when its allocation is within this fraction of its want.
+_SATISFIED = 1e-6
+#: How far one cycle moves a trim towards allocation / received (as a power of it), and
+#: the range a trim stays in.
+TRIM_GAIN = 0.3
+TRIM_RANGE = (0.5, 2.0)
+
+
+def hierarchical(consts: Consts) -> bool:
+    """Whether what a member leaves goes to its own group first: every policy but
+    unicos without ADJGROUPS (Kay-Lauder's flat model)."""
+    return consts.policy != "unicos" or bool(consts.flags & ADJGROUPS)
+
+
+def leaf_want(c: Consumption, elapsed: float, leaves: np.ndarray) -> np.ndarray:
+    """CPUs each leaf of `leaves` would use unconstrained, from one cycle of `c` (see the
+    module docstring); 0 elsewhere."""
+    if elapsed <= 0:
+        want = c.nrun.astype(float)
+    elif c.want is not None:
+        want = np.maximum(c.want, c.cpu) / elapsed
+    else:
+        want = np.maximum(c.cpu / elapsed, c.nrun)
+    return np.where(leaves, want, 0.0)
+
+
+def flat_shares(
+    tree: ShareTree,
+    old: LnodeTable,
+    new: LnodeTable,
+    want: np.ndarray,
+    cpus: float,
+    consts: Consts,
+    got: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each leaf's share for a flat enforcer (a fraction of the machine) and its trim,
+    from the new table's e_share and background flags, `want` (CPUs) and `got` (the
+    fraction of the machine each leaf received over the cycle; None: a re-plan, the
+    trims stand).  See the module docstring."""
+    idx = tree.index
+    sched = new.active & ~new.background
+    leaf = sched & idx.leaf
+    if not hierarchical(consts):
+        return np.where(leaf, new.e_share, 0.0), np.where(leaf, 1.0, 0.0)
+    e = np.where(sched, new.e_share, 0.0)
+    alloc = maxmin_allocation(idx, e, np.where(leaf, want, 0.0), cpus) / cpus
+    satisfied = alloc * cpus >= want * (1 - _SATISFIED)
+    trim = np.where(old.trim > 0, old.trim, 1.0)
+    if got is not None:
+        # An lnode using its share that got less than its allocation weighs more next
+        # time, one that got more weighs less (see TRIM_GAIN); one that got less than
+        # half of it is held back by something else (I/O, a lock) and is left alone.
+        steer = leaf & ~satisfied & (got >= alloc * 0.5) & (got > 0)
+        ratio = np.divide(alloc, got, out=np.ones(idx.n), where=steer)
+        trim = np.clip(trim * ratio**TRIM_GAIN, *TRIM_RANGE)
+    flat = np.where(satisfied, np.maximum(alloc, e), alloc * trim)
+    return np.where(leaf, flat, 0.0), np.where(leaf, trim, 0.0)
+
+
+def deliver(
+    tree: ShareTree,
+    old: LnodeTable,
+    new: LnodeTable,
+    c: Consumption,
+    consts: Consts,
+    elapsed: float,
+) -> None:
+    """Fill `new`'s want, target, got, got_minute, flat and trim (in place) after a
+    cycle of `elapsed` seconds of `c` that followed `old` (see the module docstring).
+    The machine's CPUs are `c.cpus` (1 when not given)."""
+    idx = tree.index
+    cpus = c.cpus if c.cpus > 0 else 1.0
+    leaves = new.active & idx.leaf
+    want = leaf_want(c, elapsed, leaves)
+    if elapsed <= 0:  # a re-plan: the wants measured stand, a newcomer's is its nrun
+        want = np.where(leaves & (old.want > 0), old.want, want)
+    shares = np.where(new.active, tree.shares, 0.0)
+    even = consts.idleshare == "even"
+    target = maxmin_allocation(idx, shares, want, cpus, even) / cpus
+    if elapsed > 0:
+        got_leaf = np.where(leaves, c.cpu, 0.0) / (elapsed * cpus)
+    else:
+        got_leaf = np.where(leaves, old.got, 0.0)
+    got, want = idx.subtree_sum(np.array((got_leaf, want)))
+    k = float(np.exp(-elapsed / MINUTE))
+    new.want = want * new.active
+    new.target = target * new.active
+    new.got = got * new.active
+    new.got_minute = (old.got_minute * k + got * (1 - k)) * new.active
+    measured = got_leaf if elapsed > 0 else None
+    new.flat, new.trim = flat_shares(tree, old, new, want, cpus, consts, measured)
