@@ -33,9 +33,11 @@ The method.  At each refresh a host computes
   lnodes active anywhere on the site, then m^2 / usage with edge effects and limits),
   on the site-wide usage, as if the site were one machine.  On one machine, delivering
   E every cycle makes the site-wide usage feedback converge to the machine shares;
-- its target T = E x C in CPU s per s, C being the CPU the site delivered to lnodes
-  over the interval, and the gap T - D to what the lnode received site-wide (D: here
-  over the interval, plus what the other hosts publish);
+- its target T in CPU s per s: E x C, C being the CPU the site delivered to lnodes
+  over the interval, what an lnode does not want (its wants here and on the other
+  hosts: fairshare.core.delivery) going to its siblings first (`site_target`:
+  hierarchical max-min, weighted by E), and the gap T - D to what the lnode received
+  site-wide (D: here over the interval, plus what the other hosts publish);
 - a local target t = d + (T - D) / n: each of the n hosts where the lnode wants CPU
   closes its part of the gap, so hosts that refresh at the same moment close it once
   together instead of n times over (which would oscillate);
@@ -59,7 +61,9 @@ import numpy as np
 
 from fairshare.core.consts import ADJGROUPS, K5, LIMSHARE, Consts
 from fairshare.core.cycle import USAGE_FLOOR, apply_sharemin, near_future_shares
+from fairshare.core.delivery import hierarchical
 from fairshare.core.lnode import LnodeTable
+from fairshare.core.maxmin import maxmin_allocation
 from fairshare.core.split import machine_shares
 from fairshare.core.tree import Kind, ShareTree, tree_index
 
@@ -75,8 +79,10 @@ class SiteView:
 
     active: the lnode exists on another host; demand: it wants CPU there; hosts: on how
     many other hosts it wants CPU; rate: CPU s per s it receives there; usage: its
-    site-wide usage as stored in the UDB, aged to the refresh (charge units).
-    `host_cpus` maps each other live host to its CPUs.
+    site-wide usage as stored in the UDB, aged to the refresh (charge units); want: the
+    CPUs it would use there unconstrained (fairshare.core.delivery; a host that did not
+    publish it counts what the lnode receives there).  `host_cpus` maps each other live
+    host to its CPUs.
     """
 
     active: np.ndarray
@@ -84,7 +90,12 @@ class SiteView:
     hosts: np.ndarray
     rate: np.ndarray
     usage: np.ndarray
+    want: np.ndarray | None = None
     host_cpus: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.want is None:
+            self.want = self.rate.copy()
 
     @classmethod
     def empty(cls, n: int) -> SiteView:
@@ -176,7 +187,7 @@ def update_factors(
         total = float(delivered.sum())
         mine = consumers & table.active & table.demand & (d > 0)
         if total > 0 and mine.any():
-            target = e * total
+            target = site_target(tree, table, view, e, total, consts)
             hosts = 1 + view.hosts * view.demand
             local = d + (target - delivered) / hosts
             cap = np.minimum(np.maximum(table.nrun, 1), cpus)
@@ -187,6 +198,25 @@ def update_factors(
     state.cpu = np.zeros_like(state.cpu)
     state.elapsed = 0.0
     return factor
+
+
+def site_target(
+    tree: ShareTree,
+    table: LnodeTable,
+    view: SiteView,
+    e: np.ndarray,
+    total: float,
+    consts: Consts,
+) -> np.ndarray:
+    """What each lnode should receive of the site (CPU s per s): the site-wide effective
+    shares `e` of the `total` CPU the site delivered, what an lnode does not want going
+    to its siblings first (hierarchical max-min over its wants here and on the other
+    hosts, fairshare.core.maxmin), or, in Kay-Lauder's flat model, e x total."""
+    if not hierarchical(consts):
+        return e * total
+    consumers = _consumers(tree)
+    want = np.where(consumers & table.active, table.want, 0.0) + np.where(consumers, view.want, 0.0)
+    return maxmin_allocation(tree_index(tree), np.maximum(e, 0.0), want, total)
 
 
 def apply_factors(tree: ShareTree, table: LnodeTable, factor: np.ndarray) -> np.ndarray:

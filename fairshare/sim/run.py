@@ -272,13 +272,15 @@ def _view_of(tree: ShareTree, others: list[_Host], usage: np.ndarray, delta: flo
     demand = np.zeros(tree.size, dtype=bool)
     hosts = np.zeros(tree.size, dtype=np.int64)
     rate = np.zeros(tree.size)
+    want = np.zeros(tree.size)
     for h in others:
         active |= h.table.active & leaf
         wants = h.table.active & h.table.demand & leaf
         demand |= wants
         hosts += wants
         rate += h.cons.cpu / delta
-    view = SiteView(active, demand, hosts, rate, usage * active)
+        want += h.table.want * (h.table.active & leaf)
+    view = SiteView(active, demand, hosts, rate, usage * active, want)
     view.host_cpus = {h.name: h.cpus for h in others}
     return view
 

@@ -256,13 +256,21 @@ class LnodeStore:
                         lnodes.uid,
                         func.sum(lnodes.cpu * func.coalesce(cycles.delivered, 0.0)),
                         func.sum(case((lnodes.demand.is_(True), 1), else_=0)),
+                        # what it wants there (an older daemon's: what it receives)
+                        func.sum(
+                            func.coalesce(
+                                lnodes.want, lnodes.cpu * func.coalesce(cycles.delivered, 0.0)
+                            )
+                        ),
                     )
                     .join(tables.lnode_cycles, cycles.host == lnodes.host)
                     .where(live, lnodes.kind.in_(("user", "account")))
                     .group_by(lnodes.uid)
                 ).all()
                 if rows:
-                    uid, rate, hosts = (np.array(c, dtype=float) for c in zip(*rows, strict=True))
+                    uid, rate, hosts, want = (
+                        np.array(c, dtype=float) for c in zip(*rows, strict=True)
+                    )
                     nodes = _nodes_of(tree, uid)
                     ok = nodes >= 0
                     n_ok = nodes[ok]
@@ -270,6 +278,7 @@ class LnodeStore:
                     view.rate[n_ok] = np.nan_to_num(rate[ok])
                     view.hosts[n_ok] = np.nan_to_num(hosts[ok]).astype(np.int64)
                     view.demand[n_ok] = view.hosts[n_ok] > 0
+                    view.want[n_ok] = np.nan_to_num(want[ok])
             stored = s.execute(
                 select(entries.uid, entries.shusage, entries.shextime).where(entries.shusage > 0)
             ).all()

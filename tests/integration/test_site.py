@@ -397,3 +397,63 @@ def test_simulating_an_unknown_host_of_a_site_is_refused(udb_url):
     r = CliRunner().invoke(daemon_main, ["--udb", udb_url, "--simulate", str(SITE), "--host", "c"])
     assert r.exit_code == 2
     assert r.stderr.strip().endswith("--host c: expected one of the scenario's hosts a, b")
+
+
+INTERACTIVE_SITE = '''
+hosts = { a = 2, b = 2 }
+duration = "3h"
+delta = "4s"
+warmup = "1h"
+directives = """
+create:Physics:uid:500:shflags:040000:shares:1:
+create:Chem:uid:600:shflags:040000:shares:1:
+create:u1:uid:1001:resgrp:Physics:shares:1:
+create:u2:uid:1002:resgrp:Physics:shares:1:
+create:u3:uid:1003:resgrp:Chem:shares:1:
+create:u4:uid:1004:resgrp:Chem:shares:1:
+"""
+[consts]
+halflife = "15m"
+writeback = "60s"
+flags = ["ADJGROUPS", "LIMSHARE", "GLOBALUSAGE"]
+[[workload]]
+name = "u1"
+host = "a"
+procs = 8
+[[workload]]
+name = "u3"
+host = "a"
+procs = 1
+[[workload]]
+name = "u4"
+host = "a"
+procs = 1
+demand = 0.01
+[[workload]]
+name = "u2"
+host = "b"
+procs = 4
+[[workload]]
+name = "u3"
+host = "b"
+procs = 1
+'''
+
+
+@pytest.mark.parametrize("enforcer", ["cgroup", "nice"])
+@pytest.mark.parametrize("policy", ["unicos", "slurm"])
+def test_globalusage_keeps_a_group_its_share_when_a_member_uses_little(policy, enforcer):
+    """The Groups issue's case on a site of two hosts under GLOBALUSAGE: u4 (Chem) works
+    interactively on a beside u1's 8 loops and one of u3's; b runs u2's 4 loops and u3's
+    other.  The site's max-min allocation (u3 one CPU on each host less u4's 1%) gives
+    each group half of the site: the site factors aim at it (their targets are
+    max-min over the wants on every host), so they do not undo the hierarchy.
+
+    Not the feedback policy: its share nodes weigh a group by the usage of the members
+    active on their own host (on b, Physics is u2 alone while Chem is all of u3), so
+    they fight the site factors and settle at Physics 54.5%."""
+    sc = parse_scenario(INTERACTIVE_SITE, "interactive_site.toml")
+    r = run_scenario(sc, enforcer, consts=sc.consts.replace(policy=policy))
+    fair = {"Physics": 0.5, "Chem": 0.5, "u1": 0.25, "u2": 0.25, "u3": 0.4975, "u4": 0.0025}
+    got = {name: r.lnode(name).delivered for name in fair}
+    assert got == pytest.approx(fair, abs=0.01)
