@@ -36,8 +36,11 @@ factors), on the new lnode table, in place:
      (an integral controller: between two nice values, the lnode alternates in the
      proportion that gives the right mean).
 
-  Without ADJGROUPS under unicos (Kay-Lauder's flat model, `hierarchical` False) every
-  user competes by its own share whatever its group: the flat share is e_share.
+  This holds whatever the policy and its flags: without ADJGROUPS unicos splits the
+  machine by Kay-Lauder's flat model, each user by its own share, and the flat shares
+  still hand what a member leaves to its own group first, as the nested cgroups do, so
+  that every enforcer delivers the same.  When every lnode uses its share the flat
+  shares are the e_shares (times the trims).
 
 Background lnodes (past MAXUSAGE, zero shares) want as the others (a fair target
 counts them) but get no flat share: the enforcers run them at the lowest weight.
@@ -47,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairshare.core.consts import ADJGROUPS, Consts
+from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.maxmin import maxmin_allocation
@@ -61,12 +64,6 @@ _SATISFIED = 1e-6
 #: the range a trim stays in.
 TRIM_GAIN = 0.3
 TRIM_RANGE = (0.5, 2.0)
-
-
-def hierarchical(consts: Consts) -> bool:
-    """Whether what a member leaves goes to its own group first: every policy but
-    unicos without ADJGROUPS (Kay-Lauder's flat model)."""
-    return consts.policy != "unicos" or bool(consts.flags & ADJGROUPS)
 
 
 def leaf_want(c: Consumption, elapsed: float, leaves: np.ndarray) -> np.ndarray:
@@ -87,7 +84,6 @@ def flat_shares(
     new: LnodeTable,
     want: np.ndarray,
     cpus: float,
-    consts: Consts,
     got: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each leaf's share for a flat enforcer (a fraction of the machine) and its trim,
@@ -97,8 +93,6 @@ def flat_shares(
     idx = tree.index
     sched = new.active & ~new.background
     leaf = sched & idx.leaf
-    if not hierarchical(consts):
-        return np.where(leaf, new.e_share, 0.0), np.where(leaf, 1.0, 0.0)
     e = np.where(sched, new.e_share, 0.0)
     alloc = maxmin_allocation(idx, e, np.where(leaf, want, 0.0), cpus) / cpus
     satisfied = alloc * cpus >= want * (1 - _SATISFIED)
@@ -145,4 +139,4 @@ def deliver(
     new.got = got * new.active
     new.got_minute = (old.got_minute * k + got * (1 - k)) * new.active
     measured = got_leaf if elapsed > 0 else None
-    new.flat, new.trim = flat_shares(tree, old, new, want, cpus, consts, measured)
+    new.flat, new.trim = flat_shares(tree, old, new, want, cpus, measured)

@@ -61,7 +61,6 @@ import numpy as np
 
 from fairshare.core.consts import ADJGROUPS, K5, LIMSHARE, Consts
 from fairshare.core.cycle import USAGE_FLOOR, apply_sharemin, near_future_shares
-from fairshare.core.delivery import hierarchical
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.maxmin import maxmin_allocation
 from fairshare.core.split import machine_shares
@@ -187,7 +186,7 @@ def update_factors(
         total = float(delivered.sum())
         mine = consumers & table.active & table.demand & (d > 0)
         if total > 0 and mine.any():
-            target = site_target(tree, table, view, e, total, consts)
+            target = site_target(tree, table, view, e, total)
             hosts = 1 + view.hosts * view.demand
             local = d + (target - delivered) / hosts
             cap = np.minimum(np.maximum(table.nrun, 1), cpus)
@@ -206,14 +205,11 @@ def site_target(
     view: SiteView,
     e: np.ndarray,
     total: float,
-    consts: Consts,
 ) -> np.ndarray:
     """What each lnode should receive of the site (CPU s per s): the site-wide effective
     shares `e` of the `total` CPU the site delivered, what an lnode does not want going
     to its siblings first (hierarchical max-min over its wants here and on the other
-    hosts, fairshare.core.maxmin), or, in Kay-Lauder's flat model, e x total."""
-    if not hierarchical(consts):
-        return e * total
+    hosts, fairshare.core.maxmin)."""
     consumers = _consumers(tree)
     want = np.where(consumers & table.active, table.want, 0.0) + np.where(consumers, view.want, 0.0)
     return maxmin_allocation(tree_index(tree), np.maximum(e, 0.0), want, total)
