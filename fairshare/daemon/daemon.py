@@ -120,6 +120,17 @@ class DaemonView(Protocol):
         """The daemon's clock."""
         ...
 
+    @property
+    def cpus(self) -> float:
+        """The machine's CPUs, which the cycle shares out (fractions of the machine are
+        of these)."""
+        ...
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds the last cycle covered (its sample's interval; 0 before the first)."""
+        ...
+
 
 class Observer(Protocol):
     """Told of the daemon's life (sd_notify, metrics): after start, after every cycle
@@ -190,6 +201,7 @@ class Daemon:
         self.ledger = WriteBacks(store, self.cpus)  # what the UDB is owed
         self.udb = UdbCalls(self.clock.monotonic, self.ledger.kept, self.ledger.due_now)
         self.cycle = 0
+        self.elapsed = 0.0  # seconds the last cycle covered
         self.started = self.clock.time()
         self.counts: dict[str, float] = {}  # resource totals since start (shrview -ds)
         # Set by `start`, then by every cycle:
@@ -293,6 +305,7 @@ class Daemon:
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
         advance_lnodes(ln, c, consts, elapsed, self.site)
         self.cycle += 1
+        self.elapsed = elapsed
         # sync: shrsync's requests, when the poll saw some
         if self.reloader.requests:
             update = partial(self._write_back, sample.time, WriteBackMode.SYNC)

@@ -5,7 +5,7 @@ observer copies what the exposition needs into an immutable `Snapshot` (a few
 numpy fancy-index copies, milliseconds at 100,000 lnodes) and swaps one
 reference; the HTTP server's thread renders the latest snapshot when scraped.
 The daemon's own metrics go through prometheus_client's registry (a custom
-collector over the snapshot, and a Histogram); the per-lnode block, five series
+collector over the snapshot, and a Histogram); the per-lnode block, eight series
 per lnode, is rendered in the same text format by `lnode_text`, once per snapshot
 and kept for the scrapes that follow: prometheus_client builds a dict and formats
 each sample one by one, about ten times slower at 100,000 lnodes
@@ -19,12 +19,25 @@ named "root", as shrview shows it, with parent ""), active lnodes only:
   fairshare_lnode_entitled_share_ratio  m_share (Rshr), fraction of the machine
   fairshare_lnode_effective_share_ratio e_share (Eshr), fraction of the machine
   fairshare_lnode_processes           processes attached (refs)
+  fairshare_lnode_fair_share_ratio    the fair target (target: the hierarchical
+                                      max-min allocation for what every lnode
+                                      wants, fairshare.core.delivery), fraction
+                                      of the machine
+  fairshare_lnode_delivered_share_ratio what it received over about the last
+                                      minute (got_minute), fraction of the machine
+  fairshare_lnode_cpu_seconds_total   counter: CPU seconds it received since its
+                                      lnode was created (`CpuCounters`)
+The last two say the same thing two ways: the gauge compares with the fair target as
+it is (an alert needs no rate() and no CPU count), the counter gives any window
+exactly (rate over fairshare_cpus).
 Per daemon:
   fairshare_cycle_duration_seconds    histogram of the wall-clock time of a cycle
   fairshare_cycles_total, fairshare_writebacks_total (lnodes written back),
   fairshare_checkpoints_total, fairshare_errors_total{level} (log records at
   warning and worse), fairshare_enforcer_info{enforcer} (1 for the one in force),
-  fairshare_lnodes (active), fairshare_lnodes_exported, fairshare_last_cycle_timestamp_seconds.
+  fairshare_lnodes (active), fairshare_lnodes_exported, fairshare_cpus (the
+  machine's CPUs, which the ratios are fractions of),
+  fairshare_last_cycle_timestamp_seconds.
 
 Cardinality: one series per exported lnode and metric, lnodes exist only while
 active, and `max_lnodes` caps how many are exported (the ones with the largest
@@ -45,10 +58,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from fairshare.core.tree import Kind
+from fairshare.core.tree import Kind, ShareTree
 from udb.errors import OptionError
 
 if TYPE_CHECKING:
+    from fairshare.core.lnode import LnodeTable
     from fairshare.daemon.daemon import DaemonView
 
 log = logging.getLogger("shrdaemon")
@@ -70,6 +84,28 @@ LNODE_METRICS = (
         "Effective share the enforcer delivers next (e_share, Eshr), fraction of the machine.",
     ),
     ("refs", "fairshare_lnode_processes", "Processes attached to the lnode."),
+    (
+        "target",
+        "fairshare_lnode_fair_share_ratio",
+        "Fair target: the hierarchical max-min allocation of the CPUs by the tree's shares "
+        "for what every lnode wants, fraction of the machine.",
+    ),
+    (
+        "got_minute",
+        "fairshare_lnode_delivered_share_ratio",
+        "CPU the lnode received over about the last minute (exponential average, "
+        "time constant 60 s), fraction of the machine.",
+    ),
+)
+#: Per-lnode counters: (key of Snapshot.values, name, help); the values come from the
+#: `Metrics` observer's `CpuCounters`, not from one lnode table.
+LNODE_COUNTERS = (
+    (
+        "cpu_seconds",
+        "fairshare_lnode_cpu_seconds_total",
+        "CPU seconds the lnode received since it was created (a group: its leaves' "
+        "during the group's life).",
+    ),
 )
 
 
@@ -97,10 +133,58 @@ class Snapshot:
     checkpoints: int
     enforcer: str
     time: float
+    cpus: float = 0.0
 
 
-def take_snapshot(daemon: DaemonView, max_lnodes: int | None) -> Snapshot:
-    """The lnode table and counters of `daemon` as they are now (after a cycle)."""
+class CpuCounters:
+    """The values of fairshare_lnode_cpu_seconds_total: the CPU seconds each lnode
+    received since it was created, never lower during one lnode's life.
+
+    A leaf's is the lnode table's cpu_seconds.  The table keeps none for the groups,
+    and a sum over a group's leaves would drop whenever one of them is released while
+    the group lives on; so a group's (and the root's) is added up here, cycle by cycle:
+    the fraction of the machine it got (`got`, its leaves' sum, those released after
+    the cycle included) times the cycle's CPU seconds (elapsed x CPUs), from 0 when its
+    lnode is created.  A group active at the cycle before and at this one is the same
+    lnode: lnodes are created before a cycle and released after it, so one released
+    and created again is seen inactive after the cycle that released it.  Across a
+    rebuilt tree a group keeps its count by name, as the daemon carries its lnode over
+    (fairshare.daemon.state.carry_over).
+    """
+
+    def __init__(self) -> None:
+        self._tree: ShareTree | None = None
+        self._groups = np.zeros(0)  # per node of _tree: an active group's count, else 0
+
+    def update(self, tree: ShareTree, table: LnodeTable, seconds: float) -> np.ndarray:
+        """Each node's count after a cycle of `seconds` CPU seconds (elapsed x CPUs) that
+        left `table` over `tree`: CPU seconds, 0 where there is no lnode."""
+        groups = table.active & ~tree.leaf_mask
+        got = np.where(groups & (table.got > 0), table.got, 0.0)  # never less than 0
+        self._groups = self._before(tree, groups) + got * max(seconds, 0.0)
+        self._tree = tree
+        return np.where(groups, self._groups, table.cpu_seconds)
+
+    def _before(self, tree: ShareTree, groups: np.ndarray) -> np.ndarray:
+        """The count of each group of `groups` before this cycle (0: a new lnode)."""
+        old = self._tree
+        if old is None:
+            return np.zeros(tree.size)
+        if tree is old:
+            return np.where(groups, self._groups, 0.0)
+        before = np.zeros(tree.size)
+        for m in np.flatnonzero(groups).tolist():  # a rebuilt tree: by name
+            n = 0 if m == 0 else old.find(tree.names[m])
+            if n is not None and not old.leaf_mask[n]:
+                before[m] = self._groups[n]
+        return before
+
+
+def take_snapshot(
+    daemon: DaemonView, max_lnodes: int | None, cpu_seconds: np.ndarray | None = None
+) -> Snapshot:
+    """The lnode table and counters of `daemon` as they are now (after a cycle), with
+    `cpu_seconds` (`CpuCounters.update`; None: the table's, groups 0)."""
     tree, t = daemon.tree, daemon.table
     idx = np.flatnonzero(t.active)
     active = len(idx)
@@ -109,18 +193,28 @@ def take_snapshot(daemon: DaemonView, max_lnodes: int | None) -> Snapshot:
         idx = np.sort(idx[top])
     names = tree.names
     parent = tree.parent[idx].tolist()
+    # Counts stay integers: repr() of an int is three times as fast as of a float.
+    values = {attr: _numbers(getattr(t, attr)[idx]) for attr, _n, _h in LNODE_METRICS}
+    cpu = t.cpu_seconds if cpu_seconds is None else cpu_seconds
+    values["cpu_seconds"] = cpu[idx].astype(float)
     return Snapshot(
         names=[names[i] or "root" for i in idx.tolist()],
         kinds=KINDS[tree.kinds[idx]].tolist(),
         parents=[(names[p] or "root") if p >= 0 else "" for p in parent],
-        values={attr: getattr(t, attr)[idx].astype(float) for attr, _n, _h in LNODE_METRICS},
+        values=values,
         active=active,
         cycles=daemon.cycle,
         writebacks=daemon.writebacks,
         checkpoints=daemon.checkpoints,
         enforcer=daemon.enforcer_name,
         time=daemon.clock.time(),
+        cpus=float(daemon.cpus),
     )
+
+
+def _numbers(a: np.ndarray) -> np.ndarray:
+    """`a` as floats, or as it is when it holds integers (a fancy-indexed copy)."""
+    return a if a.dtype.kind in "iu" else a.astype(float)
 
 
 class ErrorCount(logging.Handler):
@@ -147,17 +241,19 @@ def _number(v: float) -> str:
 
 
 def lnode_text(s: Snapshot) -> bytes:
-    """The per-lnode gauges of `s` in Prometheus' text format (HELP, TYPE, samples)."""
+    """The per-lnode gauges and counters of `s` in Prometheus' text format (HELP, TYPE,
+    samples; a counter's family named with its _total, as prometheus_client writes it)."""
     labels = [
         f'{{name="{_escape(n)}",kind="{k}",parent="{_escape(p)}"}} '
         for n, k, p in zip(s.names, s.kinds, s.parents, strict=True)
     ]
     out = []
-    for attr, name, doc in LNODE_METRICS:
-        out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
-        values = s.values[attr].tolist()
-        number = repr if np.isfinite(s.values[attr]).all() else _number
-        out.append("".join([f"{name}{lab}{number(v)}\n" for lab, v in zip(labels, values)]))  # noqa: B905
+    for kind, metrics in (("gauge", LNODE_METRICS), ("counter", LNODE_COUNTERS)):
+        for key, name, doc in metrics:
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+            values = s.values[key].tolist()
+            number = repr if np.isfinite(s.values[key]).all() else _number
+            out.append("".join([f"{name}{lab}{number(v)}\n" for lab, v in zip(labels, values)]))  # noqa: B905
     return "".join(out).encode()
 
 
@@ -209,6 +305,9 @@ class SnapshotCollector(Collector):
             len(s.names),
         )
         yield GaugeMetricFamily(
+            "fairshare_cpus", "The machine's CPUs, which the share ratios divide.", s.cpus
+        )
+        yield GaugeMetricFamily(
             "fairshare_last_cycle_timestamp_seconds", "When the last cycle ran (epoch s).", s.time
         )
 
@@ -224,6 +323,7 @@ class Metrics:
         self.errors = ErrorCount()
         self.collector = SnapshotCollector(self.errors)
         self.registry.register(self.collector)
+        self.cpu = CpuCounters()
         self.duration = Histogram(
             "fairshare_cycle_duration_seconds",
             "Wall-clock time of one cycle.",
@@ -276,7 +376,8 @@ class Metrics:
 
     def cycled(self, daemon: DaemonView, seconds: float) -> None:
         self.duration.observe(seconds)
-        self.collector.snapshot = take_snapshot(daemon, self.max_lnodes)
+        cpu = self.cpu.update(daemon.tree, daemon.table, daemon.elapsed * daemon.cpus)
+        self.collector.snapshot = take_snapshot(daemon, self.max_lnodes, cpu)
 
     def stopping(self, daemon: DaemonView) -> None:
         log.removeHandler(self.errors)

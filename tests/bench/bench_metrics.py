@@ -4,7 +4,9 @@ Run as ``python tests/bench/bench_metrics.py [--repeat N]``.  On bench_cycle's
 six-level tree of about 100,000 active leaves, prints the medians of
 
 - the snapshot the cycle takes after each cycle (its whole cost to the cycle);
-- one scrape over loopback HTTP (all lnodes exported, 5 series each), and its size:
+- the rendering of its per-lnode block alone (`lnode_text`), what the first scrape
+  after a cycle spends in Python;
+- one scrape over loopback HTTP (all lnodes exported, every per-lnode series), and its size:
   the first after a cycle (which renders the snapshot) and the next ones;
 - run_cycle and the snapshot alone, then while a client scrapes without pause in
   another thread: the ratio is how much scraping slows the cycle (the GIL is
@@ -24,7 +26,8 @@ from types import SimpleNamespace
 
 from fairshare.core.consts import ADJGROUPS, LIMSHARE, Consts
 from fairshare.core.policies import run_cycle
-from fairshare.daemon.metrics import Metrics
+from fairshare.core.steps import advance
+from fairshare.daemon.metrics import LNODE_COUNTERS, LNODE_METRICS, Metrics, lnode_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cycle import scene, six_level_tree  # noqa: E402
@@ -46,7 +49,8 @@ def main() -> None:
     tree = six_level_tree(6, 13)
     table, c = scene(tree)
     consts = Consts(flags=ADJGROUPS | LIMSHARE, sharemin=1e-6)
-    table = run_cycle(tree, table, c, consts, 4.0)
+    c.cpus = float(c.cpu.sum()) / 4.0  # the leaves' CPU is the whole machine's
+    table, _ = advance(tree, table, c, consts, 4.0)  # the daemon's cycle: want, target, got
     daemon = SimpleNamespace(
         tree=tree,
         table=table,
@@ -55,6 +59,8 @@ def main() -> None:
         checkpoints=0,
         enforcer_name="none",
         clock=SimpleNamespace(time=time.time),
+        cpus=c.cpus,
+        elapsed=4.0,
     )
     m = Metrics(("127.0.0.1", 0), max_lnodes=None)
     m.serve()
@@ -73,11 +79,18 @@ def main() -> None:
         scrape()
         return time.perf_counter() - t0
 
+    snapshot = m.collector.snapshot
+    render = median(lambda: lnode_text(snapshot), args.repeat)
     first = statistics.median(first_scrape() for _ in range(args.repeat))
     again = median(scrape, args.repeat)
     n = tree.size
-    print(f"{n} active lnodes ({int(tree.leaf_mask.sum())} leaves), 5 series each")
+    series = len(LNODE_METRICS) + len(LNODE_COUNTERS)
+    print(f"{n} active lnodes ({int(tree.leaf_mask.sum())} leaves), {series} series each")
     print(f"snapshot after a cycle: median {snap * 1e3:.1f} ms")
+    print(
+        f"per-lnode block rendered alone: median {render * 1e3:.0f} ms "
+        f"({render * 1e3 / series:.0f} ms per series)"
+    )
     print(
         f"scrape over loopback, {size / 1e6:.1f} MB: median {first:.2f} s the first after a "
         f"cycle (renders), {again:.2f} s the next ones (the same bytes)"

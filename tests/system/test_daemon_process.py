@@ -132,6 +132,20 @@ def test_scrape_a_running_daemon_over_loopback(udb_url):
         assert 0 < e_share["unknown"] <= 1
         assert fam["fairshare_lnode_entitled_share_ratio"][tuple(sorted(labels.items()))] > 0
         assert fam["fairshare_enforcer_info"] == {(("enforcer", "none"),): 1.0}
+        assert fam["fairshare_cpus"][()] == os.cpu_count()
+        fair = fam["fairshare_lnode_fair_share_ratio"]
+        assert 0 <= fair[tuple(sorted(labels.items()))] <= 1
+        # The CPU counter: the group's is its one member's (summed from the fractions of
+        # the machine, so to rounding), and it never goes down.
+        cpu = {dict(k)["name"]: v for k, v in fam["fairshare_lnode_cpu_seconds_total"].items()}
+        assert cpu["G"] == pytest.approx(cpu["unknown"]) and cpu["unknown"] >= 0
+        assert wait_for(
+            lambda: scrape()["fairshare_cycles_total"][()] > fam["fairshare_cycles_total"][()]
+        )
+        later = scrape()["fairshare_lnode_cpu_seconds_total"]
+        assert all(
+            later.get(k, v) >= v for k, v in fam["fairshare_lnode_cpu_seconds_total"].items()
+        )
         cycles = fam["fairshare_cycles_total"][()]
         assert fam["fairshare_cycle_duration_seconds_count"][()] in (cycles, cycles + 1)
         d.send_signal(signal.SIGTERM)
