@@ -12,6 +12,7 @@ from types import SimpleNamespace as Entry
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import assert_stored
 
 from fairshare.cli.shrinfo import main
 from fairshare.core import policies
@@ -338,4 +339,4 @@ def test_durations_for_people():
 
 def test_stored_rendering(published, utc):  # noqa: F811
     result = run(published, "me")
-    assert result.stdout == (DATA / "shrinfo_me.txt").read_text()
+    assert_stored(DATA / "shrinfo_me.txt", result.stdout)

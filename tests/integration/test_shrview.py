@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import assert_stored
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -655,8 +656,7 @@ def test_nothing_published(udb_url):
 def test_stored_rendering(published, utc, letter):
     result = run(published, f"-d{letter}")
     assert result.exit_code == 0
-    expected = (DATA / f"shrview_d{letter}.txt").read_text()
-    assert result.stdout == expected
+    assert_stored(DATA / f"shrview_d{letter}.txt", result.stdout)
 
 
 def test_the_quick_start_shows_the_last_cycle_with_the_workload_running(tmp_path):
