@@ -1,4 +1,4 @@
-"""shrview shows what the machine delivered against the fair target: the
+"""shrview and shrinfo show what the machine delivered against the fair target: the
 Groups issue's interactive member (examples/scenarios/14_interactive_member.toml) on an
 enforcer that lets Chem fall behind, published by the cycle into a real UDB.
 
@@ -27,13 +27,16 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from fairshare.admin.shradmin import set_constants
+from fairshare.cli.shrinfo import main as shrinfo
 from fairshare.cli.shrview import main as shrview
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption
 from fairshare.core.lnode import activate, new_table
 from fairshare.core.steps import advance
+from fairshare.display.shrinfo import profile_lines
 from fairshare.display.shrview import _fixed_lines, display_columns, display_json, display_lines
-from fairshare.report.lnodes import ViewRequest, view_columns
+from fairshare.report.lnodes import ViewRequest, view_columns, view_lnodes
+from fairshare.report.profile import active_profile
 from fairshare.report.published import Snapshot
 from fairshare.store.config import load_consts, load_tree
 from fairshare.store.published import CycleHeader, LnodeStore
@@ -121,6 +124,68 @@ def test_shrview_shows_what_each_lnode_got_against_its_fair_target(chem_behind):
     assert chem["min_pct"] == pytest.approx(100 * GOT["Chem"] * MINUTE, abs=1e-6)
     assert chem["fair_pct"] == pytest.approx(50.0, abs=1e-6)
     assert by_name["u5"]["eshr_pct"] > 0 and by_name["u5"]["demand"] is False
+
+
+def test_shrinfo_names_the_group_behind_its_fair_target_and_by_how_much(chem_behind):
+    behind = 100 * (FAIR["Chem"] - GOT["Chem"] * MINUTE)
+    assert behind == pytest.approx(16.33, abs=0.01)
+    for user in ("u3", "u4"):
+        lines = run(shrinfo, chem_behind, user).stdout.splitlines()
+        assert lines[1].startswith("  in group Chem: Rshr 50%, Eshr ")
+        assert lines[1].endswith("; got 33.7% over the last minute, fair target 50%")
+        assert (
+            "  group Chem got 33.7% over the last minute against a fair target of 50.0%: "
+            "16.3 points behind"
+        ) in lines
+        assert not any("no group above it" in line for line in lines)
+        doc = json.loads(run(shrinfo, chem_behind, user, "--json").stdout)["user"]
+        assert doc["behind"] == "Chem" and doc["behind_points"] == pytest.approx(behind)
+        assert doc["groups"][0]["got_minute"] == pytest.approx(GOT["Chem"] * MINUTE)
+        assert doc["groups"][0]["target"] == pytest.approx(0.5)
+    lines = run(shrinfo, chem_behind, "u3").stdout.splitlines()
+    assert lines[2] == (
+        "  it got 33.2% over the last minute (33.2% in the last cycle), fair target 49.5%"
+    )
+    # Physics got more than its fair target: nothing above u1 is behind.
+    lines = run(shrinfo, chem_behind, "u1").stdout.splitlines()
+    assert (
+        "  it and the groups above it got their fair targets over the last minute (within 1 point)"
+    ) in lines
+    doc = json.loads(run(shrinfo, chem_behind, "u1", "--json").stdout)["user"]
+    assert doc["behind"] is None and doc["behind_points"] is None
+    assert doc["got"] == pytest.approx(GOT["u1"]) and doc["target"] == pytest.approx(0.25)
+    assert doc["eshr_if_started"] is False
+    # u5 wants no CPU: its E-share is what it would get if it alone started.
+    lines = run(shrinfo, chem_behind, "u5").stdout.splitlines()
+    assert "  E-share: (" in lines[0]
+    assert lines[1] == (
+        "  it wants no CPU: (E-share) is what it would get if it alone started, not a share "
+        "it is getting"
+    )
+    assert json.loads(run(shrinfo, chem_behind, "u5", "--json").stdout)["user"]["eshr_if_started"]
+
+
+def test_the_lnode_furthest_behind_is_named_and_a_point_is_noise():
+    """G is 2 points behind, u (in G) 20: u is named, as "it".  Within 1 point of its
+    target nobody is behind; of two behind by as much within a point, the group."""
+    rows = [
+        _row(0, "root", -1, 0, "root", 1.0, 1.0, got=1.0, target=1.0),
+        _row(1, "G", 0, 1, "group", 0.5, 0.5, got=0.48, target=0.5),
+        _row(2, "u", 1, 2, "user", 0.25, 0.25, got=0.2, target=0.4),
+    ]
+    p = active_profile(view_lnodes(rows, frozenset()), "u", Consts())
+    assert (p.behind, p.behind_points) == ("u", pytest.approx(20.0))
+    assert (
+        "  it got 20.0% over the last minute against a fair target of 40.0%: 20.0 points behind"
+    ) in profile_lines(p)
+    rows[2].got_minute = 0.391  # 0.9 points
+    rows[1].got_minute = 0.491
+    p = active_profile(view_lnodes(rows, frozenset()), "u", Consts())
+    assert p.behind is None
+    rows[2].got_minute = 0.2
+    rows[1].got_minute = 0.305  # 19.5 points: within a point of u's 20
+    p = active_profile(view_lnodes(rows, frozenset()), "u", Consts())
+    assert (p.behind, p.behind_points) == ("G", pytest.approx(19.5))
 
 
 def test_a_table_of_an_older_daemon_shows_dashes():
