@@ -23,6 +23,11 @@ Every test runs with XDG_DATA_HOME and FAIRSHARE_SOCKET pointing into its tmp_pa
 and UDB_URL unset, so nothing can touch the real default UDB or the socket of
 whoever runs the suite.  The helpers beside this file (asuser, busy, machine_lock,
 pgserver, trees) are importable from every tier (pyproject.toml: pythonpath).
+
+The stored renderings in tests/data (one per display, `assert_stored`) are written
+again by running their tests with FAIRSHARE_UPDATE_DATA=1 in the environment (the
+test then passes, having written what it got): review `git diff tests/data` and say
+in the commit why each change is right.
 """
 
 from __future__ import annotations
@@ -186,6 +191,21 @@ def _no_default_udb(tmp_path, monkeypatch):
     monkeypatch.setenv("FAIRSHARE_SOCKET", str(tmp_path / "shrdaemon.sock"))
     yield
     dispose_all()
+
+
+# -- stored renderings ---------------------------------------------------------------------------
+
+#: Write the stored renderings instead of comparing with them (see the module docstring).
+UPDATE_DATA = os.environ.get("FAIRSHARE_UPDATE_DATA") == "1"
+
+
+def assert_stored(path: Path, text: str) -> None:
+    """`text` is the stored rendering at `path`; with FAIRSHARE_UPDATE_DATA=1, it
+    becomes it."""
+    if UPDATE_DATA:
+        path.write_text(text)
+        return
+    assert text == path.read_text()
 
 
 # -- UDBs --------------------------------------------------------------------------------------

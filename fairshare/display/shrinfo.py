@@ -14,7 +14,7 @@ from dataclasses import asdict
 from fairshare.core.site import SiteLnode
 from fairshare.display import columns
 from fairshare.report.lnodes import ViewLnode
-from fairshare.report.profile import Profile
+from fairshare.report.profile import BEHIND_TOLERANCE, Profile
 from fairshare.report.published import Snapshot
 
 
@@ -41,8 +41,14 @@ def _usage(u: float) -> str:
     return f"{u:.0f}" if u >= 100 else f"{u:.3g}"
 
 
-def _figure7_cells(name: str, shares: float, m_share: float, e_share, usage: float) -> list[str]:
+def _figure7_cells(
+    name: str, shares: float, m_share: float, e_share, usage: float, if_started: bool = False
+) -> list[str]:
+    """Figure 7's cells; an E-share the lnode would get if it alone started (it wants no
+    CPU) in parentheses, "-" for none."""
     eshr = _share(e_share) if e_share is not None else "-"
+    if if_started:
+        eshr = f"({eshr})"
     return [
         name,
         f"Shares: {shares:g}",
@@ -54,8 +60,12 @@ def _figure7_cells(name: str, shares: float, m_share: float, e_share, usage: flo
 
 def figure7_lines(leaves: Sequence[ViewLnode]) -> list[str]:
     """Kay-Lauder's Figure 7: one line per lnode (name, shares, machine share, effective
-    share, usage), in aligned columns."""
-    rows = [_figure7_cells(v.name, v.shares, v.m_share, v.e_share, v.usage) for v in leaves]
+    share, usage), in aligned columns; the effective share of an lnode that wants no
+    CPU in parentheses (what it would get if it alone started)."""
+    rows = [
+        _figure7_cells(v.name, v.shares, v.m_share, v.e_share, v.usage, v.eshr_if_started)
+        for v in leaves
+    ]
     return columns([], rows, [False] * 5)
 
 
@@ -69,6 +79,7 @@ def figure7_json(leaves: Sequence[ViewLnode]) -> list[dict]:
             "shares": v.shares,
             "m_share": v.m_share,
             "e_share": v.e_share,
+            "eshr_if_started": v.eshr_if_started,
             "usage": v.usage,
             "background": v.background,
         }
@@ -89,7 +100,13 @@ def profile_lines(p: Profile) -> list[str]:
 
 
 def _explanation_lines(p: Profile) -> list[str]:
-    lines = ["  ".join(_figure7_cells(p.name, p.shares, p.m_share, p.e_share, p.usage))]
+    cells = _figure7_cells(p.name, p.shares, p.m_share, p.e_share, p.usage, p.eshr_if_started)
+    lines = ["  ".join(cells)]
+    if p.eshr_if_started:
+        lines.append(
+            "  it wants no CPU: (E-share) is what it would get if it alone started, not a "
+            "share it is getting"
+        )
     if not p.active:
         lines.append(
             "  no active lnode (no processes): Share is its static machine share with every "
@@ -99,18 +116,13 @@ def _explanation_lines(p: Profile) -> list[str]:
         if p.active:
             lines.append(
                 f"  {'  ' * depth}in group {g.name}: Rshr {_share(g.m_share)}, "
-                f"Eshr {_share(g.e_share)}"
+                f"Eshr {_share(g.e_share)}" + _delivered(g.got_minute, g.target)
             )
         else:
             lines.append(f"  {'  ' * depth}in group {g.name}: static share {_share(g.m_share)}")
     if not p.active:
         return lines
-    if p.limited_by is not None:
-        lines.append(
-            f"  limited by group {p.limited_by}: it gets {p.limit_ratio:.2f} of its machine share"
-        )
-    else:
-        lines.append("  no group above it gets less than its machine share")
+    lines += _delivery_lines(p)
     if p.kind == "group":
         return lines
     if p.background or p.m_share <= 0:
@@ -125,6 +137,51 @@ def _explanation_lines(p: Profile) -> list[str]:
         )
     else:
         lines.append(f"  its usage is at or below its fair level {_usage(p.fair_usage)}")
+    return lines
+
+
+def _delivered(got_minute: float | None, target: float | None) -> str:
+    """A group line's end: what it got over the last minute and its fair target ("" when
+    not known)."""
+    if got_minute is None or target is None:
+        return ""
+    return f"; got {_share(got_minute)} over the last minute, fair target {_share(target)}"
+
+
+def _delivery_lines(p: Profile) -> list[str]:
+    """An active lnode's lines on what it received against its fair target, the group
+    that limits its effective share (if any), and the lnode, itself or a group above
+    it, furthest behind its fair target (or that none is)."""
+    limited = []
+    if p.limited_by is not None:
+        limited.append(
+            f"  limited by group {p.limited_by}: its effective share is {p.limit_ratio:.2f} "
+            "of its machine share"
+        )
+    if p.got_minute is None or p.target is None or p.got is None:
+        return [
+            *limited,
+            "  what it and its groups received is not in this table (its daemon is older "
+            "than those figures)",
+        ]
+    lines = [
+        f"  it got {_share(p.got_minute)} over the last minute ({_share(p.got)} in the last "
+        f"cycle), fair target {_share(p.target)}",
+        *limited,
+    ]
+    if p.behind is None:
+        lines.append(
+            "  it and the groups above it got their fair targets over the last minute "
+            f"(within {100 * BEHIND_TOLERANCE:g} point)"
+        )
+        return lines
+    who = "it" if p.behind == p.name else f"group {p.behind}"
+    g = next((g for g in p.groups if g.name == p.behind), None)
+    got, target = (p.got_minute, p.target) if g is None else (g.got_minute, g.target)
+    lines.append(
+        f"  {who} got {100 * got:.1f}% over the last minute against a fair target of "
+        f"{100 * target:.1f}%: {p.behind_points:.1f} points behind"
+    )
     return lines
 
 

@@ -4,8 +4,10 @@ Rendering only: the rows, the selection and the -ds and -dn reports come from th
 report layer (fairshare.report: `prepare`, `statistics`, `nice_table`).
 `display_lines` turns a snapshot into the lines of one display (plain columns, like
 the guide's samples), `display_json` into its JSON document.  The columns of -dm, -da
-and -dl are described once, in `display_columns`, and used by both.  `parse_select`
-and `parse_sort` read the -s and -o words.
+and -dl are described once, in `display_columns`, and used by both.  An effective
+share that is only what the lnode would get if it alone started (it wants no CPU) is
+in parentheses (`IF_STARTED`), and `legend_lines` says so above the table.
+`parse_select` and `parse_sort` read the -s and -o words.
 
 Shares and rates are fractions 0..1 in the reports, percentages in the displays
 and the JSON (keys ending in `_pct`).  Usage and Muse are charge units; Rate is
@@ -106,7 +108,11 @@ class Column:
 
     Columns that only format one ViewLnode attribute also say so (`attr`, the text's
     `fmt` of the value after `prep`, `pct` for percentages), so a whole column is
-    made at once (`column_texts`, `column_values`) with the same text and values."""
+    made at once (`column_texts`, `column_values`) with the same text and values.
+    `paren` names a boolean attribute: where it is true of some lnode shown, their
+    cells are in parentheses and the others (and the heading) followed by a blank, so
+    the figures line up (`column_texts`, `column_heading`; `text` gives the bare cell); the
+    JSON gives it too, under its name, after this column's key."""
 
     heading: str
     key: str
@@ -117,6 +123,7 @@ class Column:
     fmt: str = "{}"
     prep: Callable[[np.ndarray], np.ndarray] | None = None
     pct: bool = False
+    paren: str | None = None
 
 
 def _attr(heading: str, key: str, attr: str, fmt: str, prep=None) -> Column:
@@ -139,12 +146,34 @@ def column_texts(c: Column, shown: Sequence[ViewLnode]) -> list[str]:
     """Column `c`'s cell texts for `shown` (as `c.text` gives them, one column at once)."""
     vals = _values(c, shown)
     if vals is None:
-        return list(map(c.text, shown))
+        return _parens(c, list(map(c.text, shown)), shown)
     if c.pct:
         vals = (100 * np.array(vals, dtype=float)).tolist()
+        if any(x != x for x in vals):  # NaN: not published
+            return _parens(c, ["-" if x != x else c.fmt.format(x) for x in vals], shown)
     elif c.prep is not None:
         vals = c.prep(np.array(vals, dtype=float)).tolist()
-    return list(map(c.fmt.format, vals))
+    return _parens(c, list(map(c.fmt.format, vals)), shown)
+
+
+def _parens(c: Column, texts: list[str], shown: Sequence[ViewLnode]) -> list[str]:
+    """`texts`, the cells of column `c` for `shown`, in parentheses where `c.paren` is
+    true of the lnode and followed by a blank elsewhere; as they are when it is true of
+    none (or `c.paren` is None)."""
+    if c.paren is None:
+        return texts
+    flags = list(map(operator.attrgetter(c.paren), shown))
+    if not any(flags):
+        return texts
+    return [f"({t})" if f else f"{t} " for t, f in zip(texts, flags, strict=True)]
+
+
+def column_heading(c: Column, table: Columns, shown: np.ndarray) -> str:
+    """Column `c`'s heading over rows `shown` of `table`: followed by a blank when some
+    of its cells are in parentheses (see Column), so it lines up with the figures."""
+    if c.paren is not None and np.asarray(table[c.paren])[shown].any():
+        return c.heading + " "
+    return c.heading
 
 
 #: A fixed-point format of one number ("{:.2f}"): its texts grow with the distance from 0.
@@ -153,98 +182,160 @@ _FIXED = re.compile(r"\{:\.\d+f\}")
 _PRINTF = re.compile(r"\.\d+f|d|o")
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """One column as `_fixed_lines` writes it: its numbers (percentages already times
+    100, `prep` applied), printf conversion, width and alignment; the rows written "-"
+    (a percentage that is NaN; None: no such row) and the rows in parentheses (None: a
+    column without them)."""
+
+    values: np.ndarray
+    spec: str
+    width: int
+    right: bool
+    missing: np.ndarray | None
+    paren: np.ndarray | None
+
+
+def _layout(c: Column, table: Columns, shown: np.ndarray) -> _Layout | None:
+    """Column `c` over rows `shown` of `table` as `_fixed_lines` writes it; None when it
+    is not one attribute's numbers in one printf-style conversion (or has infinities,
+    or NaN outside a percentage: the cell functions then write them)."""
+    if c.attr is None or not c.fmt.startswith("{") or c.fmt.count("{") != 1:
+        return None
+    spec = c.fmt[1:-1].removeprefix(":") or "d"
+    if not _PRINTF.fullmatch(spec):
+        return None
+    a = np.asarray(table[c.attr])[shown]
+    missing = None
+    if a.dtype.kind in "bi" and not (c.pct or c.prep is not None):
+        a = a.astype(np.int64)
+    elif a.dtype.kind in "if" and _FIXED.fullmatch(c.fmt):
+        a = a.astype(float)
+        if c.pct or c.prep is not None:
+            a = 100 * a if c.pct else c.prep(a)
+        nan = np.isnan(a)
+        if np.isinf(a).any() or (nan.any() and not c.pct):
+            return None
+        missing = nan if nan.any() else None
+    else:
+        return None
+    paren = np.asarray(table[c.paren], dtype=bool)[shown] if c.paren is not None else None
+    if paren is not None and not paren.any():
+        paren = None
+    width = max(len(column_heading(c, table, shown)), _widest(c.fmt, a, missing, paren))
+    return _Layout(a, spec, width, c.right, missing, paren)
+
+
+def _widest(fmt: str, a: np.ndarray, missing, paren) -> int:
+    """The length of the widest text of the numbers `a` in `fmt`: "-" where `missing`,
+    in parentheses where `paren` and followed by a blank elsewhere.
+
+    A fixed-precision text of a number is no shorter than that of a number nearer 0,
+    so the widest is the largest's or the smallest's (or -0.0's): no cell formatted."""
+    every = np.ones(len(a), dtype=bool)
+    parts = [(every, 0)] if paren is None else [(paren, 2), (~paren, 1)]
+    widest = 0
+    for rows, extra in parts:
+        if missing is not None:
+            widest = max(widest, 1 + extra) if (rows & missing).any() else widest
+            rows = rows & ~missing
+        x = a[rows]
+        if not len(x):
+            continue
+        if x.dtype.kind == "f":  # -0.0 ties with 0.0 as the smallest but prints longer
+            ends = (float(x.max()), float(x.min()), -0.0 if np.signbit(x).any() else 0.0)
+        else:
+            ends = (int(x.max()), int(x.min()))
+        widest = max(widest, extra + max(len(fmt.format(e)) for e in ends))
+    return widest
+
+
 def _fixed_lines(
     cols: Sequence[Column], names: Sequence[str], table: Columns, shown: np.ndarray
 ) -> list[str] | None:
     """The lines `columns` makes of the Name cells `names` (a list or an array of str)
     and the other columns of
     rows `shown` of `table` (report.lnodes.view_columns), formatted in one printf-style
-    % per line; None when a column is not one attribute's finite numbers (the cell
+    % per line; None when a column is not one attribute's numbers (`_layout`: the cell
     functions then do it).
 
-    A fixed-precision text of a number is no shorter than that of a number nearer 0,
-    so a column's widest text is its largest's or its smallest's (or -0.0's): the widths come
-    without formatting every cell, and each line is one format of the row's values.
+    The widths come without formatting every cell (`_widest`), and each line is one
+    format of the row's values.
     """
     if not len(shown) or cols[0].right:
         return None
-    vals, specs = [], []
-    for c in cols[1:]:
-        if c.attr is None or not c.fmt.startswith("{") or c.fmt.count("{") != 1:
-            return None
-        a = np.asarray(table[c.attr])[shown]
-        if a.dtype.kind in "bi" and not (c.pct or c.prep is not None):
-            a = a.astype(np.int64)
-            ends = (int(a.max()), int(a.min()))
-        elif a.dtype.kind in "if" and _FIXED.fullmatch(c.fmt):
-            a = a.astype(float)
-            if c.pct or c.prep is not None:
-                a = 100 * a if c.pct else c.prep(a)
-            if not np.isfinite(a).all():
-                return None
-            # -0.0 ties with 0.0 as the smallest but prints longer ("-0.00").
-            ends = (float(a.max()), float(a.min()), -0.0 if np.signbit(a).any() else 0.0)
-        else:
-            return None
-        spec = c.fmt[1:-1].removeprefix(":") or "d"
-        if not _PRINTF.fullmatch(spec):
-            return None
-        width = max(len(c.heading), *(len(c.fmt.format(x)) for x in ends))
-        vals.append(a)
-        specs.append(("" if c.right else "-", width, spec))
+    layouts = [_layout(c, table, shown) for c in cols[1:]]
+    if any(lay is None for lay in layouts):
+        return None
     names = np.asarray(names, dtype=str)
     name_w = max(len(cols[0].heading), int(np.strings.str_len(names).max()))
-    heads = [f"{{:<{name_w}}}", *(f"{{:{'>' if a == '' else '<'}{w}}}" for a, w, _ in specs)]
-    head = "  ".join(heads).format(*(c.heading for c in cols)).rstrip()
-    lines = _filled_lines(names, name_w, vals, specs)
+    heads = [f"{{:<{name_w}}}", *(f"{{:{'>' if x.right else '<'}{x.width}}}" for x in layouts)]
+    head = "  ".join(heads).format(*(column_heading(c, table, shown) for c in cols)).rstrip()
+    lines = _filled_lines(names, name_w, layouts)
     if lines is not None:
         return [head, *lines]
+    if any(x.missing is not None or x.paren is not None for x in layouts):
+        return None  # printf writes neither "-" nor parentheses
     # printf-style: the same texts as str.format's for these conversions, in 60% of the time.
-    fmt = "  ".join([f"%-{name_w}s", *(f"%{a}{w}{f}" for a, w, f in specs)])
-    lists = [a.tolist() for a in vals]
+    specs = [f"%{'' if x.right else '-'}{x.width}{x.spec}" for x in layouts]
+    fmt = "  ".join([f"%-{name_w}s", *specs])
+    lists = [x.values.tolist() for x in layouts]
     rows = zip(names.tolist(), *lists, strict=True)
     return [head, *map(str.rstrip, map(fmt.__mod__, rows))]
 
 
-def _filled_lines(
-    names: np.ndarray, name_w: int, vals: list[np.ndarray], specs: list
-) -> list[str] | None:
+def _filled_lines(names: np.ndarray, name_w: int, layouts: list[_Layout]) -> list[str] | None:
     """The lines of `_fixed_lines` written character by character by numpy into one
     table (ASCII bytes, or code points for other names), the numbers by
     `_number_cells`; None when a column is left-aligned or a text does not fit its width.
 
     The table is built a character column at a time (each one contiguous: `by_column`,
     one row per character position) and turned into lines once at the end."""
-    if any(left for left, _w, _f in specs):
+    if any(not x.right for x in layouts):
         return None
     codes = names.view(np.uint32).reshape(len(names), -1)
     ascii_ = not (codes > 127).any()
-    ends = np.cumsum([name_w, *(2 + w for _a, w, _f in specs), 1])
+    ends = np.cumsum([name_w, *(2 + x.width for x in layouts), 1])
     dtype = np.uint8 if ascii_ else np.uint32
     by_column = np.full((int(ends[-1]), len(names)), 32, dtype=dtype)
     by_column[: codes.shape[1]] = np.where(codes == 0, 32, codes).T
-    for a, (_left, w, spec), end in zip(vals, specs, ends[1:], strict=False):
-        if not _number_cells(a, spec, by_column[end - w : end]):
+    for x, end in zip(layouts, ends[1:], strict=False):
+        # A column with parentheses keeps its last character for ")" or a blank.
+        cells = by_column[end - x.width : end - (x.paren is not None)]
+        start = _number_cells(x.values, x.spec, cells, x.missing)
+        if start is None:
             return None
+        if x.paren is not None:
+            rows = np.flatnonzero(x.paren)
+            if (start[rows] == 0).any():
+                return None
+            cells[start[rows] - 1, rows] = 40  # "("
+            by_column[end - 1, rows] = 41  # ")"
     by_column[-1] = 10  # "\n"
     text = np.ascontiguousarray(by_column.T).tobytes()
     return text.decode("ascii" if ascii_ else "utf-32-le").split("\n")[:-1]
 
 
-def _number_cells(a: np.ndarray, spec: str, out: np.ndarray) -> bool:
+def _number_cells(
+    a: np.ndarray, spec: str, out: np.ndarray, missing: np.ndarray | None = None
+) -> np.ndarray | None:
     """Write the text of `"%{width}{spec}" % x` for every x of `a` (spec d, o or .Nf),
     right-aligned, into `out` (blank; one row per character position, `width` rows, a
-    column per value); False where a text would not fit.
+    column per value), and "-" for the values `missing` marks; return each text's
+    first position, or None where a text would not fit.
 
     .Nf is rounded from x * 10**N as printf rounds x: the few values within a hair of
     a half (where the product's own rounding could tip it) are formatted by Python."""
     width, n = out.shape
     frac = int(spec[1:-1]) if spec.endswith("f") else 0
     base = 8 if spec == "o" else 10
+    if missing is not None:
+        a = np.where(missing, 0, a)
     if a.dtype.kind == "f":
         scaled = np.abs(a) * 10.0**frac
         if not (scaled < 2.0**52).all():
-            return False
+            return None
         k = np.rint(scaled).astype(np.int64)
         # The product's error is below scaled x 2**-53: where a half is that near, Python.
         tie = np.flatnonzero(np.abs(scaled - np.floor(scaled) - 0.5) <= 1e-6 + scaled * 1e-15)
@@ -260,7 +351,7 @@ def _number_cells(a: np.ndarray, spec: str, out: np.ndarray) -> bool:
             start[:] = pos
             pos -= 1
         if pos < 0:
-            return False
+            return None
         k, digit = np.divmod(k, base)
         out[pos] = np.where(more, 48 + digit, 32)
         start[more] = pos
@@ -270,14 +361,21 @@ def _number_cells(a: np.ndarray, spec: str, out: np.ndarray) -> bool:
     if neg.any():
         sign = np.flatnonzero(neg)
         if (start[sign] == 0).any():
-            return False
-        out[start[sign] - 1, sign] = 45  # "-"
+            return None
+        start[sign] -= 1
+        out[start[sign], sign] = 45  # "-"
     for i in tie:
         text = f"%{width}{spec}" % a[i]
         if len(text) != width:
-            return False
+            return None
         out[:, i] = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    return True
+        start[i] = width - len(text.lstrip())
+    if missing is not None:
+        rows = np.flatnonzero(missing)
+        out[:, rows] = 32
+        out[width - 1, rows] = 45  # "-"
+        start[rows] = width - 1
+    return start
 
 
 def column_values(c: Column, table: Columns, shown: np.ndarray) -> list:
@@ -304,31 +402,41 @@ def round6(x: np.ndarray) -> np.ndarray:
         out = np.rint(scaled) / 1e6
         near = ~(np.abs(scaled - np.floor(scaled) - 0.5) > 1e-6 + np.abs(scaled) * 1e-15)
         near |= ~(np.abs(scaled) < 2.0**52)
+        near &= ~np.isnan(x)  # NaN stays NaN (a column an older daemon did not publish)
     for i in np.flatnonzero(near).tolist():
         out[i] = round(float(x[i]), 6)
     return out
 
 
 def _pct(get: Callable[[ViewLnode], float | None]) -> tuple[Callable, Callable]:
+    """A percentage's cell text and JSON value: "-" and None for None (or NaN)."""
+
     def text(v: ViewLnode) -> str:
         x = get(v)
-        return "-" if x is None else f"{100 * x:.2f}"
+        return "-" if x is None or x != x else f"{100 * x:.2f}"
 
     def value(v: ViewLnode) -> float | None:
         x = get(v)
-        return None if x is None else round(100 * x, 6)
+        return None if x is None or x != x else round(100 * x, 6)
 
     return text, value
 
 
-def _col_pct(heading: str, key: str, get: Callable[[ViewLnode], float | None]) -> Column:
+def _col_pct(
+    heading: str, key: str, get: Callable[[ViewLnode], float | None], paren: str | None = None
+) -> Column:
     text, value = _pct(get)
-    return Column(heading, key, text, value)
+    return Column(heading, key, text, value, paren=paren)
 
 
-def _attr_pct(heading: str, key: str, attr: str) -> Column:
+def _attr_pct(heading: str, key: str, attr: str, paren: str | None = None) -> Column:
     text, value = _pct(operator.attrgetter(attr))
-    return Column(heading, key, text, value, True, attr, "{:.2f}", pct=True)
+    return Column(heading, key, text, value, True, attr, "{:.2f}", pct=True, paren=paren)
+
+
+#: The mark of an e_share that is what the lnode would get if it alone started (it
+#: wants no CPU): its cell is in parentheses (report.lnodes.ViewLnode.eshr_if_started).
+IF_STARTED = "eshr_if_started"
 
 
 def _shown_band(consts: Consts) -> tuple[float, float]:
@@ -375,8 +483,11 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
         return [
             _name_col(),
             _attr_pct("Rate%", "rate_pct", "rate_share"),
-            _attr_pct("Eshr%", "eshr_pct", "e_share"),
+            _attr_pct("Eshr%", "eshr_pct", "e_share", paren=IF_STARTED),
             _attr_pct("Rshr%", "rshr_pct", "m_share"),
+            _attr_pct("Got%", "got_pct", "got"),
+            _attr_pct("Min%", "min_pct", "got_minute"),
+            _attr_pct("Fair%", "fair_pct", "target"),
             _attr("Usage(k)", "usage", "usage", "{:.0f}", lambda u: u / 1000),
             _attr("Rate", "rate", "rate", "{:.2f}"),
             _attr("Muse", "muse", "muse", "{:.0f}"),
@@ -401,7 +512,7 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
             _attr("Rate", "rate", "rate", "{:.2f}"),
             _attr_pct("Proj%", "proj_pct", "proj"),
             _attr("Adj_a", "adj_a", "adj", "{:.2f}"),
-            _attr_pct("New%", "new_pct", "e_share"),
+            _attr_pct("New%", "new_pct", "e_share", paren=IF_STARTED),
             _attr_pct("Pri%", "pri_pct", "pri"),
         ]
     if display == "limshare":
@@ -410,7 +521,7 @@ def display_columns(display: str, consts: Consts) -> list[Column]:
             _name_col(),
             _col_pct("Rshr%", "rshr_pct", lambda v: v.m_share),
             _col_pct("Due%", "due_pct", lambda v: v.due),
-            _col_pct("Eshr%", "eshr_pct", lambda v: v.e_share),
+            _col_pct("Eshr%", "eshr_pct", lambda v: v.e_share, paren=IF_STARTED),
             _col_pct("Floor%", "floor_pct", lowest),
             _col_pct("Limit%", "limit_pct", highest),
             Column("Lim", "lim", at_bound, lambda v: at_bound(v) or None, right=False),
@@ -549,6 +660,21 @@ def header_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str])
     ]
 
 
+def legend_lines(display: str) -> list[str]:
+    """The lines that say, above the table of display -dm, -da or -dl, what its columns
+    of received CPU and fair target are and what an effective share in parentheses
+    means."""
+    eshr = "New%" if display == "adjgroup" else "Eshr%"
+    marked = f"({eshr}): it wants no CPU; the share it would get if it alone started"
+    if display != "monitor":
+        return [marked]
+    return [
+        "Got%: the CPU it received over the last cycle, Min%: over the last minute; "
+        "Fair%: its fair target",
+        marked,
+    ]
+
+
 def _select_label(select_: str) -> str:
     return {"groups": "only groups", "users": "only users"}.get(select_, select_)
 
@@ -574,6 +700,7 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
             f"LIMSHARE {state}, maxushare = {c.maxushare:g}: Eshr kept between Due/"
             f"{1 / floor:g} and Due x {limit:g} (edge effects: K5 = {K5:g})"
         ]
+    lines += legend_lines(req.display)
     cols = display_columns(req.display, snap.consts)
     names = _indented(table, shown, top)
     fixed = _fixed_lines(cols, names, table, shown)
@@ -583,7 +710,8 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
     views = rows_of(table, shown)
     cells = [names.tolist(), *(column_texts(c, views) for c in cols[1:])]
     rows = list(zip(*cells, strict=True))
-    return lines + columns([[c.heading for c in cols]], rows, [c.right for c in cols])
+    head = [column_heading(c, table, shown) for c in cols]
+    return lines + columns([head], rows, [c.right for c in cols])
 
 
 def snapshot_json(snap: Snapshot | None) -> dict:
@@ -700,6 +828,9 @@ def _lnode_records(display: str, consts: Consts, table: Columns, shown: np.ndarr
             values.append(list(map(c.value, views)))
         else:
             values.append(column_values(c, table, shown))
+        if c.paren is not None:
+            keys.append(c.paren)
+            values.append(_picked(table[c.paren], shown))
     if display == "monitor":  # what the guide's Flags have no bit for
         keys += ["demand", "background"]
         values += [_picked(table["demand"], shown), _picked(table["background"], shown)]

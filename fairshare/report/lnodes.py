@@ -10,6 +10,13 @@ rows.  To add a per-lnode figure: publish it (fairshare.store.published.publishe
 derive it beside the others in `view_columns`; give `ViewLnode` a field of that name
 (and `_DERIVED` its name).
 
+What the machine delivered against what is fair (fairshare.core.delivery) comes as the
+cycle published it (`DELIVERY`: `target`, `got`, `got_minute`, fractions of the
+machine), NaN in a table published by a daemon older than those columns (a
+ViewLnode's None).  An lnode that did not demand CPU last cycle has an e_share that is
+what it would get if it alone started, not a share it is getting: `eshr_if_started`
+marks it.
+
 `select_rows` orders and selects them (shrview -s and -o; `prepare` does both for a
 `ViewRequest`); `statistics` is the -ds report.  Shares and rates are fractions 0..1;
 usage and Muse charge units; Rate charge units per second.
@@ -56,7 +63,12 @@ class ViewLnode:
     their leaves'); children: active child lnodes; leaves: active leaf lnodes below (1
     for a leaf); own: it is the caller's lnode; demanding: a leaf the scheduler shares
     the CPU among (it wants CPU, is not background and has a machine share), or a group
-    with such a leaf below.
+    with such a leaf below; target: its fair target, the hierarchical max-min allocation
+    of the machine for what the lnodes want (fairshare.core.delivery); got, got_minute:
+    the fraction of the machine it received over the last cycle, and about the last
+    minute (the three None when the publishing daemon did not publish them);
+    eshr_if_started: it did not demand CPU last cycle, so its e_share is what it would
+    get if it alone started, not a share it is getting.
     """
 
     node: int
@@ -86,6 +98,10 @@ class ViewLnode:
     leaves: int = 0
     own: bool = False
     demanding: bool = False
+    target: float | None = None
+    got: float | None = None
+    got_minute: float | None = None
+    eshr_if_started: bool = False
 
     @property
     def is_group(self) -> bool:
@@ -119,10 +135,29 @@ _ROW_FIELDS = (
     "demand",
 )
 #: The columns `view_columns` derives, in ViewLnode's field order after _ROW_FIELDS.
-_DERIVED = ("muse", "rate_share", "proj", "pri", "due", "children", "leaves", "own", "demanding")
+_DERIVED = (
+    "muse",
+    "rate_share",
+    "proj",
+    "pri",
+    "due",
+    "children",
+    "leaves",
+    "own",
+    "demanding",
+    "target",
+    "got",
+    "got_minute",
+    "eshr_if_started",
+)
+#: What the machine delivered against what is fair (fractions of the machine; NaN, a
+#: ViewLnode's None, where an older daemon did not publish them).
+DELIVERY = ("target", "got", "got_minute")
+#: The columns a ViewLnode shows as None where they are NaN.
+_NONE_IF_NAN = ("due", *DELIVERY)
 
 #: The published columns the report reads.
-REPORT_COLUMNS = (*_ROW_FIELDS, "charge", "due", "pri")
+REPORT_COLUMNS = (*_ROW_FIELDS, "charge", "due", "pri", *DELIVERY)
 
 
 def demanding_leaves(leaf, demand, background, m_share) -> np.ndarray:
@@ -161,7 +196,9 @@ def view_columns(published: Columns | Sequence, own: Collection[int]) -> Columns
     those attributes.
 
     `own`: the uids of the caller's lnodes (leaves only are marked).  The
-    due share is NaN where the lnode does not demand CPU (a ViewLnode's None).
+    due share is NaN where the lnode does not demand CPU (a ViewLnode's None); the
+    `DELIVERY` columns are NaN where the publishing daemon did not publish them (a
+    columns dict without them counts as such).
     """
     f = published if isinstance(published, dict) else row_columns(published, REPORT_COLUMNS)
     kind = f["kind"]
@@ -213,6 +250,8 @@ def view_columns(published: Columns | Sequence, own: Collection[int]) -> Columns
         leaves=sums["leaves"],
         own=own_,
         demanding=sched,
+        **{k: np.asarray(f[k], dtype=float) if k in f else np.full(n, np.nan) for k in DELIVERY},
+        eshr_if_started=~demand,
         flags=flags[code] if n else np.zeros(0, np.int64),
         group=~leaf,
         pos=np.where(has_parent, pos, -1),
@@ -232,8 +271,9 @@ def rows_of(cols: Columns, rows: np.ndarray | None = None) -> list[ViewLnode]:
         at = rows.tolist()
         fields = [[c[i] for i in at] if isinstance(c, list) else c[rows] for c in fields]
     lists = [c.tolist() if isinstance(c, np.ndarray) else c for c in fields]
-    due = _DERIVED.index("due") + len(_ROW_FIELDS)
-    lists[due] = [None if d != d else d for d in lists[due]]  # NaN: None
+    for name in _NONE_IF_NAN:
+        at = _DERIVED.index(name) + len(_ROW_FIELDS)
+        lists[at] = [None if d != d else d for d in lists[at]]  # NaN: None
     return list(map(ViewLnode, *lists))
 
 

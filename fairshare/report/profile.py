@@ -4,10 +4,13 @@ it gets, in the manner of the Kay-Lauder paper's Figure 7 (pure: no UDB, no cloc
 `active_profile` builds it from the published lnode table (fairshare.report.lnodes'
 `ViewLnode`s): shares, machine share (Rshr), effective share (Eshr) and usage; the chain
 of groups above it with theirs; the ancestor group that limits it (the smallest
-Eshr/Rshr ratio, when below 1); and how long it would have to stay idle for its usage
-to decay to its fair level.  `entry_profile` is the same for an entry without an lnode
-(not logged in): its static machine share (every leaf active) and its stored usage aged
-to now.  `every_leaf` orders the active leaves for Figure 7 (shrinfo -a).
+Eshr/Rshr ratio, when below 1); what it and each of those groups received over the
+last cycle and minute against its fair target (fairshare.core.delivery), and which of
+them is furthest behind its target over the last minute (`furthest_behind`); and how
+long it would have to stay idle for its usage to decay to its fair level.
+`entry_profile` is the same for an entry without an lnode (not logged in): its static
+machine share (every leaf active) and its stored usage aged to now.  `every_leaf`
+orders the active leaves for Figure 7 (shrinfo -a).
 
 The fair level u* is the core's (fairshare.core.fair, asked through
 fairshare.core.policies.fair_usage): the usage at which the lnode would get its due part
@@ -41,15 +44,24 @@ from udb.errors import NotFound
 #: A group counts as limiting when its Eshr/Rshr ratio is below 1 by more than this
 #: (a cycle's rounding noise is far smaller).
 LIMIT_TOLERANCE = 0.005
+#: An lnode is behind its fair target when it received less than it over the last
+#: minute by more than this (a fraction of the machine: 1 percentage point), the noise
+#: of a minute's measure of an enforcer that delivers its target.
+BEHIND_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
 class GroupShare:
-    """A group above the lnode: its name, Rshr (m_share) and Eshr (e_share)."""
+    """A group above the lnode: its name, Rshr (m_share) and Eshr (e_share); the
+    fraction of the machine it received over the last minute (got_minute) and its fair
+    target (target), None when the table does not have them (an older daemon's) or
+    for an entry without an lnode."""
 
     name: str
     m_share: float
     e_share: float
+    got_minute: float | None = None
+    target: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,15 @@ class Profile:
     fair_usage: u* (None when it is the only lnode wanting CPU, or not active); idle_seconds: the
     time idle to decay to u* (0 when its usage is at or below it; None when unknown).
     background: past MAXUSAGE or without shares, it runs only on CPU nobody else wants.
+    eshr_if_started: it did not demand CPU last cycle, so e_share is what it would get
+    if it alone started, not a share it is getting.
+    got, got_minute, target: the fraction of the machine it received over the last
+    cycle and about the last minute, and its fair target (None without an lnode, or
+    when the table does not have them).  behind / behind_points: the lnode among it
+    and the groups above it that received, over the last minute, furthest below its
+    fair target, by more than BEHIND_TOLERANCE (its name: the lnode's own when it is
+    itself), and by how much (percentage points of the machine); None when none is,
+    or the figures are not known.
     normalized_shares, normalized_usage, effective_usage, fairshare_factor: Slurm's
     classic figures from the usage stored in the UDB, whatever the policy
     (fairshare.report.sharetree.stored_sshare; None when not worked out).
@@ -82,6 +103,12 @@ class Profile:
     idle_seconds: float | None
     halflife: float
     background: bool = False
+    eshr_if_started: bool = False
+    got: float | None = None
+    got_minute: float | None = None
+    target: float | None = None
+    behind: str | None = None
+    behind_points: float | None = None
     normalized_shares: float | None = None
     normalized_usage: float | None = None
     effective_usage: float | None = None
@@ -166,6 +193,7 @@ def active_profile(
                 limited, ratio = g.name, r
     fair = fair_usage(lnodes, me, consts, local_shares) if not me.is_group else None
     halflife = consts.halflife
+    behind = furthest_behind([*chain, me])
     return Profile(
         name=me.name,
         uid=me.uid,
@@ -175,14 +203,38 @@ def active_profile(
         e_share=me.e_share,
         usage=me.usage,
         active=True,
-        groups=tuple(GroupShare(g.name, g.m_share, g.e_share) for g in chain),
+        groups=tuple(
+            GroupShare(g.name, g.m_share, g.e_share, g.got_minute, g.target) for g in chain
+        ),
         limited_by=limited,
         limit_ratio=ratio,
         fair_usage=fair,
         idle_seconds=idle_time(me.usage, fair, halflife),
         halflife=halflife,
         background=me.background,
+        eshr_if_started=me.eshr_if_started,
+        got=me.got,
+        got_minute=me.got_minute,
+        target=me.target,
+        behind=None if behind is None else behind[0],
+        behind_points=None if behind is None else behind[1],
     )
+
+
+def furthest_behind(chain: Sequence[ViewLnode]) -> tuple[str, float] | None:
+    """(name, percentage points) of the lnode of `chain` (top first) that received over
+    the last minute furthest below its fair target, by more than BEHIND_TOLERANCE; of
+    lnodes behind by as much within that tolerance, the highest (a group's shortfall
+    is its members').  None when none is behind, or an lnode's figures are not known
+    (a table published by an older daemon)."""
+    best, most = None, 0.0
+    for v in chain:
+        if v.got_minute is None or v.target is None:
+            return None
+        short = v.target - v.got_minute
+        if short > BEHIND_TOLERANCE and (best is None or short > most + BEHIND_TOLERANCE):
+            best, most = v.name, short
+    return None if best is None else (best, 100 * most)
 
 
 def entry_profile(

@@ -26,7 +26,8 @@ GROUPS, USERS = 100, 1000
 
 
 def rows() -> list[PublishedLnode]:
-    """A breadth-first numbered table: root, the groups, then their users."""
+    """A breadth-first numbered table: root, the groups, then their users, one user in
+    ten wanting no CPU (its Eshr% in parentheses)."""
     n_users = GROUPS * USERS
     out = [_row(0, "root", -1, 0, "root", 1.0, 1.0, n_users * 5.0)]
     for g in range(GROUPS):
@@ -36,7 +37,9 @@ def rows() -> list[PublishedLnode]:
         for u in range(USERS):
             node = first + g * USERS + u
             m = 1 / n_users
-            out.append(_row(node, f"u{g:03d}{u:04d}", 1 + g, 2, "user", m, m, 1.0 + u % 7))
+            user = _row(node, f"u{g:03d}{u:04d}", 1 + g, 2, "user", m, m, 1.0 + u % 7)
+            user.demand = u % 10 != 0
+            out.append(user)
     return out
 
 
@@ -65,6 +68,11 @@ def _row(node, name, parent, level, kind, m, e, usage) -> PublishedLnode:
         demand=True,
         due=m,
         pri=m,
+        want=1.0,
+        target=m,
+        got=m,
+        got_minute=m,
+        flat=m,
     )
 
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace as Entry
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import assert_stored
 
 from fairshare.cli.shrinfo import main
 from fairshare.core import policies
@@ -55,8 +56,18 @@ def test_active_user_in_the_manner_of_figure_7(published, utc):  # noqa: F811
     assert lines[0] == (
         f"me  Shares: 1  Share: 37.5%  E-share: {100 * me.e_share:.3g}%  Usage: {me.usage:.0f}"
     )
-    assert lines[1] == f"  in group A: Rshr 75%, Eshr {100 * a.e_share:.3g}%"
-    assert lines[2] == "  no group above it gets less than its machine share"
+    assert lines[1] == (
+        f"  in group A: Rshr 75%, Eshr {100 * a.e_share:.3g}%; got "
+        f"{100 * a.got_minute:.3g}% over the last minute, fair target 75%"
+    )
+    assert lines[2] == (
+        f"  it got {100 * me.got_minute:.3g}% over the last minute ({100 * me.got:.3g}% in "
+        "the last cycle), fair target 37.5%"
+    )
+    # The simulated machine delivers the fair targets: nobody is behind.
+    assert lines[3] == (
+        "  it and the groups above it got their fair targets over the last minute (within 1 point)"
+    )
     # Its fair usage among its demanding siblings, as the cycle splits A's share: a2
     # (3/8 like me; b1 is in B): m = 1/2, S = (3/8)^2/u_a2, u* = (3/8)^2 (1-m) / (m S),
     # a2's usage.
@@ -68,7 +79,7 @@ def test_active_user_in_the_manner_of_figure_7(published, utc):  # noqa: F811
         assert doc["user"]["idle_seconds"] == pytest.approx(120 * math.log2(me.usage / fair))
     else:
         assert doc["user"]["idle_seconds"] == 0
-        assert lines[3] == f"  its usage is at or below its fair level {fair:.0f}"
+        assert lines[4] == f"  its usage is at or below its fair level {fair:.0f}"
     assert fair == pytest.approx(rows["a2"].usage)
     assert "no daemon is running for simulator" in result.stderr
     assert result.stderr.startswith("shrinfo: ")
@@ -117,6 +128,7 @@ def test_all_lists_every_active_user_as_figure_7(published, utc):  # noqa: F811
     assert [line.split()[0] for line in lines] == leaves  # highest usage first
     for line, name in zip(lines, leaves, strict=True):
         r = rows[name]
+        eshr = f"{100 * r.e_share:.3g}%"
         assert line.split() == [
             name,
             "Shares:",
@@ -124,7 +136,7 @@ def test_all_lists_every_active_user_as_figure_7(published, utc):  # noqa: F811
             "Share:",
             f"{100 * r.m_share:.3g}%",
             "E-share:",
-            f"{100 * r.e_share:.3g}%",
+            f"({eshr})" if name == "quiet" else eshr,  # quiet wants no CPU
             "Usage:",
             f"{r.usage:.0f}" if r.usage >= 100 else f"{r.usage:.3g}",
         ]
@@ -134,8 +146,10 @@ def test_all_lists_every_active_user_as_figure_7(published, utc):  # noqa: F811
     doc = json.loads(run(published, "-a", "--json").stdout)
     assert [u["name"] for u in doc["users"]] == leaves
     assert list(doc["users"][0]) == [
-        "name", "uid", "kind", "shares", "m_share", "e_share", "usage", "background"
+        "name", "uid", "kind", "shares", "m_share", "e_share", "eshr_if_started", "usage",
+        "background",
     ]  # fmt: skip
+    assert [u["name"] for u in doc["users"] if u["eshr_if_started"]] == ["quiet"]
     verbose = run(published, "-a", "-v").stdout
     assert "\nActive users = 4/5, active groups = 2.\n\n" + lines[0] in verbose
 
@@ -156,11 +170,14 @@ def test_json_shape(published):  # noqa: F811
     assert doc["age"] == pytest.approx(100)
     keys = (
         "name uid kind shares m_share e_share usage active groups limited_by limit_ratio "
-        "fair_usage idle_seconds halflife background normalized_shares normalized_usage "
-        "effective_usage fairshare_factor"
+        "fair_usage idle_seconds halflife background eshr_if_started got got_minute target behind "
+        "behind_points normalized_shares normalized_usage effective_usage fairshare_factor"
     )
     assert list(doc["user"]) == keys.split()
     assert doc["user"]["groups"][0]["name"] == "B"
+    assert list(doc["user"]["groups"][0]) == "name m_share e_share got_minute target".split()
+    assert doc["user"]["target"] == 0.25 and doc["user"]["groups"][0]["target"] == 0.25
+    assert doc["user"]["behind"] is None and doc["user"]["behind_points"] is None
     assert doc["user"]["m_share"] == pytest.approx(0.125)
 
 
@@ -304,7 +321,13 @@ def test_the_group_furthest_below_its_share_is_named():
         "  in group G1: Rshr 50%, Eshr 30%",
         "    in group sub: Rshr 25%, Eshr 20%",
     ]
-    assert lines[3] == "  limited by group G1: it gets 0.60 of its machine share"
+    assert lines[3] == "  limited by group G1: its effective share is 0.60 of its machine share"
+    # A table of an older daemon: what was delivered is not known, and said so.
+    assert p.got_minute is None and p.behind is None
+    assert lines[4] == (
+        "  what it and its groups received is not in this table (its daemon is older "
+        "than those figures)"
+    )
 
 
 def test_background_and_zero_share_lnodes_are_explained():
@@ -338,4 +361,4 @@ def test_durations_for_people():
 
 def test_stored_rendering(published, utc):  # noqa: F811
     result = run(published, "me")
-    assert result.stdout == (DATA / "shrinfo_me.txt").read_text()
+    assert_stored(DATA / "shrinfo_me.txt", result.stdout)

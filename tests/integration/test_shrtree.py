@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import assert_stored
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import insert
@@ -89,8 +90,7 @@ def as_json(path, *args):
 def test_long_display_matches_the_stored_rendering(acme):
     result = run(acme, "-l")
     assert result.exit_code == 0, result.output
-    expected = (DATA / "shrtree_acme_l.txt").read_text()
-    assert result.stdout.replace(str(acme), "UDB_PATH") == expected
+    assert_stored(DATA / "shrtree_acme_l.txt", result.stdout.replace(str(acme), "UDB_PATH"))
 
 
 def test_default_shows_groups_only_with_the_header(acme):

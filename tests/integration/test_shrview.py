@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import assert_stored
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -39,6 +40,7 @@ from fairshare.display import columns
 from fairshare.display.shrview import (
     _fixed_lines,
     bar,
+    column_heading,
     column_texts,
     display_columns,
     round6,
@@ -188,9 +190,12 @@ def published_rows(url: str) -> dict[str, PublishedLnode]:
 
 
 def body(text: str) -> list[list[str]]:
-    """The table of a plain display: its lines after the blank line, split on blanks."""
+    """The table of a plain display: its lines after the blank line, from the heading
+    that starts with Name where there is one (the lines above it left out), split on
+    blanks."""
     lines = text.split("\n\n", 1)[1].splitlines()
-    return [line.split() for line in lines]
+    heads = [i for i, line in enumerate(lines) if line.startswith("Name ")]
+    return [line.split() for line in lines[heads[0] if heads else 0 :]]
 
 
 # -- the monitor display ---------------------------------------------------------------
@@ -200,18 +205,23 @@ def test_monitor_columns_match_the_published_rows_and_the_hand_figures(published
     result = run(published, "-dm")
     assert result.exit_code == 0, result.output
     table = body(result.stdout)
-    # The guide's header: Usage in thousands of charge units.
-    assert table[0] == "Name Rate% Eshr% Rshr% Usage(k) Rate Muse Ref Chld Flags".split()
+    # The guide's header (Usage in thousands of charge units), with what the lnodes
+    # received over the last cycle and minute and their fair targets.
+    heading = "Name Rate% Eshr% Rshr% Got% Min% Fair% Usage(k) Rate Muse Ref Chld Flags"
+    assert table[0] == heading.split()
     by_name = {cells[0].lstrip("*"): cells for cells in table[1:]}
     assert list(by_name) == ["A", "a2", "me", "B", "b1", "quiet"]
     rows = published_rows(published)
     for name, cells in by_name.items():
         r = rows[name]
-        assert cells[2] == f"{100 * r.e_share:.2f}"
+        # quiet wants no CPU: its Eshr% is what it would get if it alone started.
+        eshr = f"{100 * r.e_share:.2f}"
+        assert cells[2] == (f"({eshr})" if name == "quiet" else eshr)
         assert cells[3] == f"{100 * r.m_share:.2f}"
-        assert cells[4] == f"{r.usage / 1000:.0f}"
-        assert cells[5] == f"{r.rate:.2f}"
-        assert cells[7] == str(r.refs)
+        assert cells[4:7] == [f"{100 * x:.2f}" for x in (r.got, r.got_minute, r.target)]
+        assert cells[7] == f"{r.usage / 1000:.0f}"
+        assert cells[8] == f"{r.rate:.2f}"
+        assert cells[10] == str(r.refs)
     # Machine shares from the scenario's shares (see the module docstring).
     rshr = {name: cells[3] for name, cells in by_name.items()}
     assert rshr == {
@@ -223,7 +233,7 @@ def test_monitor_columns_match_the_published_rows_and_the_hand_figures(published
         "quiet": "12.50",
     }
     # At equilibrium each demanding lnode gets its due share; quiet would get 1.5 x 1/8.
-    eshr = {name: float(cells[2]) for name, cells in by_name.items()}
+    eshr = {name: float(cells[2].strip("()")) for name, cells in by_name.items()}
     for name, due in {"A": 75, "me": 37.5, "a2": 37.5, "B": 25, "b1": 25}.items():
         assert eshr[name] == pytest.approx(due, abs=0.2)
     assert eshr["quiet"] == pytest.approx(18.75, abs=0.01)
@@ -233,20 +243,45 @@ def test_monitor_columns_match_the_published_rows_and_the_hand_figures(published
     assert by_name["A"][1] == f"{100 * (rows['me'].rate + rows['a2'].rate) / total:.2f}"
     assert by_name["quiet"][1] == "0.00"
     # Muse: charges since activation; the whole machine, 800 CPU s x 10,000 per CPU s.
-    muse = {name: int(cells[6]) for name, cells in by_name.items()}
+    muse = {name: int(cells[9]) for name, cells in by_name.items()}
     assert muse["A"] == round(rows["me"].charge + rows["a2"].charge)
     assert muse["A"] + muse["B"] == pytest.approx(8_000_000, abs=2)
-    assert by_name["A"][8] == "2" and by_name["B"][8] == "2" and by_name["me"][8] == "0"
-    assert [by_name[n][7] for n in ("A", "me", "a2", "B", "b1", "quiet")] == list("321211")
+    assert by_name["A"][11] == "2" and by_name["B"][11] == "2" and by_name["me"][11] == "0"
+    assert [by_name[n][10] for n in ("A", "me", "a2", "B", "b1", "quiet")] == list("321211")
     # Flags as the guide shows them: users 10000, groups 50000, demanding or not.
-    assert by_name["A"][9] == "50000"
-    assert by_name["me"][9] == "10000"
-    assert by_name["quiet"][9] == "10000"
+    assert by_name["A"][12] == "50000"
+    assert by_name["me"][12] == "10000"
+    assert by_name["quiet"][12] == "10000"
+
+
+def test_monitor_shows_the_fair_targets_and_what_was_delivered(published, utc):
+    result = run(published, "-dm")
+    by_name = {cells[0].lstrip("*"): cells for cells in body(result.stdout)[1:]}
+    # The fair targets, max-min over what they want (me 2 CPUs, a2 1, b1 1, quiet 0) on
+    # 2 CPUs: A 3/4 of them, B 1/4 (b1 wants more), halved in A; quiet wants nothing.
+    fair = {name: cells[6] for name, cells in by_name.items()}
+    assert fair == {
+        "A": "75.00",
+        "a2": "37.50",
+        "me": "37.50",
+        "B": "25.00",
+        "b1": "25.00",
+        "quiet": "0.00",
+    }
+    # The simulated machine delivers them (the cycle's nested cgroups), over the last
+    # cycle and over the last minute alike.
+    for name, cells in by_name.items():
+        assert float(cells[4]) == pytest.approx(float(fair[name]), abs=0.5)
+        assert float(cells[5]) == pytest.approx(float(fair[name]), abs=0.5)
+    # The legend says what the new columns and the parentheses are.
+    legend = result.stdout.split("\n\n", 1)[1].splitlines()[:2]
+    assert legend[0].startswith("Got%: the CPU it received over the last cycle, Min%: ")
+    assert legend[1] == "(Eshr%): it wants no CPU; the share it would get if it alone started"
 
 
 def test_names_are_indented_by_level_and_the_callers_lnode_is_starred(published, utc):
     lines = run(published, "-dm").stdout.split("\n\n", 1)[1].splitlines()
-    names = [re.match(r" *\*?\S+", line).group() for line in lines[1:]]
+    names = [re.match(r" *\*?\S+", line).group() for line in lines[3:]]  # after the legend
     assert names == ["A", "  a2", "  *me", "B", "  b1", "  quiet"]
     doc = as_json(published, "-dm")
     assert [v["name"] for v in doc["lnodes"] if v["own"]] == ["me"]
@@ -274,14 +309,24 @@ def test_monitor_json_shape(published):
     assert doc["display"] == "monitor"
     assert (doc["select"], doc["sort"]) == ("all", "tree")
     me = next(v for v in doc["lnodes"] if v["name"] == "me")
-    keys = "name level uid kind own rate_pct eshr_pct rshr_pct usage rate muse ref chld flags"
-    assert list(me) == keys.split() + ["demand", "background"]
+    keys = (
+        "name level uid kind own rate_pct eshr_pct eshr_if_started rshr_pct got_pct min_pct "
+        "fair_pct usage rate muse ref chld flags demand background"
+    )
+    assert list(me) == keys.split()
+    assert me["eshr_if_started"] is False and me["fair_pct"] == 37.5
+    row = published_rows(published)["me"]
+    assert (me["got_pct"], me["min_pct"]) == (
+        round(100 * row.got, 6),
+        round(100 * row.got_minute, 6),
+    )
     assert me["uid"] == ME and me["kind"] == "user" and me["rshr_pct"] == 37.5
     assert me["flags"] == "10000" and me["ref"] == 2
     assert me["demand"] is True and me["background"] is False
     assert me["usage"] == published_rows(published)["me"].usage  # charge units, not k
     quiet = next(v for v in doc["lnodes"] if v["name"] == "quiet")
-    assert quiet["demand"] is False
+    assert quiet["demand"] is False and quiet["eshr_if_started"] is True
+    assert quiet["eshr_pct"] == pytest.approx(18.75) and quiet["fair_pct"] == 0.0
 
 
 # -- adjgroup, limshare, statistics, nice, graph --------------------------------------------
@@ -298,7 +343,8 @@ def test_adjgroup_columns(published, utc):
         assert cells[2] == f"{100 * r.cpu:.2f}"
         assert cells[4] == str(r.nrun)
         assert cells[7] == f"{r.adj:.2f}"
-        assert cells[8] == f"{100 * r.e_share:.2f}"
+        new = f"{100 * r.e_share:.2f}"
+        assert cells[8] == (f"({new})" if name == "quiet" else new)
     # The machine is shared as due: CPU% A 75, B 25; within A, me and a2 half each.
     assert float(by_name["A"][2]) == pytest.approx(75, abs=0.5)
     assert float(by_name["b1"][2]) == pytest.approx(25, abs=0.5)
@@ -314,15 +360,16 @@ def test_adjgroup_columns(published, utc):
     assert by_name["A"][9] == f"{100 * (w['me'] + w['a2']) / total:.2f}"
     assert by_name["quiet"][9] == "0.00"
     doc = as_json(published, "-da")
-    keys = "rate_pct cpu_pct rshr_pct nrun rate proj_pct adj_a new_pct pri_pct"
+    keys = "rate_pct cpu_pct rshr_pct nrun rate proj_pct adj_a new_pct eshr_if_started pri_pct"
     assert list(doc["lnodes"][0])[5:] == keys.split()
+    assert [v["eshr_if_started"] for v in doc["lnodes"]] == [False] * 5 + [True]
 
 
 def test_limshare_shows_the_band_around_the_due_share(published, utc):
     result = run(published, "-dl")
     text = result.stdout
     assert "LIMSHARE on, maxushare = 1.5: Eshr kept between Due/1.5 and Due x 1.5" in text
-    table = body(text)[1:]
+    table = body(text)
     assert table[0] == "Name Rshr% Due% Eshr% Floor% Limit% Lim".split()
     cells = {c[0].lstrip("*"): c[1:] for c in table[1:]}
     # due shares: A 3/4, me = a2 3/8, B 1/4, b1 1/4 (quiet demands nothing); the band
@@ -332,16 +379,35 @@ def test_limshare_shows_the_band_around_the_due_share(published, utc):
         assert cells[name][1] == f"{100 * d:.2f}"
         assert cells[name][3:5] == [f"{100 * d / 1.5:.2f}", f"{100 * d * 1.5:.2f}"]
     assert cells["quiet"][1] == "-" and cells["quiet"][3:] == ["-", "-"]
+    assert cells["quiet"][2].startswith("(") and cells["b1"][2][0].isdigit()
     assert all(len(c) == 5 for c in cells.values())  # nobody at a bound
     doc = as_json(published, "-dl")
     assert doc["limshare"] is True and doc["maxushare"] == 1.5
     quiet = next(v for v in doc["lnodes"] if v["name"] == "quiet")
     assert quiet["limit_pct"] is None and quiet["floor_pct"] is None and quiet["lim"] is None
+    assert quiet["eshr_if_started"] is True
     b1 = next(v for v in doc["lnodes"] if v["name"] == "b1")
     assert b1["due_pct"] == 25.0 and b1["floor_pct"] == pytest.approx(100 / 6, abs=1e-6)
 
 
-def _row(node, name, parent, level, kind, m, e, usage=1.0, demand=True, nrun=1, rate=0.0, due=None):
+def _row(
+    node,
+    name,
+    parent,
+    level,
+    kind,
+    m,
+    e,
+    usage=1.0,
+    demand=True,
+    nrun=1,
+    rate=0.0,
+    due=None,
+    got=None,
+    target=None,
+):
+    """A published lnode; `got` (also its got_minute) and `target` None as an older
+    daemon published them."""
     return PublishedLnode(
         host="h",
         node=node,
@@ -365,6 +431,9 @@ def _row(node, name, parent, level, kind, m, e, usage=1.0, demand=True, nrun=1, 
         background=False,
         demand=demand,
         due=due,
+        got=got,
+        got_minute=got,
+        target=target,
     )
 
 
@@ -494,8 +563,8 @@ def test_select(published):
 
 def test_subtree_indentation_starts_at_its_top(published, utc):
     lines = run(published, "-dm", "-s", "B").stdout.splitlines()
-    assert lines[4].startswith("B ")
-    assert lines[5].startswith("  b1 ") and lines[6].startswith("  quiet ")
+    assert lines[6].startswith("B ")
+    assert lines[7].startswith("  b1 ") and lines[8].startswith("  quiet ")
 
 
 def test_sort_orders_siblings_within_the_tree(published):
@@ -655,8 +724,7 @@ def test_nothing_published(udb_url):
 def test_stored_rendering(published, utc, letter):
     result = run(published, f"-d{letter}")
     assert result.exit_code == 0
-    expected = (DATA / f"shrview_d{letter}.txt").read_text()
-    assert result.stdout == expected
+    assert_stored(DATA / f"shrview_d{letter}.txt", result.stdout)
 
 
 def test_the_quick_start_shows_the_last_cycle_with_the_workload_running(tmp_path):
@@ -694,26 +762,43 @@ _SHARES = st.one_of(st.floats(1e-9, 1.0), st.sampled_from([0.0, 0.99995, 0.09999
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.tuples(_SHARES, _NUMBERS, _NUMBERS, _NUMBERS, st.integers(0, 10**6)), min_size=1)
+    st.lists(
+        st.tuples(
+            _SHARES,
+            _NUMBERS,
+            _NUMBERS,
+            _NUMBERS,
+            st.integers(0, 10**6),
+            st.booleans(),
+            st.one_of(st.none(), _NUMBERS),
+        ),
+        min_size=1,
+    )
 )
-@example(values=[(1.0, 0.0, 0.0, 0.0, 0), (1.0, 0.0, 0.0, -0.0, 0)])  # -0.00 is wider
+@example(values=[(1.0, 0.0, 0.0, 0.0, 0, True, 0.0), (1.0, 0.0, 0.0, -0.0, 0, True, 0.0)])
+@example(values=[(0.5, 9.995, 0.0, 0.0, 1, False, None), (0.5, 99.995, 0.0, 0.0, 0, True, 1.0)])
+@example(values=[(0.5, -0.005, 0.0, 0.0, 1, False, -0.0), (0.5, 0.5, 0.0, 0.0, 1, True, None)])
 @pytest.mark.parametrize("display", ["monitor", "adjgroup"])
 def test_fixed_width_lines_are_the_cell_by_cell_columns(display, values):
     """-dm's and -da's one-format-per-line layout (widths from each column's extremes) gives the
     very lines of formatting every cell and padding it, whatever the numbers' signs,
-    sizes and rounding."""
+    sizes and rounding, with the effective shares of lnodes that want no CPU in
+    parentheses and "-" for what an older daemon did not publish (None).  The examples:
+    -0.00 is wider than 0.00; 9.995 and 99.995 are halves; -0.005 prints -0.50."""
     rows = [_row(0, "root", -1, 0, "root", 1.0, 1.0)] + [
-        _row(i + 1, f"u{i}", 0, 1, "user", m, e, usage=u, nrun=n, rate=r)
-        for i, (m, e, u, r, n) in enumerate(values)
+        _row(i + 1, f"u{i}", 0, 1, "user", m, e, u, demand, n, r, got=got, target=e)
+        for i, (m, e, u, r, n, demand, got) in enumerate(values)
     ]
     table = view_columns(rows, frozenset())
     shown = rows_of(table)[1:]
+    at = np.arange(1, len(rows))
     cols = display_columns(display, Consts())
+    heads = [column_heading(c, table, at) for c in cols]
     for accent in ("", "é"):  # ASCII names, and others
         names = [("*" if i % 3 == 0 else "") + v.name + accent for i, v in enumerate(shown)]
         cells = zip(names, *(column_texts(c, shown) for c in cols[1:]), strict=True)
-        expected = columns([[c.heading for c in cols]], list(cells), [c.right for c in cols])
-        assert _fixed_lines(cols, names, table, np.arange(1, len(rows))) == expected
+        expected = columns([heads], list(cells), [c.right for c in cols])
+        assert _fixed_lines(cols, names, table, at) == expected
 
 
 def test_fixed_width_lines_leave_what_is_not_finite_to_the_cells():
