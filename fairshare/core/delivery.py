@@ -13,7 +13,8 @@ factors), on the new lnode table, in place:
   (fairshare.core.maxmin) for those wants over the tree's shares, as a fraction of the
   machine.  A group's target is its subtree's.
 - `got`: the fraction of the machine each lnode received over the cycle; `got_minute`
-  the same, averaged over about the last minute (exponentially, time constant MINUTE).
+  the same, averaged over about the last minute (exponentially, time constant MINUTE;
+  a new lnode's starts at its first cycle's).
 - `flat`: the share a flat enforcer (nice values, systemd's user slices: one weight
   per lnode, side by side) gives an lnode, so that the kernel delivers what nested
   cgroups would.  The kernel hands the CPU an lnode leaves unused to every runnable
@@ -137,6 +138,9 @@ def deliver(
     new.want = want * new.active
     new.target = target * new.active
     new.got = got * new.active
-    new.got_minute = (old.got_minute * k + got * (1 - k)) * new.active
+    # A new lnode's minute starts at what it got in its first cycle, not at 0.
+    fresh = (old.got_minute <= 0) & (old.got <= 0)
+    minute = np.where(fresh, got, old.got_minute * k + got * (1 - k))
+    new.got_minute = minute * new.active
     measured = got_leaf if elapsed > 0 else None
     new.flat, new.trim = flat_shares(tree, old, new, want, cpus, measured)

@@ -7,18 +7,17 @@ On 2 CPUs, every 4 s cycle, as side-by-side weights deliver it (the flat enforce
 issue saw): u4 (interactive) uses 1% of a CPU, 0.04 CPU s, and u1, u2 and u3, each
 runnable, split the rest evenly, (8 - 0.04) / 3 CPU s each.  Over the cycle (of the
 machine, 8 CPU s): u1 = u2 = u3 = 0.331667, u4 = 0.005, u5 = 0; Physics 0.663333, Chem
-0.336667.  Over the last minute the same times f = 1 - exp(-4/60)^N after N cycles (the
-average starts at 0).  What they want: u1 8 CPUs (8 runnable), u2 1, u3 1, u4 0.01 (the
+0.336667.  Over the last minute the same (every cycle alike, and a new lnode's minute
+starts at its first cycle's).  What they want: u1 8 CPUs (8 runnable), u2 1, u3 1, u4 0.01 (the
 CPU it used), u5 0; so the fair targets (max-min on 2 CPUs, Physics and Chem one share
 each): Physics 1 CPU (u1 and u2 0.5 each, 25%), Chem 1 CPU (u4 its 0.01, 0.5%; u3 the
-0.99 left, 49.5%), 50% each.  Chem is 50 - 33.67 f = 16.33 points behind; u3 behind by
-as much (49.5 - 33.17 f), within a hair: shrinfo names the group.
+0.99 left, 49.5%), 50% each.  Chem is 50 - 33.67 = 16.33 points behind; u3 behind by
+as much (49.5 - 33.17), within a hair: shrinfo names the group.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import tomllib
 
 import numpy as np
@@ -54,7 +53,7 @@ NOW = EPOCH + 4 * CYCLES + 10
 CPU = {"u1": 7.96 / 3, "u2": 7.96 / 3, "u3": 7.96 / 3, "u4": 0.04, "u5": 0.0}
 NRUN = {"u1": 8, "u2": 1, "u3": 1, "u4": 0, "u5": 0}
 #: Over the last minute: what the cycle received times this (see the module docstring).
-MINUTE = 1 - math.exp(-4 / 60) ** CYCLES
+MINUTE = 1.0
 GOT = {"u1": 7.96 / 24, "u2": 7.96 / 24, "u3": 7.96 / 24, "u4": 0.005, "u5": 0.0}
 GOT |= {"Physics": GOT["u1"] + GOT["u2"], "Chem": GOT["u3"] + GOT["u4"]}
 FAIR = {"Physics": 0.5, "Chem": 0.5, "u1": 0.25, "u2": 0.25, "u3": 0.495, "u4": 0.005, "u5": 0.0}
