@@ -12,7 +12,7 @@
   machine, one host or a site of several.
 - record.py: what a run measured (entitled, fair and delivered share, the deviation
   from the fair share) and its series.
-- plot.py: shrsim --plot.
+- plot.py: shrsim --plot, lnodes and groups.
 - compare.py: shrsim --compare, one scenario under several policies.
 - daemon.py: `shrdaemon --simulate`, the real daemon loop on the simulated machine.
 

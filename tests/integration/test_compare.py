@@ -90,13 +90,22 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def test_plot_draws_one_panel_per_policy(registered, tmp_path):
+def test_plot_draws_one_row_of_panels_per_policy(registered, tmp_path):
     one, two = tmp_path / "one.png", tmp_path / "two.png"
     assert run("--compare", "unicos", "--plot", str(one)).exit_code == 0
     r = run("--compare", "unicos,flatunicos", "--plot", str(two))
     assert r.exit_code == 0, r.output
-    # 3.5 inches of figure per panel plus one, at 100 dpi
-    assert png_size(one) == (1000, 450) and png_size(two) == (1000, 800)
+    # 3.5 inches of figure per row plus one, at 100 dpi; Table I has groups, so each row
+    # has a panel of lnodes and one of groups, 8 inches each plus 2
+    assert png_size(one) == (1800, 450) and png_size(two) == (1800, 800)
+
+
+def test_plot_without_groups_is_one_column(tmp_path):
+    one = tmp_path / "one.png"
+    flat = str(SCENARIOS / "01_equal_shares.toml")
+    r = CliRunner().invoke(shrsim, [flat, "--compare", "unicos", "--plot", str(one)])
+    assert r.exit_code == 0, r.output
+    assert png_size(one) == (1000, 450)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -263,6 +264,21 @@ def test_shrsim_plot(two, tmp_path, ext):
     assert out.exit_code == 0, out.output
     head = target.read_bytes()[:200]
     assert head.startswith(b"\x89PNG") if ext == "png" else b"<svg" in head or b"<?xml" in head
+
+
+def test_shrsim_plot_draws_the_groups_in_a_second_panel(tmp_path):
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    for stem, target in (("01_equal_shares", one), ("05_table_one", two)):
+        scenario = ROOT / "examples" / "scenarios" / f"{stem}.toml"
+        out = CliRunner().invoke(shrsim, [str(scenario), "--plot", str(target)])
+        assert out.exit_code == 0, out.output
+    # 4.5 inches per panel plus one, at 100 dpi: 01 has no groups, 05 has A and B
+    assert png_size(one) == (1000, 550) and png_size(two) == (1000, 1000)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    width, height = struct.unpack(">II", path.read_bytes()[16:24])
+    return width, height
 
 
 def test_shrsim_stored_rendering(monkeypatch):
