@@ -32,7 +32,8 @@ PLOT_FORMATS = (".png", ".svg")
     "--plot",
     "plot_file",
     metavar="FILE",
-    help="Draw delivered against entitled share over time, one line per lnode (.png or .svg).",
+    help="Draw delivered, fair and entitled share over time per lnode and per group "
+    "(.png or .svg).",
 )
 @click.option(
     "--window",
@@ -50,19 +51,21 @@ PLOT_FORMATS = (".png", ".svg")
     "--compare",
     metavar="POLICY,...",
     help="Run the scenario under each named policy (e.g. unicos,slurm,feedback) and print "
-    "one table: entitled share, each policy's delivered share and deviation; --plot draws "
-    "one panel per policy, --json nests each policy's document under its name.",
+    "one table: entitled and fair share, each policy's delivered share and deviation; "
+    "--plot draws one row of panels per policy, --json nests each policy's document "
+    "under its name.",
 )
 @handle_errors
 def main(scenario, udb, as_json, plot_file, window, enforcer, compare):
-    """Simulate SCENARIO (a TOML file) and report entitled against delivered CPU share.
+    """Simulate SCENARIO (a TOML file) and report the fair against the delivered CPU share.
 
     The simulator runs the daemon's own scheduling cycle every delta seconds of
     simulated time on a machine of N CPUs that shares CPU among runnable
     processes by the weights the enforcer would set.  For every lnode and every
     group above one it prints, over the measured window, the entitled share
-    (mean m_share), the delivered share (CPU it received / CPU delivered to all
-    lnodes) and their difference in percentage points.
+    (mean m_share), the fair share (the hierarchical max-min allocation of the
+    CPUs for the demand the run had), the delivered share (CPU it received / CPU
+    delivered to all lnodes) and delivered minus fair in percentage points.
 
     A scenario without `udb` or `directives` simulates the UDB named by --udb,
     with its stored constants.  Exit status: 0 on success, 2 for bad input.
@@ -103,11 +106,18 @@ def main(scenario, udb, as_json, plot_file, window, enforcer, compare):
         render(result, Console())
 
 
+def _pp(value: float) -> str:
+    """Percentage points with their sign; a deviation that rounds to zero is +0.00,
+    whichever side of zero the arithmetic left it."""
+    return f"{round(value, 2) + 0.0:+.2f}"
+
+
 def _table(title: str, rows: list[Measured]) -> Table:
     t = Table(title=title, title_justify="left")
     t.add_column("Name")
     t.add_column("Kind")
     t.add_column("Entitled %", justify="right")
+    t.add_column("Fair %", justify="right")
     t.add_column("Delivered %", justify="right")
     t.add_column("Deviation pp", justify="right")
     for m in rows:
@@ -115,8 +125,9 @@ def _table(title: str, rows: list[Measured]) -> Table:
             m.name,
             m.kind,
             f"{m.entitled * 100:.2f}",
+            f"{m.fair * 100:.2f}",
             f"{m.delivered * 100:.2f}",
-            f"{m.deviation_pp:+.2f}",
+            _pp(m.deviation_pp),
         )
     return t
 
@@ -133,11 +144,12 @@ def render(result: SimResult, console: Console) -> None:
     console.print(_table("Lnodes", result.lnodes))
     if result.groups:
         console.print(_table("Groups", result.groups))
-    console.print(f"Largest deviation: {result.max_deviation_pp:.2f} pp")
+    console.print(f"Largest deviation from the fair share: {result.max_deviation_pp:.2f} pp")
 
 
 def _compare_table(title: str, cmp: Comparison, rows) -> Table:
-    # No Kind column and no vertical rules: three policies still fit 80 columns.
+    # No Kind column, no vertical rules, the units on a second header line: three
+    # policies still fit 80 columns.
     t = Table(
         title=title,
         title_justify="left",
@@ -145,14 +157,15 @@ def _compare_table(title: str, cmp: Comparison, rows) -> Table:
         pad_edge=False,
         collapse_padding=True,
     )
-    t.add_column("Name")
-    t.add_column("Entitled %", justify="right", no_wrap=True)
+    t.add_column("Name", no_wrap=True)
+    for head in ("Entitled\n%", "Fair\n%"):
+        t.add_column(head, justify="right", no_wrap=True)
     for name in cmp.policies:
-        t.add_column(f"{name} %", justify="right", no_wrap=True)
-        t.add_column("dev pp", justify="right", no_wrap=True)
-    for name, _kind, entitled, per in rows:
-        cells = [f"{v:{f}}" for d, dev in per for v, f in ((d * 100, ".2f"), (dev, "+.2f"))]
-        t.add_row(name, f"{entitled * 100:.2f}", *cells)
+        t.add_column(f"{name}\n%", justify="right", no_wrap=True)
+        t.add_column("dev\npp", justify="right", no_wrap=True)
+    for name, _kind, entitled, fair, per in rows:
+        cells = [cell for d, dev in per for cell in (f"{d * 100:.2f}", _pp(dev))]
+        t.add_row(name, f"{entitled * 100:.2f}", f"{fair * 100:.2f}", *cells)
     return t
 
 
@@ -171,7 +184,7 @@ def render_compare(cmp: Comparison, console: Console) -> None:
     if first.groups:
         console.print(_compare_table("Groups", cmp, rows[len(first.lnodes) :]))
     worst = ", ".join(f"{n} {r.max_deviation_pp:.2f} pp" for n, r in cmp.results.items())
-    console.print(f"Largest deviation: {worst}", soft_wrap=True, markup=False)
+    console.print(f"Largest deviation from the fair share: {worst}", soft_wrap=True, markup=False)
 
 
 if __name__ == "__main__":

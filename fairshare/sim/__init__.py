@@ -10,8 +10,9 @@
   `shrdaemon --simulate`.
 - run.py: shrsim's run, the daemon's own steps (fairshare.core.steps) cycle by cycle on the
   machine, one host or a site of several.
-- record.py: what a run measured (entitled against delivered share) and its series.
-- plot.py: shrsim --plot.
+- record.py: what a run measured (entitled, fair and delivered share, the deviation
+  from the fair share) and its series.
+- plot.py: shrsim --plot, lnodes and groups.
 - compare.py: shrsim --compare, one scenario under several policies.
 - daemon.py: `shrdaemon --simulate`, the real daemon loop on the simulated machine.
 

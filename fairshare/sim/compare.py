@@ -3,8 +3,9 @@
 Each policy named (fairshare.core.policies.POLICIES, the registry `shradmin --policy` takes
 its names from) runs the whole scenario on its own simulated machine, from the same
 start: only `Consts.policy` differs.  The comparison is one row per lnode and group:
-the entitled share (mean m_share, from the first policy's run) and, per policy, the
-delivered share and its deviation from that policy's own entitled share.
+the entitled share (mean m_share) and the fair share (the max-min target for the
+run's demand, which no policy changes), both from the first policy's run, and, per
+policy, the delivered share and its deviation from that policy's own fair share.
 """
 
 from __future__ import annotations
@@ -30,15 +31,15 @@ class Comparison:
     def policies(self) -> list[str]:
         return list(self.results)
 
-    def rows(self) -> list[tuple[str, str, float, list[tuple[float, float]]]]:
-        """(name, kind, entitled, [(delivered, deviation_pp) per policy]) per lnode,
-        then per group, in the first run's order (fractions of the machine; pp)."""
+    def rows(self) -> list[tuple[str, str, float, float, list[tuple[float, float]]]]:
+        """(name, kind, entitled, fair, [(delivered, deviation_pp) per policy]) per
+        lnode, then per group, in the first run's order (fractions of the machine; pp)."""
         first = next(iter(self.results.values()))
         out = []
         for m in first.lnodes + first.groups:
             per = [(r.lnode(m.name).delivered, r.lnode(m.name).deviation_pp)
                    for r in self.results.values()]  # fmt: skip
-            out.append((m.name, m.kind, m.entitled, per))
+            out.append((m.name, m.kind, m.entitled, m.fair, per))
         return out
 
     def as_json(self) -> dict:

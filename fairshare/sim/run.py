@@ -15,6 +15,12 @@ each host:
    its CPUs for `delta` seconds (fairshare.sim.machine, the enforcers' own mappings);
 3. that CPU, as each lnode's charges, goes through fairshare.core.steps.advance.
 
+Beside it the run works out the fair target each cycle: the hierarchical max-min
+allocation of the host's CPUs (fairshare.core.maxmin) for the demand its live
+processes have then (`procs x min(demand, 1)` per workload, summed per lnode; a
+background or zero-share lnode's too), with the idle-share rule of the constants.
+It changes only where processes start or stop, so it is worked out there.
+
 A site (a scenario's `hosts` table) runs every host so; every write-back interval
 each adds what its lnodes accrued to the shared stored usage and, with GLOBALUSAGE,
 takes the site-wide usage and updates its site factors (fairshare.core.steps.refresh_site)
@@ -49,6 +55,7 @@ import numpy as np
 from fairshare.core.consts import GLOBALUSAGE, Consts
 from fairshare.core.cycle import Consumption
 from fairshare.core.lnode import WriteBack, accrued, add_usage, aged_usage, new_table, release
+from fairshare.core.maxmin import maxmin_allocation
 from fairshare.core.site import SiteState, SiteView
 from fairshare.core.split import machine_shares
 from fairshare.core.steps import activate_stored, advance, refresh_site
@@ -83,6 +90,18 @@ def workload_nice(sc: Scenario, workloads: list[Workload], enforcer: str) -> np.
         ],
         dtype=np.int64,
     )
+
+
+def fair_cpus(sc: Scenario, lnodes: np.ndarray, want: np.ndarray, cpus: float) -> np.ndarray:
+    """The fair target of `lnodes` (tree nodes, distinct) when they want `want` CPUs
+    each on `cpus` CPUs: the hierarchical max-min allocation over the scenario's share
+    tree (fairshare.core.maxmin; with idleshare even, Elmroth and Gardfjall's rule), in
+    CPUs per lnode."""
+    tree = sc.tree
+    demand = np.zeros(tree.size)
+    demand[lnodes] = want
+    even = sc.consts.idleshare == "even"
+    return maxmin_allocation(tree.index, tree.shares, demand, cpus, even=even)[lnodes]
 
 
 class _Host:
@@ -123,6 +142,8 @@ class _Host:
         self.nrun = np.zeros(nl)
         self.count = self.cap = self.run_w = np.zeros(len(workloads))
         self.cpu_l = np.zeros(nl)  # CPU s per lnode over the last cycle
+        self.want_l = np.zeros(nl)  # CPUs each lnode's live processes want
+        self.fair_l = np.zeros(nl)  # CPUs the fair target gives each lnode
         if enforcer == "cgroup":
             self._nest(tree)
 
@@ -155,6 +176,8 @@ class _Host:
         nl = len(self.lnodes)
         refs = np.bincount(self.col, weights=self.count, minlength=nl)
         self.nrun = np.bincount(self.col, weights=self.run_w, minlength=nl)
+        self.want_l = np.bincount(self.col, weights=self.cap, minlength=nl)
+        self.fair_l = fair_cpus(sc, self.arr, self.want_l, self.cpus)
         here = refs > 0
         for j in np.flatnonzero(here & ~self.present).tolist():
             u, ext = stored.get(self.lnodes[j], (0.0, 0.0))
@@ -258,7 +281,7 @@ def run_scenario(
             _write(stored, written, sc.consts.halflife)
         m_now, e_now = host.table.m_share, host.table.e_share[host.arr]
         host.run(sc)
-        rec.add(step, sc.delta, m_now, e_now, host.cpu_l)
+        rec.add(step, sc.delta, m_now, e_now, host.cpu_l, host.fair_l * sc.delta)
     return rec.result(sc.source, sc.cpus, sc.delta, sc.tree, enforcer)
 
 
@@ -297,15 +320,29 @@ def _refresh_sites(sc: Scenario, hosts: list[_Host], stored: Stored, now: float)
         refresh_site(tree, h.table, h.site, view, usage, sc.consts, h.cpus)
 
 
+def _site_fair(sc: Scenario, hosts: list[_Host], lnodes: np.ndarray, cpus: float) -> np.ndarray:
+    """The site's fair target, CPUs per lnode of `lnodes`: the max-min allocation of
+    all the site's `cpus` for what every host's live processes want, as if the site
+    were one machine (the target GLOBALUSAGE steers toward).  It ignores that a process
+    runs only on its own host's CPUs, so where the hosts' loads do not balance no
+    placement may reach it."""
+    want = np.zeros(sc.tree.size)
+    for h in hosts:
+        want[h.arr] += h.want_l
+    return fair_cpus(sc, lnodes, want[lnodes], cpus)
+
+
 def run_site(sc: Scenario, enforcer: str, window: float | None = None) -> SimResult:
     """Simulate the site scenario `sc` (a `hosts` table): each host runs the daemon's
     steps on its own machine and workloads; every write-back interval each adds what
     its lnodes accrued to the shared stored usage (increments, as fairshare.store.published does)
     and, with GLOBALUSAGE, refreshes its site view and site factors.
 
-    The result measures the site: entitled is the mean site-wide m_share (over the
-    lnodes active on any host), delivered the CPU received on all hosts over the CPU
-    delivered to all lnodes; `hosts` holds each host's own measurement.
+    The result measures the site as one machine: entitled is the mean site-wide m_share
+    (over the lnodes active on any host), fair the max-min target of all the site's
+    CPUs for the demand of all hosts (`_site_fair`), delivered the CPU received on all
+    hosts over the CPU delivered to all lnodes; `hosts` holds each host's own
+    measurement (its fair target that of its own CPUs and demand).
     """
     tree, consts, delta = sc.tree, sc.consts, sc.delta
     nsteps, first = _span(sc, window)
@@ -321,14 +358,18 @@ def run_site(sc: Scenario, enforcer: str, window: float | None = None) -> SimRes
     every = max(1, int(round(consts.writeback / delta))) if consts.writeback > 0 else 1
     idx = tree_index(tree)
     total_cpus = sum(sc.hosts.values())
+    fair_site = np.zeros(len(lnodes))
     for step in range(nsteps):
         m_now = [h.table.m_share.copy() for h in hosts]
         e_now = [h.table.e_share[h.arr] for h in hosts]
         e_all = [h.table.e_share[arr] for h in hosts]
         written: list[tuple[int, WriteBack]] = []
+        if any(step in h.events for h in hosts):
+            for h in hosts:
+                if step in h.events:
+                    h.come_and_go(sc, step, stored, written)
+            fair_site = _site_fair(sc, hosts, arr, total_cpus)
         for h in hosts:
-            if step in h.events:
-                h.come_and_go(sc, step, stored, written)
             h.run(sc)
         now = (step + 1) * delta
         if (step + 1) % every == 0:
@@ -343,9 +384,9 @@ def run_site(sc: Scenario, enforcer: str, window: float | None = None) -> SimRes
         m_site = machine_shares(idx, tree.shares, idx.subtree_sum(leaves) > 0)
         cpu_site = sum(h.cons.cpu for h in hosts)
         e_site = sum(e * h.cpus for e, h in zip(e_all, hosts, strict=True)) / total_cpus
-        site_rec.add(step, delta, m_site, e_site, cpu_site[arr])
+        site_rec.add(step, delta, m_site, e_site, cpu_site[arr], fair_site * delta)
         for rec, h, m, e in zip(host_recs, hosts, m_now, e_now, strict=True):
-            rec.add(step, delta, m, e, h.cpu_l)
+            rec.add(step, delta, m, e, h.cpu_l, h.fair_l * delta)
     result = site_rec.result(sc.source, sc.cpus, delta, tree, enforcer)
     result.hosts = {
         h.name: rec.result(sc.source, h.cpus, delta, tree, enforcer)

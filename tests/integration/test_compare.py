@@ -3,7 +3,7 @@
 The registry is what --compare reads, so besides unicos the tests register `flatunicos`
 (the unicos cycle with ADJGROUPS cleared: Kay-Lauder's flat model), which delivers
 a different, known result on scenario 05 (Table I): B2 50% under unicos with ADJGROUPS,
-0.05 / 0.55 = 9.1% flat."""
+its fair (max-min) share, and 0.05 / 0.55 = 9.1% flat."""
 
 from __future__ import annotations
 
@@ -52,21 +52,22 @@ def test_one_table_with_each_policys_delivered_share_and_deviation(registered):
     assert r.exit_code == 0, r.output
     assert "policies unicos, flatunicos" in r.output
     lines = r.output.splitlines()
-    header = next(line for line in lines if "Entitled" in line)
-    assert header.rstrip().split("  ") == [
-        " Name", "Entitled %", "unicos %", "dev pp", "flatunicos %", "dev pp",
-    ]  # fmt: skip
+    at = next(i for i, line in enumerate(lines) if "Entitled" in line)
+    # the units on a second header line, so that three policies fit 80 columns
+    assert lines[at].split() == ["Entitled", "Fair", "unicos", "dev", "flatunicos", "dev"]
+    assert lines[at + 1].split() == ["Name", "%", "%", "%", "pp", "%", "pp"]
     cells = {
         line.split()[0]: line.split()[1:] for line in lines if line[:4] in (" A1 ", " B2 ", " B  ")
     }
-    # B2: entitled 5%; unicos (ADJGROUPS) 50%, +45 pp; flat 9.09%, +4.09 pp
-    entitled, u, udev, f, fdev = cells["B2"]
-    assert (entitled, u, udev) == ("5.00", "50.00", "+45.00")
+    # B2: entitled 5%, fair 50% (B1 is idle: B's half is B2's); unicos (ADJGROUPS)
+    # delivers it, +0 pp; flat 9.09%, -40.91 pp
+    entitled, fair, u, udev, f, fdev = cells["B2"]
+    assert (entitled, fair, u, udev) == ("5.00", "50.00", "50.00", "+0.00")
     assert float(f) == pytest.approx(100 * 0.05 / 0.55, abs=100 * PP)
-    assert float(fdev) == pytest.approx(float(f) - 5.0, abs=0.011)
-    assert cells["B"][:2] == ["50.00", "50.00"]
-    assert float(cells["B"][3]) == pytest.approx(100 * 0.05 / 0.55, abs=100 * PP)
-    assert "Largest deviation: unicos 45.00 pp, flatunicos" in r.output
+    assert float(fdev) == pytest.approx(float(f) - 50.0, abs=0.011)
+    assert cells["B"][:3] == ["50.00", "50.00", "50.00"]
+    assert float(cells["B"][4]) == pytest.approx(100 * 0.05 / 0.55, abs=100 * PP)
+    assert "Largest deviation from the fair share: unicos 0.00 pp, flatunicos 40.9" in r.output
     # each run had its own policy in its constants; the scenario file names none
     assert set(FlatUnicos.seen) == {"flatunicos"}
 
@@ -79,8 +80,9 @@ def test_json_nests_each_policys_document_under_its_name(registered):
     single = json.loads(run("--json").stdout)
     assert doc["unicos"] == single  # the usual document, unchanged
     flat = doc["flatunicos"]["lnodes"]["B2"]
+    assert flat["entitled"] == pytest.approx(0.05) and flat["fair"] == pytest.approx(0.5)
     assert flat["delivered"] == pytest.approx(0.05 / 0.55, abs=PP)
-    assert flat["deviation_pp"] == pytest.approx(100 * (flat["delivered"] - 0.05))
+    assert flat["deviation_pp"] == pytest.approx(100 * (flat["delivered"] - 0.5))
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -88,13 +90,22 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def test_plot_draws_one_panel_per_policy(registered, tmp_path):
+def test_plot_draws_one_row_of_panels_per_policy(registered, tmp_path):
     one, two = tmp_path / "one.png", tmp_path / "two.png"
     assert run("--compare", "unicos", "--plot", str(one)).exit_code == 0
     r = run("--compare", "unicos,flatunicos", "--plot", str(two))
     assert r.exit_code == 0, r.output
-    # 3.5 inches of figure per panel plus one, at 100 dpi
-    assert png_size(one) == (1000, 450) and png_size(two) == (1000, 800)
+    # 3.5 inches of figure per row plus one, at 100 dpi; Table I has groups, so each row
+    # has a panel of lnodes and one of groups, 8 inches each plus 2
+    assert png_size(one) == (1800, 450) and png_size(two) == (1800, 800)
+
+
+def test_plot_without_groups_is_one_column(tmp_path):
+    one = tmp_path / "one.png"
+    flat = str(SCENARIOS / "01_equal_shares.toml")
+    r = CliRunner().invoke(shrsim, [flat, "--compare", "unicos", "--plot", str(one)])
+    assert r.exit_code == 0, r.output
+    assert png_size(one) == (1000, 450)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,9 @@
 baseline, which shows that plain Linux does not give the result and fair share does;
 scenario 5 also without ADJGROUPS (the flat model) and scenario 13 (idle share); 14
 and 15 (a group's share when members use little, nested cgroups) against the
-hierarchical max-min allocation under every policy."""
+hierarchical max-min allocation under every policy.  shrsim's fair share (the max-min
+target it measures the deviation from) is checked against the allocation worked out
+here from the definition (trees.maxmin_reference)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from trees import maxmin_reference
 
 from fairshare.core.consts import K5
-from fairshare.core.maxmin import maxmin_allocation
 from fairshare.sim.record import SimResult
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import load_scenario, parse_scenario
@@ -40,6 +42,11 @@ def result_with(stem: str, **consts) -> SimResult:
 
 def delivered(r: SimResult) -> dict[str, float]:
     return {m.name: m.delivered for m in r.lnodes + r.groups}
+
+
+def fair(r: SimResult) -> dict[str, float]:
+    """shrsim's fair share of every lnode and group."""
+    return {m.name: m.fair for m in r.lnodes + r.groups}
 
 
 def phase(r: SimResult, name: str, start: float, stop: float, what: str = "delivered") -> float:
@@ -94,7 +101,15 @@ def test_5_table_one_organisation_b_gets_half():
     d = delivered(r)
     assert d["B"] == pytest.approx(0.5, abs=PP) and d["B2"] == pytest.approx(0.5, abs=PP)
     assert d["B1"] == 0.0
-    assert delivered(result("05", "none"))["B"] == pytest.approx(0.25, abs=PP)
+    # B1, logged in but idle, is entitled to 45% and fairly gets nothing; B2 fairly gets
+    # B's half: what the paper wants, delivered, so no deviation (not 45 pp).
+    target = {"A1": 0.5, "B1": 0.0, "B2": 0.5, "A": 0.5, "B": 0.5}
+    assert fair_target("05") == pytest.approx(target) and fair(r) == pytest.approx(target)
+    assert abs(r.lnode("B1").deviation_pp) < 0.01 and abs(r.lnode("B2").deviation_pp) < 0.01
+    assert r.max_deviation_pp < 0.01
+    base = result("05", "none")
+    assert delivered(base)["B"] == pytest.approx(0.25, abs=PP)
+    assert base.lnode("B").deviation_pp == pytest.approx(-25, abs=1)
 
 
 def test_5_table_one_without_adjgroups_is_the_flat_model():
@@ -107,24 +122,32 @@ def test_5_table_one_without_adjgroups_is_the_flat_model():
     d = delivered(r)
     assert d["B2"] == pytest.approx(0.05 / 0.55, abs=PP) and d["B"] == d["B2"]
     assert d["A1"] == pytest.approx(0.5 / 0.55, abs=PP) and d["B1"] == 0.0
+    # ... which misses the groups' fair target by 41 points.
+    assert r.lnode("B").deviation_pp == pytest.approx(100 * (0.05 / 0.55 - 0.5), abs=1)
 
 
 def test_13_idle_share_even_is_figure_13():
     # U-B12 (30% of P-B1) idle: evenly, U-B11 gets 70% of P-B1 and U-B13 30%; P-B1 keeps
     # its 0.7 x 0.6 = 42% of the machine, and nobody outside it gains.
     pb1 = 0.7 * 0.6
-    d = delivered(result("13"))
+    r = result("13")
+    d = delivered(r)
     assert d["P-B1"] == pytest.approx(pb1, abs=PP)
     assert d["U-B11"] == pytest.approx(0.70 * pb1, abs=PP)
     assert d["U-B13"] == pytest.approx(0.30 * pb1, abs=PP)
     others = {"U-A1": 0.15, "U-A2": 0.09, "U-A3": 0.06, "U-B2": 0.28}
     for name, share in others.items():
         assert d[name] == pytest.approx(share, abs=PP), name
+    # shrsim's fair target follows the constants' idle-share rule
+    assert fair(r)["U-B11"] == pytest.approx(0.70 * pb1) and r.max_deviation_pp < 1.0
     # in proportion to their shares instead: 55/70 and 15/70 of P-B1
-    d = delivered(result_with("13", idleshare="proportional"))
+    r = result_with("13", idleshare="proportional")
+    d = delivered(r)
     assert d["P-B1"] == pytest.approx(pb1, abs=PP)
     assert d["U-B11"] == pytest.approx(55 / 70 * pb1, abs=PP)
     assert d["U-B13"] == pytest.approx(15 / 70 * pb1, abs=PP)
+    assert fair(r) == pytest.approx(fair_target("13"))
+    assert fair(r)["U-B11"] == pytest.approx(55 / 70 * pb1) and r.max_deviation_pp < 1.0
 
 
 # ACME entitlements with u1..u16 active, from the guide's Tables 30 and 31.
@@ -174,6 +197,13 @@ def test_8_sharemin_and_maxusage():
     # ... and the CPU tiny's single process leaves idle once big has gone.
     assert phase(r, "hog", *big_gone) == pytest.approx(0.5, abs=PP)
     assert phase(r, "tiny", *big_gone) == pytest.approx(0.5, abs=PP)
+    # The fair target counts hog's demand, background or not, and big's only while it
+    # runs: by shares 1:1000:200 of 2 CPUs, then 1:200; sharemin and MAXUSAGE are the
+    # deliberate departures from it the deviations show.
+    assert phase(r, "hog", *big_runs, what="fair") == pytest.approx(200 / 1201)
+    assert phase(r, "big", *big_runs, what="fair") == pytest.approx(1000 / 1201)
+    assert phase(r, "hog", *big_gone, what="fair") == pytest.approx(1 - 1 / 201)
+    assert phase(r, "big", *big_gone, what="fair") == 0.0
     base = result("08", "none")
     assert phase(base, "hog", *big_runs) == pytest.approx(2 / 7, abs=PP)
 
@@ -285,16 +315,20 @@ def test_every_scenario_file_is_tested():
 
 
 def fair_target(stem: str) -> dict[str, float]:
-    """The hierarchical max-min allocation of scenario `stem` (fairshare.core.maxmin,
-    from its workloads' demands) as fractions of the CPU delivered, per lnode and group."""
+    """The hierarchical max-min allocation of scenario `stem` (whose workloads run
+    throughout), from its workloads' demands, by the definition (trees.maxmin_reference),
+    as fractions of the CPU delivered, per lnode and group (0 for a present lnode that
+    wants nothing)."""
     (path,) = SCENARIOS.glob(f"{stem}_*.toml")
     sc = load_scenario(path)
     tree = sc.tree
     demand = np.zeros(tree.size)
+    present = {tree.node(w.name) for w in sc.workloads}
     for w in sc.workloads:
         demand[tree.node(w.name)] += w.procs * min(w.demand, 1.0)
-    alloc = maxmin_allocation(tree.index, tree.shares, demand, sc.cpus)
-    return {tree.names[n]: alloc[n] / alloc[0] for n in range(1, tree.size) if alloc[n] > 0}
+    present |= {a for n in present for a in tree.ancestors(n) if a != 0}
+    alloc = maxmin_reference(tree, demand, sc.cpus)
+    return {tree.names[n]: alloc[n] / alloc[0] for n in sorted(present)}
 
 
 #: The enforcers' models: nested cgroups, and the flat ones driven by the flat shares.
@@ -309,9 +343,13 @@ def test_14_a_group_gets_its_share_when_a_member_uses_little(policy, enforcer):
     under unicos), and every user gets its max-min allocation."""
     target = fair_target("14")
     assert target["Physics"] == pytest.approx(0.5) and target["u4"] == pytest.approx(0.005)
-    d = delivered(result("14", enforcer, policy))
+    r = result("14", enforcer, policy)
+    d = delivered(r)
     assert d["Physics"] == pytest.approx(0.5, abs=PP) and d["Chem"] == pytest.approx(0.5, abs=PP)
     assert d == pytest.approx(target, abs=PP)
+    # shrsim measures against the same target: u4 entitled to 25%, fairly 0.5%
+    assert fair(r) == pytest.approx(target)
+    assert r.lnode("u4").entitled == pytest.approx(0.25) and r.max_deviation_pp < 1.0
 
 
 @pytest.mark.parametrize("enforcer", HIERARCHICAL)
@@ -321,4 +359,6 @@ def test_15_three_levels_of_partly_busy_users(policy, enforcer):
     and organisation within one point of its max-min allocation."""
     target = fair_target("15")
     assert target["b1"] == pytest.approx(0.4 / 3) and target["A"] == pytest.approx(2 / 3)
-    assert delivered(result("15", enforcer, policy)) == pytest.approx(target, abs=PP)
+    r = result("15", enforcer, policy)
+    assert delivered(r) == pytest.approx(target, abs=PP)
+    assert fair(r) == pytest.approx(target) and r.max_deviation_pp < 1.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,9 @@ def test_lnodes_come_and_go_with_usage_aged():
     away = (r.times > 600) & (r.times <= 1200)
     assert (r.delivered[away, j] == 0).all() and (r.entitled[away, j] == 0).all()
     assert r.entitled[r.times > 1204, j] == pytest.approx(0.5)
+    # the fair target counts the processes that run: bob's 8 fairly get it all meanwhile
+    assert (r.fair[away, j] == 0).all() and (r.fair[away, r.series("bob")] == 1).all()
+    assert r.fair[r.times > 1200, j] == pytest.approx(0.5)
     # bob, who stayed, has far more usage than alice on her return: she gets more than half
     assert r.delivered[(r.times > 1204) & (r.times < 1300), j].mean() > 0.5
 
@@ -231,7 +235,9 @@ def test_shrsim_json(two):
     assert out.exit_code == 0, out.output
     d = json.loads(out.output)
     assert set(d) >= {"lnodes", "groups", "max_deviation_pp"}
+    assert set(d["lnodes"]["alice"]) == {"entitled", "fair", "delivered", "deviation_pp"}
     assert d["lnodes"]["alice"]["entitled"] == 0.5
+    assert d["lnodes"]["alice"]["fair"] == pytest.approx(0.5)
     assert d["lnodes"]["alice"]["delivered"] == pytest.approx(0.5, abs=0.01)
     assert d["max_deviation_pp"] < 1.0 and d["groups"] == {}
     assert d["enforcer"] == "cgroup" and d["window"] == [1200.0, 2400.0]
@@ -241,9 +247,14 @@ def test_shrsim_table_enforcer_and_window(two):
     out = CliRunner().invoke(shrsim, [str(two), "--enforcer", "none", "--window", "10m"])
     assert out.exit_code == 0, out.output
     assert "enforcer none, window 1800s..2400s" in out.output
+    header = next(line for line in out.output.splitlines() if "Entitled" in line)
+    assert header.replace("┃", " ").split() == [
+        "Name", "Kind", "Entitled", "%", "Fair", "%", "Delivered", "%", "Deviation", "pp",
+    ]  # fmt: skip
     row = next(line for line in out.output.splitlines() if "alice" in line)
-    assert "50.00" in row and "20.00" in row and "-30.00" in row
-    assert "Largest deviation: 30.00 pp" in out.output
+    # entitled and fair 50% (alice's 2 processes could use her whole half), delivered 20%
+    assert row.replace("│", " ").split() == ["alice", "user", "50.00", "50.00", "20.00", "-30.00"]
+    assert "Largest deviation from the fair share: 30.00 pp" in out.output
 
 
 @pytest.mark.parametrize("ext", ["png", "svg"])
@@ -253,6 +264,30 @@ def test_shrsim_plot(two, tmp_path, ext):
     assert out.exit_code == 0, out.output
     head = target.read_bytes()[:200]
     assert head.startswith(b"\x89PNG") if ext == "png" else b"<svg" in head or b"<?xml" in head
+
+
+def test_shrsim_plot_draws_the_groups_in_a_second_panel(tmp_path):
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    for stem, target in (("01_equal_shares", one), ("05_table_one", two)):
+        scenario = ROOT / "examples" / "scenarios" / f"{stem}.toml"
+        out = CliRunner().invoke(shrsim, [str(scenario), "--plot", str(target)])
+        assert out.exit_code == 0, out.output
+    # 4.5 inches per panel plus one, at 100 dpi: 01 has no groups, 05 has A and B
+    assert png_size(one) == (1000, 550) and png_size(two) == (1000, 1000)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    width, height = struct.unpack(">II", path.read_bytes()[16:24])
+    return width, height
+
+
+def test_shrsim_stored_rendering(monkeypatch):
+    """Table I (scenario 05): B1 logged in but idle is entitled to 45% and fairly gets
+    nothing; B2 is entitled to 5% and fairly gets B's half; every deviation 0."""
+    monkeypatch.chdir(ROOT / "examples" / "scenarios")
+    out = CliRunner().invoke(shrsim, ["05_table_one.toml"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout == (ROOT / "tests" / "data" / "shrsim_table_one.txt").read_text()
 
 
 @pytest.mark.parametrize(

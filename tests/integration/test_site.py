@@ -45,17 +45,47 @@ def test_globalusage_gives_each_user_a_third_of_the_site():
     r = run_scenario(load_scenario(SITE))
     for name in "xyz":
         assert r.lnode(name).entitled == pytest.approx(1 / 3)
+        # the site's fair target: its 4 CPUs as one machine for the 16 processes
+        assert r.lnode(name).fair == pytest.approx(1 / 3)
         assert abs(r.lnode(name).delivered - 1 / 3) < 0.02, delivered(r)
-    # Each host's own measurement: on a, x gets twice what z gets.
-    a = {m.name: m.delivered for m in r.hosts["a"].lnodes}
-    assert a["x"] == pytest.approx(2 / 3, abs=0.03) and a["z"] == pytest.approx(1 / 3, abs=0.03)
+    assert r.max_deviation_pp < 2.0
+    # Each host's own measurement: on a, x gets twice what z gets, away from the host's
+    # own fair target (half each) to make the site fair.
+    a = {m.name: m for m in r.hosts["a"].lnodes}
+    assert a["x"].delivered == pytest.approx(2 / 3, abs=0.03)
+    assert a["z"].delivered == pytest.approx(1 / 3, abs=0.03)
+    assert a["x"].fair == pytest.approx(0.5) and a["z"].fair == pytest.approx(0.5)
+    assert r.hosts["a"].max_deviation_pp > 10
 
 
 def test_without_globalusage_each_host_is_fair_on_its_own():
     sc = load_scenario(SITE)
     sc.consts = sc.consts.replace(flags=0)
-    d = delivered(run_scenario(sc))
+    r = run_scenario(sc)
+    d = delivered(r)
     assert d["x"] == pytest.approx(0.25, abs=0.01) and d["z"] == pytest.approx(0.5, abs=0.01)
+    # each host meets its own fair target; the site misses its own by 8 points
+    for host in r.hosts.values():
+        assert host.max_deviation_pp < 1.0
+    assert r.lnode("x").deviation_pp == pytest.approx(25 - 100 / 3, abs=1.0)
+
+
+def test_a_sites_fair_target_follows_the_demand_of_every_host():
+    # x wants a quarter of a CPU per process (1 CPU): on a, x and z each get their half
+    # of the host (its own target); the site's 4 CPUs as one machine give x its 1 and
+    # y and z 1.5 each: 25%, 37.5%, 37.5% (a placement reaches it: z 1 on a, 0.5 on b).
+    head, rest = SITE.read_text().split("procs = 4\n", 1)
+    text_ = head + "procs = 4\ndemand = 0.25\n" + rest
+    text_ = text_.replace('warmup = "2h"', 'warmup = "1h"').replace('"4h"', '"2h"')
+    sc = parse_scenario(text_, "light.toml")
+    assert (sc.duration, sc.warmup) == (7200, 3600)
+    assert [w.demand for w in sc.workloads] == [0.25, 1.0, 1.0, 1.0]
+    sc.consts = sc.consts.replace(flags=0)
+    r = run_scenario(sc)
+    assert {m.name: m.fair for m in r.lnodes} == pytest.approx({"x": 0.25, "y": 0.375, "z": 0.375})
+    for host in r.hosts.values():
+        assert [m.fair for m in host.lnodes] == pytest.approx([0.5, 0.5])
+        assert host.max_deviation_pp < 1.0
 
 
 def test_summed_usage_alone_settles_short_of_the_target(monkeypatch):
@@ -121,6 +151,9 @@ def test_shrsim_reports_the_site_and_each_host(tmp_path):
     assert set(out["hosts"]["a"]["lnodes"]) == {"x", "z"}
     assert set(out["hosts"]["b"]["lnodes"]) == {"y", "z"}
     assert out["hosts"]["a"]["utilisation"] == pytest.approx(1.0)
+    assert out["lnodes"]["x"]["fair"] == pytest.approx(1 / 3)
+    assert out["hosts"]["a"]["lnodes"]["x"]["fair"] == pytest.approx(0.5)
+    assert out["hosts"]["a"]["max_deviation_pp"] > 10
     assert plot.stat().st_size > 10_000
 
 

@@ -1,5 +1,6 @@
 """The fair target (fairshare.core.maxmin): hierarchical max-min with demand, checked by
-hand-worked cases and against a recursive reference written here from the definition."""
+hand-worked cases and against a recursive reference written from the definition
+(tests/trees.py, maxmin_reference)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trees import G, random_trees, table_one
+from trees import G, maxmin_reference, random_trees, table_one
 
 from fairshare.core.maxmin import maxmin_allocation
 from fairshare.core.tree import ShareTree, build_tree
@@ -93,45 +94,6 @@ def test_zero_shares_get_only_what_the_others_leave():
     assert light["a"] == pytest.approx(0.5) and light["idle"] == pytest.approx(1.5)
 
 
-def reference(tree: ShareTree, demand: np.ndarray, capacity: float) -> np.ndarray:
-    """Max-min by the definition, one sibling set at a time: repeatedly give every
-    unsatisfied child its shares' part of what is left, satisfy those that want less."""
-    children: dict[int, list[int]] = {}
-    for n in range(1, tree.size):
-        children.setdefault(int(tree.parent[n]), []).append(n)
-    want = np.zeros(tree.size)
-    for n in reversed(range(tree.size)):  # breadth first: children after parents
-        want[n] = demand[n] if not children.get(n) else sum(want[c] for c in children[n])
-    out = np.zeros(tree.size)
-
-    def split(node: int, amount: float) -> None:
-        out[node] = amount
-        kids = [c for c in children.get(node, []) if want[c] > 0]
-        left, rest = amount, list(kids)
-        for zero_pass in (False, True):
-            group = [c for c in rest if (tree.shares[c] > 0) != zero_pass]
-            while group and left > 1e-15:
-                w = [tree.shares[c] if not zero_pass else 1.0 for c in group]
-                total = sum(w)
-                part = {c: left * wi / total for c, wi in zip(group, w, strict=True)}
-                done = [c for c in group if want[c] - given[c] <= part[c]]
-                if not done:
-                    for c in group:
-                        given[c] += part[c]
-                    left = 0.0
-                    break
-                for c in done:
-                    left -= want[c] - given[c]
-                    given[c] = want[c]
-                group = [c for c in group if c not in done]
-        for c in kids:
-            split(c, given[c])
-
-    given = np.zeros(tree.size)
-    split(0, min(capacity, want[0]))
-    return out
-
-
 @settings(max_examples=200, deadline=None)
 @given(random_trees(), st.data(), st.integers(1, 8))
 def test_matches_the_definition_on_random_trees(tree_users, data, cpus):
@@ -141,6 +103,6 @@ def test_matches_the_definition_on_random_trees(tree_users, data, cpus):
     for n in leaves:
         demand[n] = data.draw(st.sampled_from([0.0, 0.01, 0.3, 1.0, 2.0, 8.0]))
     got = maxmin_allocation(tree.index, tree.shares, demand, cpus)
-    want = reference(tree, demand, cpus)
+    want = maxmin_reference(tree, demand, cpus)
     np.testing.assert_allclose(got[leaves], want[leaves], atol=1e-6)
     assert got[0] == pytest.approx(min(cpus, demand.sum()))
