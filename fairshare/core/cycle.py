@@ -248,6 +248,7 @@ def group_adjustment(
     m: np.ndarray,
     charges: np.ndarray,
     mingshare: float,
+    fair: np.ndarray | None = None,
 ) -> np.ndarray:
     """ADJGROUPS: the factor each node's charges are scaled by (1 = none), cumulative.
 
@@ -255,6 +256,12 @@ def group_adjustment(
     charges; due = its m_share / its active siblings' m_share; where actual < mingshare x
     due the charges below are scaled by actual / (mingshare x due).  A node's factor is
     the product of its own and its ancestors' (Kay-Lauder Figure 5, K6 = mingshare).
+
+    With `fair` (each node's fair target, fairshare.core.delivery, as the last cycle
+    left it), a group is due no more than its fair target over its siblings': one whose
+    members want less than its share is not deprived when it gets what they want, and
+    its charges are not scaled down (which raised its e_share, and with it the weight
+    of the group above, whose busy members then took the rest from its siblings).
     """
     key = (m.tobytes(), active.tobytes(), kinds_group.tobytes(), mingshare)
     hit = _ADJ.get(idx, key)
@@ -265,6 +272,11 @@ def group_adjustment(
         due = np.divide(m_act, sib_m, out=np.zeros(idx.n), where=groups) * mingshare
         hit = _ADJ.put(idx, (groups, due), key)
     groups, due = hit
+    if fair is not None:
+        f = fair * active
+        sib_f = idx.sibling_sum(f)
+        known = groups & (sib_f > 0)
+        due = np.where(known, np.minimum(due, f / np.where(known, sib_f, 1.0) * mingshare), due)
     sub = idx.subtree_sum(charges) * active
     sib_c = idx.sibling_sum(sub)
     actual = np.divide(sub, sib_c, out=np.zeros(idx.n), where=sib_c > 0)

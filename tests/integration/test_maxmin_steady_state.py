@@ -10,13 +10,15 @@ allocation.  The allocation is worked out from the definition by the tests
 (trees.maxmin_reference), never by fairshare.core.maxmin, which the simulator uses
 (both for the nested cgroups and for its target).
 
-The enforcer models are a parameter: "nice" joins `ENFORCERS` once that model delivers
-max-min too.  The policies: unicos with ADJGROUPS and LIMSHARE (scenario 14's "006")
-and feedback.  slurm is left out: below the first level it settles a sibling with the
-larger part of its group's shares above it (fairshare.core.policies.slurm; up to 6 pp
-on these trees).  unicos misses the allocation where a member that wants little sits
-in a subgroup (`UNICOS_LIGHT_SUBGROUP`; `test_a_light_member_of_a_subgroup` shows it
-on the smallest tree): it is marked xfail until the policy delivers it.
+Under every enforcer model (nested cgroups, flat slices, nice values: the flat ones
+driven by the cycle's flat shares, fairshare.core.delivery) and every policy: unicos
+with ADJGROUPS and LIMSHARE (scenario 14's "006"), slurm and feedback.  The property
+found two policies off the allocation, both fixed: unicos's ADJGROUPS took a subgroup
+whose members want little for deprived and scaled their charges down
+(`test_a_light_member_of_a_subgroup`; fairshare.core.cycle.group_adjustment now caps
+a group's due share at its fair target), and slurm's weights, through Slurm's
+effective usage, settled a sibling with the larger part of its group's shares above
+it, by up to 6 pp (fairshare.core.policies.slurm now weighs by the normalized usage).
 
 The property runs derandomized (the same examples every run, so the everyday suite
 does not pass or fail by chance) and without shrinking (a counterexample is reported
@@ -40,8 +42,8 @@ from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import Scenario
 
 PP = 0.01  # one percentage point
-ENFORCERS = ["cgroup"]
-POLICIES = ["unicos", "feedback"]
+ENFORCERS = ["cgroup", "nice", "slices"]
+POLICIES = ["unicos", "slurm", "feedback"]
 #: Scenario 14's constants (the README's `shradmin -t100 -F06 -K1h -X3.0 -Y.85 -Z .002`)
 #: with a half-life and a feedback period of a minute, so that a short run settles.
 CONSTS = Consts(
@@ -54,21 +56,6 @@ CONSTS = Consts(
     feedback_period=60.0,
 )
 DURATION, WARMUP = 1200.0, 600.0  # s: ten half-lives of warm-up, ten measured
-#: Why unicos misses the max-min allocation (found by the property below).
-UNICOS_LIGHT_SUBGROUP = (
-    "unicos ADJGROUPS takes a subgroup that receives less than mingshare x its due share "
-    "for deprived even when its members want no more, and scales their charges down; "
-    "their e_share rises above their m_share, so does the weight of the group above "
-    "(the sum of its members' e_shares), and the group's busy members take the excess "
-    "from its siblings (with mingshare 0.5, which leaves such a subgroup alone, unicos "
-    "delivers the allocation)"
-)
-
-
-def policies(xfail_unicos: bool) -> list:
-    """POLICIES as parameters, unicos marked xfail (strict where the example is fixed)."""
-    mark = pytest.mark.xfail(strict=xfail_unicos, reason=UNICOS_LIGHT_SUBGROUP)
-    return [pytest.param(p, marks=mark) if p == "unicos" else p for p in POLICIES]
 
 
 @st.composite
@@ -132,7 +119,7 @@ def max_min_shares(tree: ShareTree, loads: list[Workload], cpus: float) -> dict[
     return {tree.names[n]: alloc[n] / alloc[0] for n in present}
 
 
-@pytest.mark.parametrize("policy", policies(xfail_unicos=False))
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("enforcer", ENFORCERS)
 @settings(
     max_examples=25,
@@ -172,11 +159,11 @@ def three_levels(light: float) -> tuple[ShareTree, list[Workload]]:
     return build_tree(rows), loads
 
 
-@pytest.mark.parametrize("policy", policies(xfail_unicos=True))
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("enforcer", ENFORCERS)
 def test_a_light_member_of_a_subgroup(enforcer, policy):
     """A and B fairly get a CPU each, whatever b2 (in B2, under B) leaves to b1 (in B1):
-    unicos (mingshare 0.85) gives A 48.8%."""
+    unicos (mingshare 0.85) gave A 48.8% while ADJGROUPS took B2 for deprived."""
     tree, loads = three_levels(0.3)
     sc = Scenario("three.toml", 2.0, DURATION, WARMUP, CONSTS.replace(policy=policy), tree,
                   loads, enforcer)  # fmt: skip

@@ -269,9 +269,10 @@ def test_fair_usage_is_weighed_among_siblings_as_the_cycle_splits():
 def test_the_fair_level_of_a_published_table_is_the_cores_on_the_daemons(policy):
     """shrinfo's fair level, worked out from the published table (and the share tree's
     share ratios), is the one the core gives on the lnode table the cycle made, under
-    each policy.  u2 holds 5 of G's 8 shares but has no lnode: under Slurm the share
-    ratios over the whole tree (u0 1/8, u1 2/8) set another level than over the
-    published siblings alone (1/3, 2/3)."""
+    each policy.  u2 holds 5 of G's 8 shares but has no lnode: the share ratios over the
+    whole tree (u0 1/8, u1 2/8) and over the published siblings alone (1/3, 2/3) set the
+    same level, since at its fair level an lnode's usage per share equals its
+    siblings' (under Slurm too, whose weights take the normalized usage per share)."""
     g = 0o40000
     tree = build_tree(
         [
@@ -300,7 +301,7 @@ def test_the_fair_level_of_a_published_table_is_the_cores_on_the_daemons(policy)
     me = next(v for v in lnodes if v.name == "u0")
     assert want is not None and fair_usage(lnodes, me, consts, local) == pytest.approx(want)
     alone = fair_usage(lnodes, me, consts)  # the share ratios of the published lnodes
-    assert (alone == pytest.approx(want)) == (policy != "slurm")
+    assert alone == pytest.approx(want)
     assert tree_share_ratios(build_tree([]), lnodes) is None  # another tree: none
 
 

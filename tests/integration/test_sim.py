@@ -445,18 +445,21 @@ def test_plain_linux_weighs_a_workloads_nice_and_ignores_the_udbs():
     assert result.lnode("alice").delivered == pytest.approx(1024 / (1024 + 526))
 
 
-def test_the_udb_nice_is_a_floor_under_nice_and_ranks_inside_the_cgroup():
-    """Under the nice enforcer alice (UDB nice 5) never runs below nice 5 and bob never
-    below his own 3, whatever their usage says: she gets what nice 5 against nice 3 gives.
-    Under cgroup enforcement nice only ranks processes inside an lnode's cgroup, so the
-    lnodes still get their due 50/50."""
+def test_a_nice_value_ranks_processes_not_shares_under_every_enforcer():
+    """alice's UDB nice of 5 and bob's own nice of 3 are floors for their processes' nice,
+    but not what they get: under cgroup enforcement nice only ranks processes inside an
+    lnode's cgroup, and under the nice enforcer the cycle's trim (fairshare.core.delivery)
+    weighs each lnode until it receives its allocation, so both get their due 50/50,
+    with or without alice's floor, under every policy.  (Before the trim, the nice
+    enforcer gave alice what nice 5 against nice 3 gives, 335 / (335 + 526).)"""
 
-    def alice(model, text=NICED):
+    def alice(model, text=NICED, policy="unicos"):
         sc = parse_scenario(text.replace('"none"', f'"{model}"'), "niced.toml")
-        return run_scenario(sc).lnode("alice").delivered
+        return run_scenario(sc, consts=sc.consts.replace(policy=policy)).lnode("alice").delivered
 
-    assert alice("nice") == pytest.approx(335 / (335 + 526))
-    assert alice("nice", NICED.replace(":nice:5:", ":")) > 0.55  # without it she leads
+    for policy in ("unicos", "slurm", "feedback"):
+        assert alice("nice", policy=policy) == pytest.approx(0.5, abs=0.01)
+    assert alice("nice", NICED.replace(":nice:5:", ":")) == pytest.approx(0.5, abs=0.01)
     assert alice("cgroup") == pytest.approx(0.5, abs=1e-6)
 
 

@@ -12,12 +12,16 @@ example scenarios):
 - S x F is the share still owed: an unused node weighs its whole S, one that used
   exactly its share S/2, so siblings at their shares keep the ratio of their shares.  F
   alone would give a 0.05-share user as much CPU as a 0.3-share one.
-- It converges to the entitled shares where Slurm's factor can tell: delivered CPU
-  becomes usage, and among siblings w_i = S_i 2 ** (-UE_i / S_i / d) keeps proportion
-  with their usage only when their usage is in proportion to their shares (at the
-  first level exactly; below it, the parent's part of UE is common to the siblings and
-  cancels, and siblings of equal shares settle exactly; a sibling with a larger part
-  of its group's shares settles a little above it, the effective usage's doing).
+- It converges to the entitled shares: delivered CPU becomes usage, and among siblings
+  w_i = S_i 2 ** (-U_i / S_i / d) keeps proportion with their usage only when their
+  usage is in proportion to their shares, at every level.  The weight takes the
+  normalized usage U, not Slurm's effective usage UE (which F, shown by shrview -ds
+  and shrinfo, keeps): below the first level UE_i / S_i is the parent's UE_p / S_p,
+  common to the siblings, plus U_i (1 - s_i) / (S_p s_i) with s_i the local share, so a
+  sibling with a larger part of its group's shares settled above it (up to 6 points
+  on three-level trees), away from the max-min allocation every policy must deliver.
+  Between siblings U_i / S_i is (U_p / S_p) (u_i / s_i), u_i the local usage share:
+  equal for all exactly when the usage follows the shares.
 - The boost is bounded as Kay-Lauder's edge effects are (K5 = 2): against siblings at
   their share (F = 0.5), a newcomer (F = 1) weighs at most twice its share.
 - The dampening factor keeps its meaning: a larger d weakens the effect of usage (as d
@@ -68,20 +72,21 @@ def slurm_e_shares(
     runnable: np.ndarray,
 ) -> np.ndarray:
     """e_share per node: each node's e_share split among its demanding children in
-    proportion to their S x F (fractions of the machine; the root's 1).
+    proportion to S x 2 ** (-U / S / d), their S x F with the normalized usage U for the
+    effective (see the module docstring; fractions of the machine; the root's 1).
 
     `demand` marks the leaves that want CPU, `runnable` the active leaves that may run
     (not background; a superset of `demand`).  A node with nothing demanding below but a
     runnable leaf gets what it would get if it alone started (w / (W + w) of its parent's,
     as under UNICOS), so an enforcer can set its weight before it runs; other nodes 0.
     """
-    S, ue = figures.normalized_shares, figures.effective_usage
+    S, u = figures.normalized_shares, figures.normalized_usage
     below_d, below_r = idx.subtree_sum(np.array((demand, runnable))) > 0
     run = below_r & (S > 0)
     dem = below_d & run
     logw = np.full(idx.n, -np.inf)
     s = S[run]
-    logw[run] = np.log2(s) - ue[run] / (s * dampening)
+    logw[run] = np.log2(s) - u[run] / (s * dampening)
     # The largest log2 weight among each node's demanding children (-inf if none).
     top = np.full(idx.n, -np.inf)
     logw_d = np.where(dem, logw, -np.inf)

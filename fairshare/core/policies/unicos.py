@@ -82,7 +82,8 @@ class UnicosPolicy:
 
         charges = leaf_charges(c, consts) * leaves
         if consts.flags & ADJGROUPS:
-            adj = group_adjustment(idx, idx.group, active, m, charges, consts.mingshare)
+            fair = table.target if table.target.any() else None
+            adj = group_adjustment(idx, idx.group, active, m, charges, consts.mingshare, fair)
             adjusted = charges * adj
         else:
             adj, adjusted = None, charges
