@@ -490,3 +490,18 @@ def test_globalusage_keeps_a_group_its_share_when_a_member_uses_little(policy, e
     fair = {"Physics": 0.5, "Chem": 0.5, "u1": 0.25, "u2": 0.25, "u3": 0.4975, "u4": 0.0025}
     got = {name: r.lnode(name).delivered for name in fair}
     assert got == pytest.approx(fair, abs=0.01)
+
+
+@pytest.mark.parametrize("policy", ["unicos", "slurm", "feedback"])
+def test_globalusage_gives_what_a_user_does_not_want_to_the_others(policy):
+    """Scenario 10 with x running one process: x wants one CPU of the site's four, so
+    the fair shares are x 25%, y and z 37.5% (the site's machine shares, a third each,
+    left z and y short while x could not use its part)."""
+    text_ = SITE.read_text().replace(
+        'name = "x"\nhost = "a"\nprocs = 4', 'name = "x"\nhost = "a"\nprocs = 1'
+    )
+    sc = parse_scenario(text_, "10_one_x.toml")
+    r = run_scenario(sc, consts=sc.consts.replace(policy=policy))
+    got = {name: r.lnode(name).delivered for name in "xyz"}
+    assert got == pytest.approx({"x": 0.25, "y": 0.375, "z": 0.375}, abs=0.01)
+    assert {name: r.lnode(name).fair for name in "xyz"} == pytest.approx(got, abs=0.01)
