@@ -42,8 +42,29 @@ LNODE_FIELDS = (
     "cpu",
     "priority",
     "background",
+    "want",
+    "target",
+    "got",
+    "got_minute",
 )
-_HEADINGS = ("lnode", "kind", "shares", "refs", "nrun", "usage", "m_share %", "e_share %", "cpu %")
+_HEADINGS = (
+    "lnode",
+    "kind",
+    "shares",
+    "refs",
+    "nrun",
+    "usage",
+    "m_share %",
+    "e_share %",
+    "got %",
+    "minute %",
+    "fair %",
+)
+
+
+def _pct(value) -> str:
+    """A fraction as a percentage, "-" when not published (an older daemon's table)."""
+    return "-" if value is None or value != value else f"{100 * value:.2f}"
 
 
 def published_json(head, rows: Sequence) -> dict:
@@ -70,7 +91,9 @@ def depth_first(rows: Sequence) -> Iterator[tuple[object, int]]:
 
 def render_published(console: Console, head, rows: Sequence) -> None:
     """The published lnodes as one table, each name indented two spaces per level;
-    shares, usage and the three shares of the machine (m_share, e_share, cpu) in %."""
+    shares, usage, m_share and e_share (in parentheses when it wants no CPU: what it
+    would get if it alone started), what it got over the last cycle and minute and its
+    fair target, as % of the machine (fairshare.core.delivery)."""
     t = Table(
         title=f"lnodes of {head.host}, cycle {head.cycle} ({head.enforcer}, "
         f"{'running' if head.running else 'stopped'})"
@@ -86,7 +109,9 @@ def render_published(console: Console, head, rows: Sequence) -> None:
             str(r.nrun),
             f"{r.usage:.3g}",
             f"{100 * r.m_share:.2f}",
-            f"{100 * r.e_share:.2f}",
-            f"{100 * r.cpu:.2f}",
+            f"{100 * r.e_share:.2f}" if r.demand else f"({100 * r.e_share:.2f})",
+            _pct(r.got),
+            _pct(r.got_minute),
+            _pct(r.target),
         )
     console.print(t)

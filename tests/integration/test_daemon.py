@@ -553,18 +553,27 @@ def test_simulate_acme_like_scenario_delivers_shares_2_to_1(udb_url):
     assert lnodes["alice"]["m_share"] == pytest.approx(2 / 3)
 
 
-def test_simulate_nests_the_cgroups_so_a_group_gets_its_share(udb_url):
+@pytest.mark.parametrize("enforcer", ["auto", "systemd", "nice"])
+def test_simulate_delivers_a_group_its_share_under_every_enforcer(udb_url, enforcer):
     """Scenario 14 under the real daemon loop: Chem's u4 uses 1% of a CPU, and the
-    share it leaves goes to u3 (its group's), so Chem still gets half the machine."""
+    share it leaves goes to u3 (its group's), so Chem still gets half the machine:
+    through nested cgroups (the scenario's), systemd's flat slices and nice values
+    (both weighed by the cycle's flat shares).  The table published says so: what
+    each lnode got, over the cycle and the minute, against its fair target."""
     scenario = ROOT_DIR / "examples" / "scenarios" / "14_interactive_member.toml"
-    r = CliRunner().invoke(
-        main,
-        ["--udb", udb_url, "--simulate", str(scenario), "--cycles", "900", "--show", "--json"],
-    )
+    args = ["--udb", udb_url, "--simulate", str(scenario), "--cycles", "900", "--show"]
+    r = CliRunner().invoke(main, [*args, "--json", "--enforcer", enforcer])
     assert r.exit_code == 0, r.output
-    cpu = {x["name"]: x["cpu"] for x in json.loads(r.stdout)["lnodes"]}
+    lnodes = {x["name"]: x for x in json.loads(r.stdout)["lnodes"]}
+    cpu = {name: x["cpu"] for name, x in lnodes.items()}
     assert cpu["u3"] + cpu["u4"] == pytest.approx(0.5, abs=0.02)
     assert cpu["u4"] == pytest.approx(0.005, abs=0.002)
+    for name, fair in {"Physics": 0.5, "Chem": 0.5, "u3": 0.495, "u4": 0.005}.items():
+        assert lnodes[name]["target"] == pytest.approx(fair, abs=1e-3)
+        assert lnodes[name]["got_minute"] == pytest.approx(fair, abs=0.01)
+    assert lnodes["u1"]["want"] == pytest.approx(8.0)
+    text = CliRunner().invoke(main, [*args, "--enforcer", enforcer]).stdout
+    assert "fair" in text and "minute" in text
 
 
 def test_once_and_cycles_together_is_an_error(udb_url):
