@@ -81,14 +81,19 @@ def remove_fairshare_cgroups() -> None:
         top = mount / "fairshare"
         if not top.is_dir():
             continue
-        for cg in [d for d in top.iterdir() if d.is_dir()]:
-            for pid in (cg / "cgroup.procs").read_text().split():
+        # Deepest first: the enforcers nest the share tree (+GROUP/LNODE).
+        for here, _dirs, _files in os.walk(top, topdown=False):
+            cg = Path(here)
+            try:
+                pids = (cg / "cgroup.procs").read_text().split()
+            except OSError:
+                continue  # removed through another mount of the same hierarchy
+            for pid in pids:
                 try:
                     (mount / "cgroup.procs").write_text(pid)
                 except OSError:
                     pass
             cg.rmdir()
-        top.rmdir()
 
 
 def cpu_by_uid(uids: set[int]) -> dict[int, float]:
