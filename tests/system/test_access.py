@@ -154,6 +154,7 @@ def site():
     url = f"sqlite:///{s.db}"
     engine = open_udb(url, create=True)  # as udbgen makes it
     directives.run(engine, directives.parse(ACME.read_text() + PEOPLE + CROWD, "site"))
+    base.chmod(0o755)  # shrdaemon refuses a socket or UDB below a directory others may write
     with write_session(engine) as ses:
         save_consts(ses, consts_from_mapping({"delta": DELTA}, load_consts(ses)))
     dispose_all()
