@@ -1,11 +1,11 @@
 """Guard: the files root's daemon makes or reads, attacked as a real other uid would,
-with real symbolic links: the lock file beside the UDB, the socket.
+with real symbolic links: the lock file beside the UDB, the socket, shrdist.auth.
 
 The attacker (a test uid with no passwd entry) may write the directory in question: a
 directory under /tmp every uid may write (tests/asuser.py's shared_dir).  Its programs
-run under /usr/bin/python3, which any uid may run.  The race (the socket) is run many
-times over, as an attacker would; each test says what root's file must still be
-afterwards.  The lock and the socket in directories that are not trusted,
+run under /usr/bin/python3, which any uid may run.  The races (the socket, the auth
+file) are run many times over, as an attacker would; each test says what root's file
+must still be afterwards.  The lock and the socket in directories that are not trusted,
 as the same uid: tests/integration/test_faults.py and test_server.py.
 """
 
@@ -26,6 +26,7 @@ from asuser import UIDS, forked, remove, shared_dir
 from click.testing import CliRunner
 from integration.test_faults import template  # noqa: F401 - the fixture
 
+from fairshare.admin.shrdist import NotAuthorised, read_auth
 from fairshare.cli.shrdaemon import main as shrdaemon
 from fairshare.daemon.trust import Untrusted
 from fairshare.server.server import Server
@@ -208,6 +209,55 @@ def test_a_socket_swapped_for_a_link_never_changes_roots_file(tmp_path, roots_fi
             if stat.S_IMODE(victim.stat().st_mode) != 0o600:
                 break
         assert stat.S_IMODE(victim.stat().st_mode) == 0o600, "root's file was chmod-ed"
+        assert refused > 0
+    finally:
+        stop(attacker)
+        remove(base)
+
+
+# -- shrdist's authorisation file --------------------------------------------------------------
+
+#: The attacker: swap, over and over, a link to root's trusted auth file and a file of
+#: its own granting itself the top of the tree, hoping the check sees the one and the
+#: read the other.
+SWAP_AUTH = """
+import os, sys
+auth, real, uid = sys.argv[1], sys.argv[2], sys.argv[3]
+link, mine = auth + ".link", auth + ".mine"
+print("ready", flush=True)
+while True:
+    try:
+        os.symlink(real, link)
+        os.rename(link, auth)
+        with open(mine, "w") as f:
+            f.write(uid + " /\\n")
+        os.rename(mine, auth)
+    except OSError:
+        pass
+"""
+
+
+def test_an_auth_file_swapped_under_the_check_never_grants_the_attacker(tmp_path):
+    real = tmp_path / "shrdist.auth"  # root's trusted file, in root's own directory
+    real.write_text("admin Proj3\n")
+    real.chmod(0o644)
+    assert [p.login for p in read_auth(real)] == ["admin"]
+    base = shared_dir()
+    auth = base / "shrdist.auth"
+    attacker = as_attacker(SWAP_AUTH, str(auth), str(real), str(ATTACKER))
+    granted = refused = 0
+    try:
+        deadline = time.monotonic() + 5
+        for _ in range(5000):
+            if time.monotonic() > deadline or granted:
+                break
+            try:
+                pairs = read_auth(auth)
+            except NotAuthorised:
+                refused += 1
+                continue
+            granted += any(p.login == str(ATTACKER) for p in pairs)
+        assert granted == 0, "the attacker's own auth file was read as root's"
         assert refused > 0
     finally:
         stop(attacker)
