@@ -61,16 +61,22 @@ DELTA = 1.0
 REQUEST_TIMEOUT, REPLY_TIMEOUT = 2.0, 3.0
 LIMITS = f"request_timeout={REQUEST_TIMEOUT:g},reply_timeout={REPLY_TIMEOUT:g}"
 ME, ADMIN, OTHER = UIDS
+#: A uid with no user entry whose number is the account "lab"'s.
+LAB = 62004
 
-#: Entries of the test uids: ME is a user in Proj3 with a quota, a comment and a
-#: password hash; OTHER has a quota too; ADMIN administers Proj3 (shrdist.auth).
+#: Entries of the test uids: ME is a user in Proj3 with a quota, a comment, a password
+#: hash and two accounts; OTHER has a quota too; ADMIN administers Proj3
+#: (shrdist.auth).  The account entry "lab" has the number LAB, a quota and a comment.
 PEOPLE = f"""
 acid:acct1:5001:
 acid:acct2:5002:
-create:me:uid:{ME}:resgrp:Proj3:shares:10:acids:5001:passwd:$6$salt$hash:
+acid:acct3:5003:
+acid:lab:{LAB}:
+create:me:uid:{ME}:resgrp:Proj3:shares:10:acids:5001,5003:passwd:$6$salt$hash:
 update:me:cpuquota:7200:cpuquotaused:12:comment:room 12:
 create:admin:uid:{ADMIN}:resgrp:Proj3:shares:10:
 create:other:uid:{OTHER}:resgrp:Proj3:shares:10:acids:5002:cpuquota:3600:comment:secret:
+create:lab:uid:{LAB}:shflags:01000000:resgrp:Proj3:shares:5:cpuquota:900:comment:lab notes:
 """
 #: Enough users that the UDB's image (about 1 MB) outgrows the socket's buffers, so a
 #: client hanging up mid-reply is seen by the daemon.
@@ -148,13 +154,13 @@ class Site:
 @pytest.fixture(scope="module")
 def site():
     base = shared_dir()
+    base.chmod(0o755)  # shrdaemon refuses a socket or UDB below a directory others may write
     (base / "private").mkdir(mode=0o700)
     (base / "run").mkdir(mode=0o755)
     s = Site(base)
     url = f"sqlite:///{s.db}"
     engine = open_udb(url, create=True)  # as udbgen makes it
     directives.run(engine, directives.parse(ACME.read_text() + PEOPLE + CROWD, "site"))
-    base.chmod(0o755)  # shrdaemon refuses a socket or UDB below a directory others may write
     with write_session(engine) as ses:
         save_consts(ses, consts_from_mapping({"delta": DELTA}, load_consts(ses)))
     dispose_all()
@@ -250,6 +256,21 @@ def test_udbsee_never_shows_passwords_and_hides_other_users_private_fields(site)
     # Root sees everything.
     r = CliRunner().invoke(udbsee, [*site.udb, "--json", "other"])
     assert json.loads(r.output)[0]["cpuquota"] == 3600
+
+
+def test_a_uid_that_is_an_accounts_or_a_groups_number_owns_nothing_of_it(site):
+    """Guard: a uid equal to an account's number or a group's uid was taken for that
+    entry's owner (uid 2101 saw account p1a-sim's CPU quota and its comment).  Only a
+    user entry has an owner."""
+    for uid, name in ((LAB, "lab"), (333, "Proj3")):  # ACME's Proj3 has uid 333
+        code, out = run_as(uid, udbsee, [*site.udb, "--json", name])
+        assert code == 0, out
+        (entry,) = json.loads(out)
+        assert not {"cpuquota", "cpuquotaused", "comment"} & set(entry), (uid, entry)
+        raw = base64.b64decode(forked(lambda: call(site.sock, "udb")["image"], uid=uid))
+        assert b"lab notes" not in raw and b"Project 3" not in raw
+    code, out = run_as(ME, udbsee, [*site.udb, "--json", "me"])  # a user's own: shown
+    assert json.loads(out)[0]["comment"] == "room 12"
 
 
 def test_an_unlisted_uid_may_not_redistribute_and_nothing_changes(site):
