@@ -344,6 +344,31 @@ def test_newacct_takes_only_the_callers_accounts_for_the_callers_session(site):
         victim.wait()
 
 
+def test_users_sharing_a_session_keep_their_own_accounts(site):
+    """Guard: newacct's choice was the session's, so in a session several users share
+    (a login, then su), one user's newacct silently replaced another's choice."""
+    sock = ["--socket", site.sock]
+
+    def newacct_as(uid, *args):
+        def run():
+            r = CliRunner().invoke(newacct, [*sock, *args, "--json"])
+            assert r.exit_code == 0, r.output
+            return json.loads(r.output)
+
+        return forked(run, uid=uid)
+
+    def one_session():  # a login session (setsid), and two users working in it
+        chose = newacct_as(ME, "acct3")
+        newacct_as(OTHER, "acct2")  # OTHER, su'd into the session, chooses too
+        newacct_as(OTHER, "-d")  # and goes back to the default: OTHER's own record only
+        return os.getsid(0), chose, newacct_as(ME), newacct_as(OTHER)
+
+    sid, chose, mine, theirs = forked(one_session, new_session=True)
+    assert chose["session"] == mine["session"] == theirs["session"] == sid
+    assert (mine["account"], mine["default"]) == ("acct3", False)
+    assert (theirs["account"], theirs["default"]) == ("acct2", True)
+
+
 def test_shrsync_is_for_root_only(site):
     code, out = run_as(ME, shrsync, [*site.udb, "-u"])
     assert code == 2 and "only root may synchronise" in out
