@@ -6,15 +6,20 @@ may not see removed, serialised to bytes.  The reader opens it with `open_image`
 and runs the very code it runs on a UDB it can open itself, so every display has
 one implementation whichever way its data came.
 
-What a caller other than root does not get (man/shrdaemon.8, "Security model"):
+What a caller other than root gets is listed, never what they do not get
+(man/shrdaemon.8, "Security model"): `SHOWN` names, table by table, the columns
+copied as they are.  Every other column is blanked (NULL, 0 or empty) and every other
+table emptied, so a column or table a later migration adds is private until it is
+listed.  Not listed today:
 
 - the password field of every entry (blank), its own included;
-- in other users' entries: the CPU quota and the quota used (0) and the comment
-  (blank): `PRIVATE` lists these columns, and udbsee leaves them out;
+- the CPU quota, the quota used and the comment (`OWN`), except in the caller's own
+  entry: the user entry (not a group's nor an account's, whose uid is a number, not
+  a login) whose uid is the caller's (`owns`); udbsee leaves them out of others';
 - the daemon's own bookkeeping: lnode checkpoints, pending shrsync requests and the
-  shradmin change log (tables emptied).
+  shradmin change log.
 
-Everything else (the share tree, shares, flags, acids, decayed usage and charges,
+Everything listed (the share tree, shares, flags, acids, decayed usage and charges,
 the published lnode table, the constants, shrdist's change log) is what shrview,
 shrtree and shrinfo show every user anyway.  Deleted content is overwritten
 (SQLite's secure_delete), so nothing removed survives in the image's free pages.
@@ -23,17 +28,53 @@ shrtree and shrinfo show every user anyway.  Deleted content is overwritten
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from sqlalchemy import Engine, StaticPool, create_engine, insert, select, text
 from sqlalchemy.engine import make_url
 
 from udb import tables
+from udb.rules import role_of
 
-#: Columns of other users' entries a caller other than root does not see (blanked
-#: by `make_image`, left out by udbsee).
-PRIVATE = ("cpuquota", "cpuquotaused", "comment")
-#: Tables a caller other than root gets empty: the daemon's and the administrators' records.
-WITHHELD = ("lnode_checkpoints", "sync_requests", "const_changes")
+#: What a caller other than root sees of each table: the columns copied as they are.
+#: Any other column is blanked and any other table emptied (`make_image`).
+SHOWN: dict[str, tuple[str, ...]] = {
+    "alembic_version": ("version_num",),
+    "entries": (
+        "id", "name", "uid", "gids", "acids", "resgrp", "shares", "shflags",
+        "shusage", "shcharge", "shextime", "nice",
+    ),
+    "accounts": ("acid", "name"),
+    "consts": ("name", "value"),
+    "lnode_cycles": (
+        "host", "time", "delta", "enforcer", "pid", "cycle", "mode", "started", "running",
+        "stopped", "counts", "cpus", "delivered", "columnar",
+    ),
+    "lnodes": (
+        "host", "node", "name", "uid", "kind", "parent", "level", "shares", "refs", "nrun",
+        "usage", "stored", "charge", "cpu_seconds", "rate", "m_share", "e_share", "cpu",
+        "adj", "priority", "background", "demand", "due", "pri", "want", "target", "got",
+        "got_minute", "flat",
+    ),
+    "schedules": ("name", "days", "hours", "settings"),
+    "share_changes": ("id", "time", "who", "grp", "member", "old", "new"),
+    "serials": ("name", "value"),
+}  # fmt: skip
+#: The columns of an entry its owner sees too (`owns`), and nobody else but root.
+OWN = ("cpuquota", "cpuquotaused", "comment")
+
+
+def owns(viewer: int, uid: int, shflags: int) -> bool:
+    """Whether uid `viewer` owns the entry with `uid` and `shflags`: only a user entry
+    has an owner (a group's or an account's uid is a number, not a login)."""
+    return uid == viewer and role_of(shflags, uid) == "user"
+
+
+def shown_fields(fields: Sequence[str], viewer: int, uid: int, shflags: int) -> list[str]:
+    """Which of the entry `fields` uid `viewer` (not root) sees of the entry with `uid`
+    and `shflags`, read through the daemon: what `SHOWN` lists, and `OWN` in its own."""
+    own = owns(viewer, uid, shflags)
+    return [f for f in fields if f in SHOWN["entries"] or (own and f in OWN)]
 
 
 def _copy(engine: Engine, dst: sqlite3.Connection) -> None:
@@ -68,14 +109,7 @@ def make_image(engine: Engine, viewer: int) -> bytes:
         if viewer != 0:
             dst.execute("PRAGMA secure_delete = ON")
             dst.execute("BEGIN")
-            dst.execute("UPDATE entries SET passwd = '' WHERE passwd != ''")
-            dst.execute(
-                "UPDATE entries SET cpuquota = 0, cpuquotaused = 0, comment = '' WHERE uid != ? "
-                "AND (cpuquota != 0 OR cpuquotaused != 0 OR comment != '')",
-                (viewer,),
-            )
-            for table in WITHHELD:
-                dst.execute(f"DELETE FROM {table}")
+            _withhold(dst, viewer)
             dst.execute("COMMIT")
         image = bytearray(dst.serialize())
     finally:
@@ -84,6 +118,51 @@ def make_image(engine: Engine, viewer: int) -> bytes:
     # in-memory database cannot be opened in WAL mode: mark it a rollback-journal one.
     image[18] = image[19] = 1
     return bytes(image)
+
+
+def _withhold(dst: sqlite3.Connection, viewer: int) -> None:
+    """Blank in `dst` every column `SHOWN` does not list (but `OWN` in the viewer's own
+    entry) and empty every table it does not list."""
+    names = dst.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    ).fetchall()
+    mine = [
+        str(i)
+        for i, uid, shflags in dst.execute(
+            "SELECT id, uid, shflags FROM entries WHERE uid = ?", (viewer,)
+        )
+        if owns(viewer, uid, shflags)
+    ]
+    for (table,) in names:
+        if table not in SHOWN:
+            dst.execute(f'DELETE FROM "{table}"')
+            continue
+        for _cid, column, decl, notnull, _default, key in dst.execute(
+            f'PRAGMA table_info("{table}")'
+        ).fetchall():
+            if column in SHOWN[table] or key:
+                continue
+            blank = _blank(decl, notnull)
+            own = table == "entries" and column in OWN and mine
+            spared = f" AND id NOT IN ({','.join(mine)})" if own else ""
+            dst.execute(
+                f'UPDATE "{table}" SET "{column}" = ? WHERE "{column}" IS NOT ?{spared}',
+                (blank, blank),
+            )
+
+
+def _blank(decl: str, notnull: int) -> object:
+    """What a withheld column is set to: NULL where it may be, else 0, '' or b''."""
+    if not notnull:
+        return None
+    decl = decl.upper()
+    if any(t in decl for t in ("INT", "REAL", "FLOA", "DOUB", "NUM", "BOOL", "DEC")):
+        return 0
+    if "JSON" in decl:
+        return "null"
+    if "BLOB" in decl or "BINARY" in decl:
+        return b""
+    return ""
 
 
 def open_image(image: bytes) -> Engine:

@@ -278,8 +278,9 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 def check_sqlite_file(path: Path, create: bool) -> None:
     """Refuse, before SQLite opens it, a path that is not a UDB file: missing or empty
-    (unless `create`), a directory, a FIFO or device (a FIFO would block), a file that is
-    not SQLite, or one whose size is not whole pages (truncated)."""
+    (unless `create`), a directory, a FIFO or device (a FIFO would block), a file with
+    more than one hard link (`refuse_hard_links`), a file that is not SQLite, or one
+    whose size is not whole pages (truncated)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -293,6 +294,7 @@ def check_sqlite_file(path: Path, create: bool) -> None:
     if not stat.S_ISREG(st.st_mode):
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
         raise UnusableUdb(f"{path}: is {kind}, not a UDB file")
+    refuse_hard_links(path, st)
     if st.st_size == 0:
         if create:
             return
@@ -310,6 +312,21 @@ def check_sqlite_file(path: Path, create: bool) -> None:
         raise UnusableUdb(
             f"{path}: damaged SQLite file: its size ({st.st_size} bytes) is not a whole "
             f"number of {page}-byte pages (truncated?)"
+        )
+
+
+def refuse_hard_links(path: Path, st: os.stat_result) -> None:
+    """UnusableUdb when the SQLite file `path` (status `st`) has more than one name.
+
+    SQLite keys its -wal and -shm files, and its locks, on the name it was opened by:
+    two processes using two hard links of one file each write a WAL of their own, and
+    what one commits is lost to the other (and shrdaemon's lock, keyed on the file,
+    would be found beside one name only).  A symbolic link is resolved, so it is safe."""
+    if st.st_nlink > 1:
+        raise UnusableUdb(
+            f"{path}: the UDB file has {st.st_nlink} hard links: SQLite would keep a "
+            "separate WAL for each name and lose writes; keep one name (a symbolic link "
+            "is fine)"
         )
 
 

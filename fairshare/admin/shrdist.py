@@ -3,7 +3,8 @@ redistribution as one write transaction, and its change log (guide 4.4.7, 4.4.8)
 
 - Authorisation (`read_auth`, `authorise`): the shrdist.auth file lists ``login group``
   pairs (several on one line are allowed: ``mlb Mktg mlb tng``; ``#`` starts a comment).
-  It is trusted only when owned by root and not writable by group or others.  Root
+  It is trusted only when owned by root and not writable by group or others, and
+  it is opened once, never through a symbolic link, and checked as opened.  Root
   (real uid 0) may change any group without it; anyone else the groups listed for
   their login and every group beneath those in the share tree.  The group "/" is the
   top of the tree (the entries directly under root).
@@ -23,6 +24,7 @@ redistribution as one write transaction, and its change log (guide 4.4.7, 4.4.8)
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import pwd
 import re
@@ -95,10 +97,11 @@ def auth_path(option: str | None = None) -> Path:
     return Path(option or os.environ.get("SHRDIST_AUTH") or DEFAULT_AUTH)
 
 
-def untrusted_reason(path: Path) -> str | None:
-    """Why `path` may not be trusted as an auth file (None when it may): it must be a
-    regular file owned by root and not writable by group or others."""
-    st = os.stat(path)
+def untrusted_reason(path: Path, st: os.stat_result | None = None) -> str | None:
+    """Why the auth file `path` (`st`: the status of the file as opened; default: as
+    the path names it now) may not be trusted (None when it may): it must be a regular
+    file owned by root and not writable by group or others."""
+    st = st if st is not None else os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         return f"{path}: not a regular file: not trusted"
     if st.st_uid != 0:
@@ -134,17 +137,29 @@ def parse_auth(text: str, source: str) -> list[AuthPair]:
 def read_auth(path: Path) -> list[AuthPair]:
     """The pairs of the trusted auth file at `path`.
 
-    NotAuthorised when it is missing, unreadable or not trusted (see `untrusted_reason`).
+    The file is opened once, never through a symbolic link, and what was opened is
+    what is checked (`untrusted_reason` on its fstat) and read: a name swapped between
+    a check and a read cannot slip another file in.  NotAuthorised when it is
+    missing, unreadable, a symbolic link or not trusted.
     """
     try:
-        reason = untrusted_reason(path)
-        if reason:
-            raise NotAuthorised(reason)
-        text = path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise NotAuthorised(f"{path}: no such file: only root may redistribute shares") from None
     except PermissionError:
         raise NotAuthorised(f"{path}: cannot be read: permission denied") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise NotAuthorised(f"{path}: is a symbolic link: not trusted") from None
+        raise NotAuthorised(f"{path}: cannot be read: {err.strerror}") from None
+    with os.fdopen(fd) as f:
+        reason = untrusted_reason(path, os.fstat(fd))
+        if reason:
+            raise NotAuthorised(reason)
+        try:
+            text = f.read()
+        except OSError as err:
+            raise NotAuthorised(f"{path}: cannot be read: {err.strerror}") from None
     return parse_auth(text, str(path))
 
 

@@ -28,6 +28,6 @@ module named after it (this is the one list of them):
    be reached.
 
 Around the loop: `loop` (timing and signals), `placing` (new sessions placed between
-cycles), `lock` (one daemon per UDB and host), `service` (systemd readiness, watchdog
-and logs), `metrics` (Prometheus).
+cycles), `lock` (one daemon per UDB and host, in a directory `trust` accepts), `service`
+(systemd readiness, watchdog and logs), `metrics` (Prometheus).
 """

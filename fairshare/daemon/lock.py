@@ -1,29 +1,45 @@
-"""One daemon per UDB and host, keyed on the database's identity, not on its spelling.
+"""One daemon per UDB and host, keyed on the database's identity, not on its names.
 
-- SQLite: a lock file beside the database's real file (symlinks resolved), named after
-  the file's device and inode and the host, so ``D/./c.sqlite``, ``D//c.sqlite``,
-  ``D/sub/../c.sqlite`` and a symlink all find the same lock.  It lives in the
-  database's own directory, the one place that root and other users share (SQLite
-  writes its -wal and -shm files there too).  The lock is flock(2) on that file, which
-  needs only read access, and the file holds the pid of the daemon that has it.  The
-  kernel drops the lock when that process dies, even by kill -9, so a stale file never
-  blocks.
+- SQLite: a lock file in the directory of the database's real file (symbolic links
+  resolved), named after the file's device and inode and the host and nothing else
+  (``.shrdaemon-HASH.lock``), so ``D/./c.sqlite``, ``D//c.sqlite``,
+  ``D/sub/../c.sqlite`` and a symbolic link all find the same lock.  A file with a
+  second hard link is refused (udb.session.refuse_hard_links): its other name would
+  find a lock of its own in another directory, and SQLite a WAL of its own.  The lock
+  lives in the database's own directory, the one place that root and other users
+  share (SQLite writes its -wal and -shm files there too).  The lock is flock(2) on
+  that file, which needs only read access, and the file holds the pid of the daemon
+  that has it.  The kernel drops the lock when that process dies, even by kill -9, so a
+  stale file never blocks.
+- Nothing there is taken on trust: the directory must be one only root or the
+  daemon's user can write (fairshare.daemon.trust); the lock file is opened relative
+  to the directory's descriptor without following a symbolic link, and must be a
+  regular file with one link, owned by the daemon's user (or by root, when it is a
+  root daemon that holds it: then another user's daemon is told so); what it holds is
+  only ever read as a pid, a number.
 - PostgreSQL (any other server): ``pg_try_advisory_lock`` inside the database, keyed by
   the host name, held by one connection for the daemon's life.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
+import re
 import socket
+import stat
 from pathlib import Path
 
 from sqlalchemy import Engine, text
 
+from fairshare.daemon.trust import Untrusted, untrusted_dir
 from udb.errors import UdbError
-from udb.session import sqlite_file
+from udb.session import refuse_hard_links, sqlite_file
+
+#: How the lock file is opened: never through a symbolic link, never blocking (a FIFO).
+_OPEN = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 class AlreadyRunning(UdbError):
@@ -32,12 +48,21 @@ class AlreadyRunning(UdbError):
 
 def lock_path(url: str, host: str | None = None) -> Path:
     """The lock file of the SQLite UDB at `url` on `host` (default: this host's name):
-    beside the database's real file, named after its device, inode and the host."""
+    beside the database's real file, named after its device, inode and the host only.
+    UnusableUdb when the file has more than one hard link."""
     real = Path(os.path.realpath(sqlite_file(url)))
     st = os.stat(real)
+    refuse_hard_links(real, st)
     host = host or socket.gethostname()
     digest = hashlib.sha256(f"{st.st_dev}:{st.st_ino}\n{host}".encode()).hexdigest()[:16]
-    return real.parent / f".{real.name}.shrdaemon-{digest}.lock"
+    return real.parent / f".shrdaemon-{digest}.lock"
+
+
+def holder_pid(fd: int) -> str:
+    """The pid the lock file open on `fd` holds, as digits, or "?" when it holds
+    anything else (whatever is there is never repeated)."""
+    found = re.fullmatch(rb"\s*([0-9]{1,10})\s*", os.pread(fd, 32, 0))
+    return str(int(found[1])) if found else "?"
 
 
 def advisory_key(host: str) -> int:
@@ -78,28 +103,77 @@ class DaemonLock:
         return f"PostgreSQL advisory lock {advisory_key(self.host)} (host {self.host})"
 
     def acquire(self) -> None:
-        """Take the lock (and, for a file, write our pid into it)."""
+        """Take the lock (and, for a file, write our pid into it).  AlreadyRunning when
+        a daemon holds it; Untrusted when the directory or the lock file is not one the
+        daemon can trust (fairshare.daemon.trust)."""
         if self.path is None:
             self._acquire_advisory()
             return
+        euid = os.geteuid()
+        fd = self._open(euid)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except PermissionError:  # another user's lock file: flock needs only read access
-            fd = os.open(self.path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                raise Untrusted(
+                    f"lock {self.path}: not a regular file with one link: refused (remove it)"
+                )
+            if st.st_uid not in (0, euid):
+                raise Untrusted(
+                    f"lock {self.path}: owned by uid {st.st_uid}, neither root nor this "
+                    f"daemon's uid {euid}: refused (remove it)"
+                )
+            self._take(fd)
+            if st.st_uid != euid:  # root's, and no root daemon holds it: root's to take
+                raise Untrusted(
+                    f"lock {self.path}: owned by root, not by this daemon's uid {euid}: "
+                    f"refused (run shrdaemon as root, or remove it)"
+                )
+        except BaseException:
             os.close(fd)
-            raise AlreadyRunning(
-                f"UDB {self.display} is already served by pid {holder} (lock {self.path})"
-            ) from None
+            raise
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
-            pass  # opened read-only: the lock holds all the same
+            pass  # our own file, opened read-only (mode 0444): the lock holds all the same
         self._fd = fd
+
+    def _open(self, euid: int) -> int:
+        """The lock file, opened (made if missing) in its directory once that is trusted."""
+        directory = self.path.parent
+        try:
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            raise Untrusted(f"lock {self.path}: cannot open {directory}: {err.strerror}") from None
+        try:
+            why = untrusted_dir(directory, euid, os.fstat(dir_fd))
+            if why:
+                raise Untrusted(
+                    f"UDB directory {why}: whoever can write there can plant the lock file "
+                    "or SQLite's -wal file: refused (keep the UDB where only root or the "
+                    "daemon's user can write)"
+                )
+            try:
+                return os.open(self.path.name, os.O_RDWR | os.O_CREAT | _OPEN, 0o644, dir_fd=dir_fd)
+            except PermissionError:  # another user's lock file: flock needs only read access
+                return os.open(self.path.name, os.O_RDONLY | _OPEN, dir_fd=dir_fd)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise Untrusted(
+                    f"lock {self.path}: is a symbolic link: not followed, refused (remove it)"
+                ) from None
+            raise Untrusted(f"lock {self.path}: cannot open it: {err.strerror}") from None
+        finally:
+            os.close(dir_fd)
+
+    def _take(self, fd: int) -> None:
+        """flock the open lock file; AlreadyRunning naming the holder's pid if held."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise AlreadyRunning(
+                f"UDB {self.display} is already served by pid {holder_pid(fd)} (lock {self.path})"
+            ) from None
 
     def _acquire_advisory(self) -> None:
         key = advisory_key(self.host)

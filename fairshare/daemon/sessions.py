@@ -7,10 +7,12 @@ uid and pid from the kernel (SO_PEERCRED), the session from the caller's pid
 the caller's acids, and records it in memory (`SessionAccounts`).  Every process
 of that session owned by the caller (field 6 of /proc/PID/stat) is then charged to
 that account from the daemon's next cycle; the other sessions keep the user's
-default account, the first of the entry's acids.  Records of sessions that no
-longer exist, and of accounts taken away from the user, are dropped by the daemon.
-Nothing is written to a file: a restarted daemon starts with every session on its
-default account.
+default account, the first of the entry's acids.  The record is keyed by session
+and uid: in a session several users share (su, sudo -u), each user's choice is
+their own, and no other user's request changes or clears it.  Records of sessions
+that no longer exist, and of accounts taken away from the user, are dropped by the
+daemon.  Nothing is written to a file: a restarted daemon starts with every session
+on its default account.
 """
 
 from __future__ import annotations
@@ -131,38 +133,38 @@ def caller_session(uid: int, pid: int, session: int | None = None) -> int:
 
 
 class SessionAccounts:
-    """shrdaemon's record of the accounts newacct chose, per session: its
+    """shrdaemon's record of the accounts newacct chose, per session and user: its
     fairshare.daemon.accounts.AccountLookup.
 
-    The socket server calls `choose` and `clear` (from its own threads); the daemon
-    calls `refresh(sample, acids)` once a cycle (acids: user uid -> acids) before it
-    maps the sample's processes; calling the object with a ProcessSample then gives
-    the account to charge, or None for the user's default.
+    A record is keyed by the session and the uid that chose it: in a session several
+    users share (su, sudo -u), each has a choice of their own, for their own
+    processes there, and none can change or clear another's.  The socket server calls
+    `choose` and `clear` (from its own threads); the daemon calls
+    `refresh(sample, acids)` once a cycle (acids: user uid -> acids) before it maps the
+    sample's processes; calling the object with a ProcessSample then gives the account
+    to charge, or None for the user's default.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_sid: dict[int, SessionAccount] = {}
+        self._records: dict[tuple[int, int], SessionAccount] = {}
 
     def choose(self, sid: int, uid: int, acid: int) -> None:
-        """Charge the processes of `uid` in session `sid` to account `acid`."""
+        """Charge the processes of `uid` in session `sid` to account `acid` (the other
+        users' processes there keep their own choice)."""
         with self._lock:
-            self._by_sid[sid] = SessionAccount(sid=sid, uid=uid, acid=acid)
+            self._records[sid, uid] = SessionAccount(sid=sid, uid=uid, acid=acid)
 
     def clear(self, sid: int, uid: int) -> bool:
         """Back to the default account for `uid`'s processes in `sid`; True if one was set."""
         with self._lock:
-            rec = self._by_sid.get(sid)
-            if rec is None or rec.uid != uid:
-                return False
-            del self._by_sid[sid]
-            return True
+            return self._records.pop((sid, uid), None) is not None
 
     def current(self, sid: int, uid: int, acids: Sequence[int]) -> tuple[int | None, bool]:
         """The account session `sid` of `uid` is charged to, and whether newacct chose it
         (False: the default, the first of `acids`; None when the user has no acids)."""
-        rec = self._by_sid.get(sid)
-        if rec is not None and rec.uid == uid and rec.acid in acids:
+        rec = self._records.get((sid, uid))
+        if rec is not None and rec.acid in acids:
             return rec.acid, True
         return default_acid(acids), False
 
@@ -173,23 +175,24 @@ class SessionAccounts:
         mode a choice is kept, unused, for when the mode changes)."""
         live = {p.sid for p in sample.processes if p.sid > 0}
         with self._lock:
-            self._by_sid = {
-                sid: rec
-                for sid, rec in self._by_sid.items()
-                if (not live or sid in live) and (not acids or rec.acid in acids.get(rec.uid, ()))
+            self._records = {
+                key: rec
+                for key, rec in self._records.items()
+                if (not live or rec.sid in live)
+                and (not acids or rec.acid in acids.get(rec.uid, ()))
             }
 
     def __call__(self, p: ProcessSample) -> int | None:
-        rec = self._by_sid.get(p.sid)  # one dict lookup: atomic, needs no lock
-        if rec is not None and p.sid > 0 and rec.uid == p.uid:
+        rec = self._records.get((p.sid, p.uid))  # one dict lookup: atomic, needs no lock
+        if rec is not None and p.sid > 0:
             return rec.acid
         return None
 
     @property
-    def sessions(self) -> dict[int, SessionAccount]:
-        """The records in force, by session id."""
+    def sessions(self) -> dict[tuple[int, int], SessionAccount]:
+        """The records in force, by (session id, uid)."""
         with self._lock:
-            return dict(self._by_sid)
+            return dict(self._records)
 
 
 def session_request(

@@ -21,7 +21,6 @@ cycles (`place`) and whether the lnode cgroups' CPU counters can be read
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -128,10 +127,30 @@ def arrays(targets: Sequence[LnodeTarget]) -> tuple[np.ndarray, np.ndarray, np.n
     return e, n, b
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.@-]")
+#: Characters a cgroup name keeps as they are (and "_", unless it would read as an escape).
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.@-")
+_HEX = frozenset("0123456789abcdef")
 
 
 def safe_name(lnode: str) -> str:
-    """`lnode` as a file name: characters other than letters, digits and _.@- become _."""
-    name = _UNSAFE.sub("_", lnode)
-    return name if name not in ("", ".", "..") else f"_{name}"
+    """`lnode` as one file name (its cgroup's, its counters' key), a different one for
+    every different name: letters, digits and .@- stay as they are; every other
+    character is ``_xx`` for each byte of its UTF-8 (lower-case hex: "$" is ``_24``,
+    "+" ``_2b``); "_" stays "_" unless two lower-case hex digits follow it, when it
+    is ``_5f``.  So ``_`` and two lower-case hex digits is always an escape and nothing
+    else is, and the name can be read back.  A name that needs none of this keeps its
+    own name (``a_b`` too); "." and ".." are ``_2e`` and ``_2e_2e``.  Never holds "/",
+    NUL or "+" (mapping.GROUP_PREFIX).  ValueError for the empty name."""
+    if not lnode:
+        raise ValueError("an lnode's name is never empty")
+    if lnode in (".", ".."):
+        return "_2e" * len(lnode)
+    out = []
+    for i, c in enumerate(lnode):
+        if c in _PLAIN:
+            out.append(c)
+        elif c == "_" and not (lnode[i + 1 : i + 2] in _HEX and lnode[i + 2 : i + 3] in _HEX):
+            out.append(c)
+        else:
+            out.extend(f"_{b:02x}" for b in c.encode("utf-8", "surrogatepass"))
+    return "".join(out)

@@ -35,6 +35,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from fairshare.daemon.sessions import SessionAccounts
+from fairshare.daemon.trust import Untrusted, untrusted_dir
 from fairshare.server.answers import Answers, BadRequest, peer_of
 from fairshare.server.clients import Client, Held, expired, wait
 from udb.errors import UdbError
@@ -92,11 +93,34 @@ class Server:
     def start(self) -> None:
         """Listen on the socket (replacing a stale one) and start serving.
 
-        UdbError when the path is in use by a daemon that answers, or cannot be made.
+        UdbError when the path is in use by a daemon that answers, or cannot be made;
+        Untrusted when its directory is one others may write (fairshare.daemon.trust).
         """
+        s = self._listen()
+        s.setblocking(False)
+        self._listener = s
+        self._inode = os.lstat(self.path).st_ino
+        self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="shrdaemon-serve")
+        self._thread = threading.Thread(target=self._loop, name="shrdaemon-socket", daemon=True)
+        self._thread.start()
+        log.info("serving requests on %s", self.path)
+
+    def _listen(self) -> socket.socket:
+        """The listening socket at `path`, in a directory only root or the daemon's user
+        can write, made mode 0666 as it is bound (nothing is changed by name after)."""
         path = Path(self.path)
         try:
             path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            why = untrusted_dir(path.parent, os.geteuid())
+        except OSError as err:
+            raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
+        if why:
+            raise Untrusted(
+                f"--socket {self.path}: directory {why}: others could swap the socket for "
+                "their own or a link: refused (use a directory only root can write, e.g. "
+                "/run/fairshare)"
+            )
+        try:
             if path.exists() or path.is_symlink():
                 if not stat.S_ISSOCK(path.lstat().st_mode):
                     raise UdbError(f"{self.path}: exists and is not a socket: not replaced")
@@ -106,18 +130,23 @@ class Server:
                     )
                 path.unlink()  # a stale socket left by a daemon that died
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.bind(self.path)
-            os.chmod(self.path, 0o666)  # anyone may ask; the daemon decides what to answer
-            s.listen(self.limits.max_clients)
         except OSError as err:
             raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
-        s.setblocking(False)
-        self._listener = s
-        self._inode = os.stat(self.path).st_ino
-        self._pool = ThreadPoolExecutor(self.limits.workers, thread_name_prefix="shrdaemon-serve")
-        self._thread = threading.Thread(target=self._loop, name="shrdaemon-socket", daemon=True)
-        self._thread.start()
-        log.info("serving requests on %s", self.path)
+        try:
+            # Anyone may ask (the daemon decides what to answer): bind itself makes the
+            # socket 0666 under this umask, and nothing is chmod-ed by name afterwards.
+            # The umask is the process's; no other thread makes files while the
+            # daemon starts.
+            old = os.umask(0o111)
+            try:
+                s.bind(self.path)
+            finally:
+                os.umask(old)
+            s.listen(self.limits.max_clients)
+        except OSError as err:
+            s.close()
+            raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
+        return s
 
     def stop(self) -> None:
         """Stop serving and remove the socket (if it is still ours)."""
@@ -128,7 +157,7 @@ class Server:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         try:
-            if os.stat(self.path).st_ino == self._inode:
+            if os.lstat(self.path).st_ino == self._inode:
                 os.unlink(self.path)
         except OSError:
             pass

@@ -1,5 +1,6 @@
 """Fault injection (issues 11 and 18): damaged and foreign databases, URLs that cannot be
-used, the daemon's lock under every spelling of one UDB, a seeded fuzz of the directive
+used, the daemon's lock under every spelling of one UDB (and its file and directory taken
+on trust no more: Guard, Books #5), a seeded fuzz of the directive
 language, and huge and non-finite numbers in every numeric option.  Each refused run
 prints one line, exits 2 and changes nothing.  The lock against a daemon of another uid:
 tests/system/test_daemon_process.py."""
@@ -13,6 +14,8 @@ import random
 import shutil
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +29,8 @@ from fairshare.cli.shrsim import main as shrsim
 from fairshare.cli.shrsync import main as shrsync
 from fairshare.cli.shrtree import main as shrtree
 from fairshare.cli.shrview import main as shrview
-from fairshare.daemon.lock import AlreadyRunning, DaemonLock
+from fairshare.daemon.lock import AlreadyRunning, DaemonLock, lock_path
+from fairshare.daemon.trust import Untrusted
 from udb import directives as d
 from udb import listing
 from udb.cli.udbgen import main as udbgen
@@ -270,7 +274,7 @@ def test_every_spelling_of_one_udb_finds_the_same_lock(tmp_path, template):
     finally:
         held.release()
     # The lock file sits beside the database, the same for root and everyone else.
-    assert held.path.parent == tmp_path and held.path.name.startswith(".c.sqlite.shrdaemon-")
+    assert held.path.parent == tmp_path and held.path.name.startswith(".shrdaemon-")
 
 
 def test_a_second_daemon_under_another_spelling_is_refused(tmp_path, template):
@@ -283,6 +287,108 @@ def test_a_second_daemon_under_another_spelling_is_refused(tmp_path, template):
             one_line_exit_2(r, "is already served by pid")
     finally:
         held.release()
+
+
+# -- the lock's file and directory, taken on trust no more (Guard, Books #5) ---------------------
+
+
+def test_the_lock_is_keyed_on_the_file_not_on_its_name(tmp_path, template):
+    """Books #5: the lock file's name held the database's file name, so another name of
+    the same file found a lock of its own."""
+    db = tmp_path / "c.sqlite"
+    shutil.copy(template, db)
+    before = lock_path(f"sqlite:///{db}")
+    db.rename(tmp_path / "e.sqlite")
+    assert lock_path(f"sqlite:///{tmp_path}/e.sqlite") == before
+    assert before.parent == tmp_path and before.name.startswith(".shrdaemon-")
+
+
+def test_a_udb_file_with_a_second_hard_link_is_refused(tmp_path, template):
+    """Books #5: a daemon on a hard link of a served UDB took a lock of its own, and
+    SQLite kept a WAL of its own for the second name: writes were lost."""
+    db = tmp_path / "c.sqlite"
+    shutil.copy(template, db)
+    held = DaemonLock(f"sqlite:///{db}", "c")
+    held.acquire()
+    try:
+        os.link(db, tmp_path / "d.sqlite")
+        for name in ("d.sqlite", "c.sqlite"):
+            r = invoke(shrdaemon, ["--once", "--enforcer", "none"], str(tmp_path / name), tmp_path)
+            one_line_exit_2(r, f"{tmp_path / name}: the UDB file has 2 hard links")
+        r = invoke(udbgen, ["-c", "create:zz:uid:4242:"], str(tmp_path / "d.sqlite"), tmp_path)
+        one_line_exit_2(r, "2 hard links: SQLite would keep a separate WAL for each name")
+    finally:
+        held.release()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775, 0o757])
+def test_a_udb_directory_others_can_write_is_refused(tmp_path, template, mode):
+    """Guard: the lock file was made wherever the UDB was, so whoever could write there
+    could plant it (a symbolic link, a lock they hold) before the daemon."""
+    where = tmp_path / "shared"
+    where.mkdir()
+    shutil.copy(template, where / "c.sqlite")
+    where.chmod(mode)
+    r = invoke(shrdaemon, ["--once", "--enforcer", "none"], str(where / "c.sqlite"), tmp_path)
+    one_line_exit_2(
+        r, f"UDB directory {where}: writable by group or others (mode {mode:04o})", "refused"
+    )
+    assert not [p for p in where.iterdir() if p.name.endswith(".lock")]
+    # Nor below a directory others may write (and swap for their own), unless sticky.
+    where.chmod(0o755)
+    (where / "below").mkdir()
+    shutil.copy(template, where / "below" / "c.sqlite")
+    where.chmod(mode)
+    r = invoke(shrdaemon, ["--once", "--enforcer", "none"], f"{where}/below/c.sqlite", tmp_path)
+    if mode & 0o1000:
+        assert r.exit_code == 0, r.output
+    else:
+        one_line_exit_2(r, f"{where} (above {where}/below): writable by group or others")
+
+
+def test_the_lock_file_is_never_opened_through_a_symbolic_link(tmp_path, template):
+    """Guard: the lock file was opened, truncated and written through whatever link sat
+    at its (predictable) name."""
+    db = tmp_path / "c.sqlite"
+    shutil.copy(template, db)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    lock = DaemonLock(f"sqlite:///{db}", "c")
+    lock.path.symlink_to(victim)
+    with pytest.raises(Untrusted, match="is a symbolic link: not followed, refused"):
+        lock.acquire()
+    r = invoke(shrdaemon, ["--once", "--enforcer", "none"], str(db), tmp_path)
+    one_line_exit_2(r, f"lock {lock.path}: is a symbolic link")
+    assert victim.read_text() == "precious\n"
+
+
+HOLD_WITH_TEXT = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, sys.argv[2].encode())
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(30)
+"""
+
+
+def test_what_a_lock_file_holds_is_only_ever_repeated_as_a_pid(tmp_path):
+    """Guard: whoever held the lock could write any text into it, and the refused
+    daemon printed that text in its error."""
+    path = tmp_path / "shrdaemon.lock"
+    text = "\x1b[2J\x1b[31mpid 1 (systemd)\nERROR: run rm -rf / to fix"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WITH_TEXT, str(path), text], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(AlreadyRunning) as err:
+            DaemonLock("sqlite:///x", "/x.sqlite", path).acquire()
+        assert str(err.value) == f"UDB /x.sqlite is already served by pid ? (lock {path})"
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 # -- the directive language, fuzzed in-process -------------------------------------------------

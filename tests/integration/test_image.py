@@ -64,6 +64,49 @@ def test_a_user_sees_no_password_and_only_their_own_private_fields(udb_url):
     assert counts(open_image(make_image(engine, 0))) == (1, 1)
 
 
+def test_a_column_or_table_added_later_is_private_until_listed(udb_url):
+    """Guard: the image was the UDB less a list of private columns, so a column a later
+    migration adds was shown to everyone.  What is shown is now a list of its own."""
+    engine = open_udb(udb_url)
+    fill(engine)
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE entries ADD COLUMN badge TEXT NOT NULL DEFAULT ''"))
+        conn.execute(text("ALTER TABLE entries ADD COLUMN pin INTEGER"))
+        conn.execute(text("UPDATE entries SET badge = 'badge-' || name, pin = 4242"))
+        conn.execute(text("CREATE TABLE audit (who TEXT, what TEXT)"))
+        conn.execute(text("INSERT INTO audit VALUES ('root', 'audit-secret')"))
+    raw = make_image(engine, 7001)
+    with open_image(raw).connect() as seen:
+        rows = seen.execute(text("SELECT name, badge, pin, shares FROM entries")).all()
+        assert {tuple(r) for r in rows} == {("me", "", None, 1), ("you", "", None, 1)}
+        assert seen.execute(text("SELECT count(*) FROM audit")).scalar() == 0
+    for secret in (b"badge-me", b"badge-you", b"audit-secret"):
+        assert secret not in raw
+    with open_image(make_image(engine, 0)).connect() as seen:  # root's image is the UDB
+        assert seen.execute(text("SELECT pin FROM entries")).scalars().all() == [4242, 4242]
+
+
+GROUPS_AND_ACCOUNTS = """
+acid:acct:7200:
+create:team:uid:7100:shflags:040000:shares:1:cpuquota:300:comment:team secret:
+create:acct:uid:7200:shflags:01000000:shares:1:cpuquota:400:comment:acct secret:
+"""
+
+
+def test_only_a_user_entry_has_an_owner(udb_url):
+    """Guard: a uid equal to a group's uid or an account's number was taken for that
+    entry's owner and shown its CPU quota and comment."""
+    engine = open_udb(udb_url)
+    fill(engine)
+    directives.run(engine, directives.parse(GROUPS_AND_ACCOUNTS, "groups"))
+    for viewer in (7100, 7200):
+        raw = make_image(engine, viewer)
+        got = entries(open_image(raw))
+        assert got["team"] == ("", 0.0, 0.0, "") and got["acct"] == ("", 0.0, 0.0, "")
+        assert b"team secret" not in raw and b"acct secret" not in raw
+    assert entries(open_image(make_image(engine, 7001)))["me"] == ("", 100.0, 5.0, "my room")
+
+
 def test_an_image_cannot_be_written(udb_url):
     seen = open_image(make_image(open_udb(udb_url), 7001))
     with pytest.raises(OperationalError, match="readonly"), seen.begin() as conn:

@@ -122,7 +122,7 @@ def test_a_session_someone_else_leads_is_refused(udb_url):
             reply = session_request(
                 s, accounts, ME, os.getpid(), account="a2", session_id=child.pid
             )
-            assert reply["session"] == child.pid and accounts.sessions[child.pid].acid == 3002
+            assert reply["session"] == child.pid and accounts.sessions[child.pid, ME].acid == 3002
             with pytest.raises(UdbError, match=f"session {child.pid} is not yours"):
                 session_request(
                     s, accounts, ME + 1, os.getpid(), account="a2", session_id=child.pid
@@ -180,12 +180,12 @@ def test_the_daemon_charges_the_new_account_from_its_next_cycle(udb):
     hook.choose(999, ME, 3002)  # a session that no longer exists
     got, total = charges_this_cycle(d, clock, total)
     assert got == {"a1": pytest.approx(per_cycle), "a2": pytest.approx(per_cycle)}
-    assert 999 not in hook.sessions  # the daemon forgot the dead session
+    assert (999, ME) not in hook.sessions  # the daemon forgot the dead session
     # A record naming an account the user no longer has is dropped.
     hook.choose(701, ME, 3003)
     got, total = charges_this_cycle(d, clock, total)
     assert got == {"a1": pytest.approx(per_cycle), "a2": pytest.approx(per_cycle)}
-    assert set(hook.sessions) == {700}
+    assert set(hook.sessions) == {(700, ME)}
     d.shutdown()
 
 
@@ -198,8 +198,24 @@ def test_a_record_moves_only_the_processes_of_the_uid_that_made_it():
     assert hook(ProcessSample(9, 0.0, UIDS[0], sid=700)) == 3002
     assert not hook.clear(700, ME)  # nor may ME clear it
     hook.refresh(sample, {})  # Share by User mode: no acids known, the choice is kept
-    assert hook.sessions[700].acid == 3002
+    assert hook.sessions[700, UIDS[0]].acid == 3002
     assert hook.clear(700, UIDS[0])
+
+
+def test_users_sharing_a_session_keep_their_own_choices():
+    """Guard: in a session several users share (su, sudo -u), each one's newacct used
+    to replace the session's one record, resetting the others' choice."""
+    hook = SessionAccounts()
+    alice, bob = UIDS[0], UIDS[1]
+    hook.choose(700, alice, 3002)
+    hook.choose(700, bob, 3001)  # bob, su'd into alice's session
+    assert hook.current(700, alice, [3001, 3002]) == (3002, True)
+    assert hook.current(700, bob, [3001, 3002]) == (3001, True)
+    assert hook(ProcessSample(7, 0.0, alice, sid=700)) == 3002
+    assert hook(ProcessSample(8, 0.0, bob, sid=700)) == 3001
+    assert hook.clear(700, bob) and not hook.clear(700, bob)  # bob clears his own only
+    assert hook.current(700, alice, [3001, 3002]) == (3002, True)
+    assert set(hook.sessions) == {(700, alice)}
 
 
 def test_real_processes_are_mapped_by_their_session():

@@ -1,11 +1,14 @@
 """shrdaemon's socket server in this process: a stale socket replaced, never a file; no
+socket in a directory others can write, and its mode set as it is bound; no
 socket at all with --socket ''; the limits a test may shorten (FAIRSHARE_SERVER_LIMITS).
 The server as every uid meets it, hostile clients included: tests/system/test_access.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 import threading
 
 import pytest
@@ -14,12 +17,13 @@ from click.testing import CliRunner
 from fairshare.cli.shrdaemon import main as shrdaemon
 from fairshare.cli.shrdaemon import server_limits
 from fairshare.core.consts import consts_from_mapping
+from fairshare.daemon.trust import Untrusted
 from fairshare.server.clients import Held
 from fairshare.server.server import Limits, Server
 from fairshare.store.config import load_consts, save_consts
 from udb.errors import OptionError, UdbError
 from udb.remote import connect
-from udb.session import open_udb, write_session
+from udb.session import dispose_all, open_udb, write_session
 
 
 def _connect(path: str) -> socket.socket:
@@ -77,6 +81,54 @@ def test_the_daemon_replaces_a_stale_socket_but_never_a_file(tmp_path):
     with pytest.raises(UdbError, match="exists and is not a socket: not replaced"):
         Server(str(precious), engine, "h", None, tmp_path / "auth").start()
     assert precious.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+def test_a_socket_directory_others_can_write_is_refused(tmp_path, mode):
+    """Guard: --socket took any directory, where others could swap the socket for a link
+    between bind and chmod, or for a socket of their own."""
+    engine = open_udb(f"sqlite:///{tmp_path / 'u.sqlite'}", create=True)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    sock = shared / "s.sock"
+    with pytest.raises(Untrusted, match=rf"^--socket {sock}: directory {shared}: writable by"):
+        Server(str(sock), engine, "h", None, tmp_path / "auth").start()
+    assert not sock.exists()
+    dispose_all()
+    args = ["--udb", str(engine.url), "--enforcer", "none", "--once", "--socket", str(sock)]
+    r = CliRunner().invoke(shrdaemon, args)
+    assert r.exit_code == 2, r.output
+    said = r.stderr.strip().splitlines()[-1]  # after the log's start-up lines
+    assert said.endswith(
+        f": --socket {sock}: directory {shared}: writable by group or others "
+        f"(mode {mode:04o}): others could swap the socket for their own or a link: refused "
+        "(use a directory only root can write, e.g. /run/fairshare)"
+    ), said
+    assert "Traceback" not in r.stderr
+
+
+def test_the_socket_is_made_0666_by_bind_and_never_chmod_ed_by_name(tmp_path, monkeypatch):
+    """Guard: the socket was bound, then chmod-ed by its name, which follows whatever link
+    was put there in between.  Its mode is now set as it is bound, whatever the umask."""
+    engine = open_udb(f"sqlite:///{tmp_path / 'u.sqlite'}", create=True)
+
+    def no_chmod(*args, **kw):
+        raise AssertionError(f"chmod by name: {args}")
+
+    monkeypatch.setattr("os.chmod", no_chmod)
+    old = os.umask(0o077)
+    try:
+        srv = Server(str(tmp_path / "s.sock"), engine, "h", None, tmp_path / "auth")
+        srv.start()
+        assert os.umask(0o077) == 0o077  # put back as it was
+    finally:
+        os.umask(old)
+    try:
+        assert stat.S_IMODE(os.lstat(tmp_path / "s.sock").st_mode) == 0o666
+        assert _ask(srv.path, "hello")["ok"]
+    finally:
+        srv.stop()
 
 
 def test_the_socket_limits_can_be_changed_for_tests_by_the_environment(tmp_path, monkeypatch):

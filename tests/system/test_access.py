@@ -61,16 +61,22 @@ DELTA = 1.0
 REQUEST_TIMEOUT, REPLY_TIMEOUT = 2.0, 3.0
 LIMITS = f"request_timeout={REQUEST_TIMEOUT:g},reply_timeout={REPLY_TIMEOUT:g}"
 ME, ADMIN, OTHER = UIDS
+#: A uid with no user entry whose number is the account "lab"'s.
+LAB = 62004
 
-#: Entries of the test uids: ME is a user in Proj3 with a quota, a comment and a
-#: password hash; OTHER has a quota too; ADMIN administers Proj3 (shrdist.auth).
+#: Entries of the test uids: ME is a user in Proj3 with a quota, a comment, a password
+#: hash and two accounts; OTHER has a quota too; ADMIN administers Proj3
+#: (shrdist.auth).  The account entry "lab" has the number LAB, a quota and a comment.
 PEOPLE = f"""
 acid:acct1:5001:
 acid:acct2:5002:
-create:me:uid:{ME}:resgrp:Proj3:shares:10:acids:5001:passwd:$6$salt$hash:
+acid:acct3:5003:
+acid:lab:{LAB}:
+create:me:uid:{ME}:resgrp:Proj3:shares:10:acids:5001,5003:passwd:$6$salt$hash:
 update:me:cpuquota:7200:cpuquotaused:12:comment:room 12:
 create:admin:uid:{ADMIN}:resgrp:Proj3:shares:10:
 create:other:uid:{OTHER}:resgrp:Proj3:shares:10:acids:5002:cpuquota:3600:comment:secret:
+create:lab:uid:{LAB}:shflags:01000000:resgrp:Proj3:shares:5:cpuquota:900:comment:lab notes:
 """
 #: Enough users that the UDB's image (about 1 MB) outgrows the socket's buffers, so a
 #: client hanging up mid-reply is seen by the daemon.
@@ -148,6 +154,7 @@ class Site:
 @pytest.fixture(scope="module")
 def site():
     base = shared_dir()
+    base.chmod(0o755)  # shrdaemon refuses a socket or UDB below a directory others may write
     (base / "private").mkdir(mode=0o700)
     (base / "run").mkdir(mode=0o755)
     s = Site(base)
@@ -251,6 +258,21 @@ def test_udbsee_never_shows_passwords_and_hides_other_users_private_fields(site)
     assert json.loads(r.output)[0]["cpuquota"] == 3600
 
 
+def test_a_uid_that_is_an_accounts_or_a_groups_number_owns_nothing_of_it(site):
+    """Guard: a uid equal to an account's number or a group's uid was taken for that
+    entry's owner (uid 2101 saw account p1a-sim's CPU quota and its comment).  Only a
+    user entry has an owner."""
+    for uid, name in ((LAB, "lab"), (333, "Proj3")):  # ACME's Proj3 has uid 333
+        code, out = run_as(uid, udbsee, [*site.udb, "--json", name])
+        assert code == 0, out
+        (entry,) = json.loads(out)
+        assert not {"cpuquota", "cpuquotaused", "comment"} & set(entry), (uid, entry)
+        raw = base64.b64decode(forked(lambda: call(site.sock, "udb")["image"], uid=uid))
+        assert b"lab notes" not in raw and b"Project 3" not in raw
+    code, out = run_as(ME, udbsee, [*site.udb, "--json", "me"])  # a user's own: shown
+    assert json.loads(out)[0]["comment"] == "room 12"
+
+
 def test_an_unlisted_uid_may_not_redistribute_and_nothing_changes(site):
     before = udb_digest(site.db)
     code, out = run_as(ME, shrdist, [*site.udb, "-g", "Proj3", "-b", "me=99"])
@@ -320,6 +342,31 @@ def test_newacct_takes_only_the_callers_accounts_for_the_callers_session(site):
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_users_sharing_a_session_keep_their_own_accounts(site):
+    """Guard: newacct's choice was the session's, so in a session several users share
+    (a login, then su), one user's newacct silently replaced another's choice."""
+    sock = ["--socket", site.sock]
+
+    def newacct_as(uid, *args):
+        def run():
+            r = CliRunner().invoke(newacct, [*sock, *args, "--json"])
+            assert r.exit_code == 0, r.output
+            return json.loads(r.output)
+
+        return forked(run, uid=uid)
+
+    def one_session():  # a login session (setsid), and two users working in it
+        chose = newacct_as(ME, "acct3")
+        newacct_as(OTHER, "acct2")  # OTHER, su'd into the session, chooses too
+        newacct_as(OTHER, "-d")  # and goes back to the default: OTHER's own record only
+        return os.getsid(0), chose, newacct_as(ME), newacct_as(OTHER)
+
+    sid, chose, mine, theirs = forked(one_session, new_session=True)
+    assert chose["session"] == mine["session"] == theirs["session"] == sid
+    assert (mine["account"], mine["default"]) == ("acct3", False)
+    assert (theirs["account"], theirs["default"]) == ("acct2", True)
 
 
 def test_shrsync_is_for_root_only(site):

@@ -22,7 +22,7 @@ from conftest import ACME, load
 from integration.test_shrdist import NO_AUTH, log_rows, run, shares
 from sqlalchemy import func, select
 
-from fairshare.admin.shrdist import untrusted_reason
+from fairshare.admin.shrdist import NotAuthorised, read_auth, untrusted_reason
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.collect import ProcessSample
 from fairshare.core.consts import SHAREBYACCT, Consts
@@ -51,6 +51,13 @@ def test_auth_file_trusted_only_if_root_owned_and_not_writable_by_others(tmp_pat
     f.chmod(0o644)
     os.chown(f, UIDS[0], UIDS[0])
     assert f"owned by {UIDS[0]} (uid {UIDS[0]}), not root: not trusted" in untrusted_reason(f)
+    # A symbolic link is never followed, even to a trusted file: the file is opened once,
+    # and what was opened is checked (a name swapped in between: test_file_attacks.py).
+    os.chown(f, 0, 0)
+    assert [p.group for p in read_auth(f)] == ["Mktg"]
+    (tmp_path / "link.auth").symlink_to(f)
+    with pytest.raises(NotAuthorised, match=r"link.auth: is a symbolic link: not trusted$"):
+        read_auth(tmp_path / "link.auth")
 
 
 # -- batch and test modes, as root (who needs no auth file) -------------------------------

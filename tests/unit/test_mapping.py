@@ -1,17 +1,23 @@
-"""Enforcer weight mappings: e_share to cgroup weights and nice values."""
+"""Enforcer weight mappings: e_share to cgroup weights and nice values; an lnode's
+cgroup name (safe_name)."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fairshare.enforce.base import safe_name
 from fairshare.enforce.mapping import (
+    GROUP_PREFIX,
     NICE_TO_WEIGHT,
     cgroup1_shares,
     cgroup2_weights,
     nice_values,
 )
+from udb.fields import NAME_RE
 
 
 def test_nice_table_is_the_kernels():
@@ -92,7 +98,7 @@ def test_cgroup_path_prefixes_groups_and_keeps_the_leaf_name():
     from fairshare.enforce.mapping import cgroup_path
 
     assert cgroup_path(["Physics"], "u1") == ("+Physics", "u1")
-    assert cgroup_path([], "a b") == ("a_b",)  # safe_name, as a flat lnode always had
+    assert cgroup_path([], "a b") == ("a_20b",)  # safe_name, as a flat lnode always had
     # A group and an lnode of the same name at one level never clash.
     assert cgroup_path(["X"], "X") == ("+X", "X")
 
@@ -128,3 +134,52 @@ def test_sibling_weights_flat_is_the_flat_mapping():
     e, bg = [0.5, 0.25, 0.1, 0.15, np.nan], [False] * 5
     flat = cgroup2_weights(e, bg)
     assert sibling_weights(np.zeros(5), e, bg, 1, 10000).tolist() == flat.tolist()
+
+
+# -- safe_name: an lnode's cgroup directory name ------------------------------------------------
+
+
+def read_back(safe: str) -> str:
+    """The name `safe` stands for, by safe_name's rule: ``_`` and two lower-case hex
+    digits is a byte of the name's UTF-8, anything else is itself."""
+    out, i = bytearray(), 0
+    while i < len(safe):
+        if safe[i] == "_" and re.fullmatch("[0-9a-f]{2}", safe[i + 1 : i + 3]):
+            out.append(int(safe[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out += safe[i].encode()
+            i += 1
+    return out.decode("utf-8", "surrogatepass")
+
+
+def test_safe_name_keeps_plain_names_and_tells_apart_names_it_used_to_merge():
+    plain = ["u1", "john_doe", "a_b", "a.b@c-d", "_x", "x_", "Proj1A", "...", "-"]
+    assert [safe_name(n) for n in plain] == plain  # their cgroups keep their directory
+    # Guard: "a$b", "a+b" and "a_b" are three valid UDB users; all three were "a_b".
+    assert [safe_name(n) for n in ("a$b", "a+b", "a_b")] == ["a_24b", "a_2bb", "a_b"]
+    assert safe_name("x_24") == "x_5f24"  # an _ that would read as an escape is one
+    assert safe_name(".") == "_2e" and safe_name("..") == "_2e_2e"
+    assert safe_name("a/b c") == "a_2fb_20c" and safe_name("é") == "_c3_a9"
+
+
+#: Names the UDB accepts (udb.fields.NAME_RE: "$" and "+" among them), any text, and
+#: short names over the characters an escape is made of, where collisions would hide.
+NAMES = (
+    st.from_regex(NAME_RE, fullmatch=True)
+    | st.text(min_size=1, max_size=21)
+    | st.text(alphabet="_$+./5f2e\x00é", min_size=1, max_size=6)
+)
+
+
+@given(st.lists(NAMES, min_size=2, max_size=30, unique=True))
+def test_distinct_names_get_distinct_safe_names(names):
+    assert len({safe_name(n) for n in names}) == len(names)
+
+
+@given(NAMES)
+def test_a_safe_name_is_one_path_component_that_reads_back_as_the_name(name):
+    safe = safe_name(name)
+    assert read_back(safe) == name
+    assert re.fullmatch(r"[A-Za-z0-9_.@-]+", safe) and safe not in (".", "..")
+    assert GROUP_PREFIX not in safe and len(safe.encode()) <= 255  # NAME_MAX

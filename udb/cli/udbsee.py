@@ -11,7 +11,7 @@ from udb import listing
 from udb.cli.common import echo_lines, handle_errors, udb_option
 from udb.errors import NotFound, OptionError
 from udb.fields import FIELDS
-from udb.image import PRIVATE
+from udb.image import shown_fields
 from udb.jsonout import echo_json
 from udb.models import Entry
 from udb.remote import Reader, socket_option
@@ -83,15 +83,15 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
 
 def fields_for(reader: Reader, fields: list[str] | None) -> Callable[[Entry], list[str] | None]:
     """The fields to show of an entry: `fields` (None: all), less the password for
-    anyone but root, and less other users' private fields for a caller reading through
-    the daemon (who cannot read the UDB itself; udb.image blanked them)."""
+    anyone but root, and for a caller reading through the daemon (who cannot read the
+    UDB itself) only those udb.image left in (`shown_fields`: the private ones of the
+    caller's own user entry, not of a group or account that has the caller's uid)."""
     if reader.viewer == 0:
         return lambda _e: fields
     mine = [f for f in (fields or FIELDS) if f != "passwd"]
     if not reader.through_daemon:
         return lambda _e: mine
-    theirs = [f for f in mine if f not in PRIVATE]
-    return lambda e: mine if e.uid == reader.viewer else theirs
+    return lambda e: shown_fields(mine, reader.viewer, e.uid, e.shflags)
 
 
 if __name__ == "__main__":
