@@ -93,7 +93,10 @@ def remove_fairshare_cgroups() -> None:
                     (mount / "cgroup.procs").write_text(pid)
                 except OSError:
                     pass
-            cg.rmdir()
+            try:
+                cg.rmdir()
+            except OSError:  # still in use (a live daemon's): left to its owner
+                pass
 
 
 def cpu_by_uid(uids: set[int]) -> dict[int, float]:
