@@ -198,6 +198,11 @@ def test_at_its_fair_level_the_policys_split_gives_an_lnode_its_due_part(scene):
         u = fair_usage(f, leaf, consts)
         if u is None or u < 1e-6:  # none, or where USAGE_FLOOR blurs the split
             continue
+        # `_at` moves the ancestors' usage by u minus the leaf's: where u is below the
+        # float precision of those sums at the tolerance asserted, the split it builds
+        # is not the one at u (a group at 2.6e5 whose leaf's level is 1e-5).
+        if u < 1e-8 * f.usage[f.chain(leaf)].max():
+            continue
         usage = _at(f, leaf, u)
         if consts.policy == "unicos":
             _check_unicos(f, leaf, usage, consts)
