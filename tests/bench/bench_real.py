@@ -1,43 +1,31 @@
-"""Benchmark: fair under real load, on this machine, with and without the daemon.
+"""Benchmark: per-user fairness on this machine, the suite against what an administrator
+would run instead, side by side in one invocation (docs/benchmarks.md).
 
-Run as root from the project directory (it skips, saying why, otherwise):
-``PYTHONPATH=$PWD python3 tests/bench/bench_real.py [--cases ...] [--enforcers ...]
-[--seconds S] [--warmup W] [--repeats N] [--delta D]``.
+Run as root from the project directory (it says why and stops otherwise):
+``PYTHONPATH=$PWD python3 tests/bench/bench_real.py [--workloads ...] [--baselines ...]
+[--seconds S] [--warmup W] [--alone A] [--repeats N] [--json PATH] [--plots DIR]``.
 
-Each user is a process group forked from this process and setuid to a test uid
-63000 + i with no passwd entry, running Python workloads (with --sessions each user
-leads a session of its own, as logins do; the kernel's autogroup then shares the CPU
-per session already, so the baseline hides what a scheduler must fix):
+Baselines: `none` (plain Linux, no daemon); `weights` (a cgroup per user at equal
+weight, as systemd's user slices give: v1 cpu.shares or v2 cpu.weight, under the
+bench's own `fairbench` cgroup); `caps` (a cgroup per user whose CPU quota is an
+equal fraction of the machine, --cap, a third by default as Brown's Arbiter sets:
+cpu.cfs_quota_us or cpu.max); `suite-ENFORCER` (shrdaemon under each enforcer this
+machine offers: cgroup2 or cgroup1, and nice).
 
-1. churn: 10 users, equal shares, 1 to 8 CPU-bound processes each; every process
-   is killed and replaced after a random 1 to 10 s.  Goal: every user within 3 pp.
-2. fork: a user running 8 loops of short CPU-bound children (20 ms to 1 s of CPU
-   each, like make -j8) against a user with 2 long CPU-bound processes.  Goal: 50/50
-   within 3 pp.
-3. many: 100 users with 2 CPU-bound processes each.  Goal: every user within 2 pp
-   of 1%, the daemon under 1% of a core.
-4. latency: a light user's probe sleeps 10 ms and measures how late it wakes, while
-   a heavy user runs 32 CPU-bound processes.  Goal: p99 no worse than without the
-   daemon and under 5 ms.
-5. restart: case 1 with the daemon stopped (SIGTERM) and started again in the middle:
-   no process left in a fair-share cgroup or at a changed nice value after the stop,
-   and the seconds until the split is back within 3 pp (3 s windows, every 0.5 s, so
-   3 s is the shortest it can show).  Churn also times how soon a new session of a
-   user is in a fair-share cgroup (cgroup enforcers).
-6. groups: the Groups issue's interactive member.  Two resource groups of equal shares:
-   Physics (a user with 8 CPU-bound processes, a user with a fork-heavy loop) and Chem
-   (a user with 1 CPU-bound process, a light interactive user: 5 ms of CPU every half
-   second, with the latency probe between).  Goal: Physics within 2 pp of 50%, the
-   light user's p99 wake-up lateness no worse than without the daemon.
+Workloads (tests/fairbench.py WORKLOADS): steady, threads, build, churn, groups, tree3,
+history, latency.  Each user is a process group forked from this process and setuid to
+a test uid 63000 + i with no passwd entry; its CPU is measured from the kernel (the
+sum of utime + stime + cutime + cstime of its processes, zombies too), every second.
+The figures, against the hierarchical max-min target of the workload's tree and
+demands (fairshare.core.maxmin): the largest user and group deviation (pp), Jain's
+index over delivered / target, the machine's CPU left idle while the users wanted
+more, the light user's wake-up lateness, the daemon's own CPU, and for history the
+largest gap per bin to shrsim's prediction (fairshare.sim) after the first bin.
 
-A user's CPU is measured from the kernel, independently of the daemon: the sum over
-its processes (zombies too) of utime + stime + cutime + cstime, whose growth over a
-window counts every process, however short-lived, since each user's session reaps
-its children.  Splits are fractions of the measured users' combined CPU.  Each case
-runs first without the daemon (baseline), then with each enforcer asked for, each
-`--repeats` times; medians and ranges are printed.  Every process, cgroup and nice
-value is cleaned up at the end, also on Ctrl-C or SIGTERM.  It takes the host's
-real-machine test lock (tests/machine_lock.py).
+Each case (workload, baseline, repeat) holds the host's real-machine test lock
+(tests/machine_lock.py) while it runs, and refuses to start while another shrdaemon
+enforces.  Every process, cgroup (the suite's and the baselines'), quota and nice value
+is cleaned up at the end of each case, also on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -47,8 +35,8 @@ import ctypes
 import json
 import os
 import random
+import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,8 +46,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import fairbench as fb  # noqa: E402  (tests/fairbench.py)
 from machine_lock import (  # noqa: E402  (tests/machine_lock.py)
-    CGROUP_MOUNTS,
     cpu_by_uid,
     machine_lock,
     other_daemons,
@@ -67,20 +55,17 @@ from machine_lock import (  # noqa: E402  (tests/machine_lock.py)
 )
 
 from fairshare.core.consts import Consts  # noqa: E402
-from fairshare.enforce.nice import read_slice  # noqa: E402
+from fairshare.enforce.detect import cgroup1_cpu, cgroup2_cpu, cgroup_mounts  # noqa: E402
 from fairshare.store.config import save_consts  # noqa: E402
-from udb.models import SHF_GROUP, Entry  # noqa: E402
+from udb.models import Entry  # noqa: E402
 from udb.session import open_udb, write_session  # noqa: E402
 
-FIRST_UID = 63000
-#: The uids of the resource groups of a case with groups (CASE_GROUPS).
-GROUP_UID = 62900
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
+HALFLIFE = 10.0
 
-
-# -- sessions of test users ------------------------------------------------------------------
+# -- what the users run ------------------------------------------------------------------------
 
 
 def die_with_parent() -> None:
@@ -110,110 +95,323 @@ def child(fn) -> int:
     return pid
 
 
-def busy(n: int, seconds: float | None) -> None:
-    """`n` CPU-bound processes for `seconds` (None: until the run kills the session)."""
-    kids = [child(lambda: burn(None)) for _ in range(n)]
-    if seconds is None:
-        while True:
-            signal.pause()
-    time.sleep(seconds)
-    for k in kids:
-        os.kill(k, signal.SIGKILL)
-        os.waitpid(k, 0)
+def busy(n: int) -> None:
+    """`n` CPU-bound processes until the case kills the session (0: an idle login)."""
+    for _ in range(n):
+        child(lambda: burn(None))
+    while True:
+        signal.pause()
 
 
-def churn(n: int, seconds: float, seed: int) -> None:
+def churn(n: int, seed: int) -> None:
     """`n` CPU-bound processes, each replaced by a new one after 1 to 10 s."""
     rng = random.Random(seed)
-    end = time.monotonic() + seconds
     kids = {child(lambda: burn(None)): time.monotonic() + rng.uniform(1, 10) for _ in range(n)}
-    while time.monotonic() < end:
+    while True:
         pid, due = min(kids.items(), key=lambda kv: kv[1])
-        time.sleep(max(min(due, end) - time.monotonic(), 0.0))
-        if time.monotonic() >= end:
-            break
+        time.sleep(max(due - time.monotonic(), 0.0))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         del kids[pid]
         kids[child(lambda: burn(None))] = time.monotonic() + rng.uniform(1, 10)
-    for pid in kids:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
 
 
-def fork_loops(n: int, seconds: float, seed: int) -> None:
-    """`n` loops, each running one short CPU-bound child (20 ms to 1 s) after another."""
-
-    def loop(k: int) -> None:
-        rng = random.Random(seed * 100 + k)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            c = child(lambda: burn(rng.uniform(0.02, 1.0)))
-            os.waitpid(c, 0)
-
-    loops = [child(lambda k=k: loop(k)) for k in range(n)]
-    for pid in loops:
-        os.waitpid(pid, 0)
+def fork_loop(seed: int) -> None:
+    """One short CPU-bound child (20 ms to 1 s) after another."""
+    rng = random.Random(seed)
+    while True:
+        os.waitpid(child(lambda: burn(rng.uniform(0.02, 1.0))), 0)
 
 
-def interactive(seconds: float, out: int) -> None:
-    """A light interactive user: a small command (5 ms of CPU) every half second, with
-    `probe`'s 10 ms sleeps between; writes how late each wake-up was (ms) to fd `out`."""
-    late = []
-    end = time.monotonic() + seconds
+def light(out: int, command: bool) -> None:
+    """Sleep 10 ms again and again (with `command`, also 5 ms of CPU every half second,
+    an interactive user's small commands); write (when, how late in ms) of each wake-up
+    to fd `out` when SIGTERM comes."""
+    late: list[tuple[float, float]] = []
+
+    def report(*_):
+        data = json.dumps(late).encode()
+        while data:
+            data = data[os.write(out, data) :]
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, report)
     next_command = time.monotonic()
-    while time.monotonic() < end:
-        if time.monotonic() >= next_command:
+    while True:
+        if command and time.monotonic() >= next_command:
             burn(0.005)
             next_command += 0.5
         t = time.monotonic()
-        time.sleep(0.010)
-        late.append((time.monotonic() - t - 0.010) * 1e3)
-    os.write(out, json.dumps(late).encode())
+        time.sleep(fb.PROBE_SLEEP)
+        now = time.monotonic()
+        late.append((now, (now - t - fb.PROBE_SLEEP) * 1e3))
 
 
-def probe(seconds: float, out: int) -> None:
-    """Sleep 10 ms again and again; write how late each wake-up was (ms) to fd `out`."""
-    late = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        t = time.monotonic()
-        time.sleep(0.010)
-        late.append((time.monotonic() - t - 0.010) * 1e3)
-    os.write(out, json.dumps(late).encode())
+def build(project: Path) -> None:
+    """`make -j8` of `project` from clean, again and again."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(project)}
+    while True:
+        subprocess.run(["make", "-s", "clean"], cwd=project, env=env, check=False)
+        subprocess.run(["make", "-s", "-j8"], cwd=project, env=env, check=False)
 
 
-#: Give each user a session (autogroup) of its own, as logins are (--sessions).  Off by
-#: default: the kernel's autogroup then already splits the CPU per session and the
-#: baseline hides what a scheduler must fix (one user's many processes).
-SESSIONS = {"on": False}
+SPIN_C = r"""
+#include <pthread.h>
+#include <stdlib.h>
+static void *spin(void *arg) { volatile unsigned long x = 0; for (;;) x++; return arg; }
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 1;
+    pthread_t t;
+    for (int i = 1; i < n; i++) pthread_create(&t, 0, spin, 0);
+    spin(0);
+}
+"""
 
 
-def session(uid: int, fn) -> int:
-    """Fork a user `uid` (no groups; own process group, own session with --sessions)
-    running `fn()`."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setsid() if SESSIONS["on"] else os.setpgid(0, 0)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            die_with_parent()
-            fn()
-        finally:
-            os._exit(0)
-    return pid
+def compile_spin(tools: Path) -> Path:
+    """The thread spinner (`spin N`: N threads burning CPU in parallel; C, as Python's
+    threads hold the GIL), built with the machine's gcc."""
+    (tools / "spin.c").write_text(SPIN_C)
+    subprocess.run(
+        ["gcc", "-O1", "-pthread", "-o", str(tools / "spin"), str(tools / "spin.c")], check=True
+    )
+    return tools / "spin"
 
 
-# -- measuring -------------------------------------------------------------------------------
+def make_project(where: Path, files: int, uid: int) -> Path:
+    """A C project of `files` generated sources and a Makefile, owned by `uid`."""
+    src = where / "src"
+    src.mkdir(parents=True)
+    for k in range(files):
+        body = "\n".join(
+            f"    for (int i{j} = 0; i{j} < n; i{j}++) acc = acc * {j + 3} + (acc >> {j % 7 + 1})"
+            f" ^ (unsigned)i{j};"
+            for j in range(12)
+        )
+        (src / f"f{k}.c").write_text(
+            f"unsigned f{k}(unsigned n) {{\n    unsigned acc = {k};\n{body}\n    return acc;\n}}\n"
+        )
+    calls = "".join(f"unsigned f{k}(unsigned); " for k in range(files))
+    total = " + ".join(f"f{k}(3)" for k in range(files))
+    (src / "main.c").write_text(f"{calls}\nint main(void) {{ return (int)({total}) & 1; }}\n")
+    (where / "Makefile").write_text(
+        "OBJS := $(patsubst %.c,%.o,$(wildcard src/*.c))\n"
+        "prog: $(OBJS)\n\tgcc -o $@ $^\n"
+        "%.o: %.c\n\tgcc -O2 -c -o $@ $<\n"
+        "clean:\n\trm -f src/*.o prog\n"
+    )
+    for here, _dirs, names in os.walk(where):
+        os.chown(here, uid, uid)
+        for n in names:
+            os.chown(os.path.join(here, n), uid, uid)
+    return where
 
 
-def split(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
-    """Percent of the uids' combined CPU each got between readings `a` and `b`."""
-    got = {u: max(b[u] - a[u], 0.0) for u in a}
-    total = sum(got.values()) or 1.0
-    return {u: 100.0 * g / total for u, g in got.items()}
+# -- the baselines' cgroups -------------------------------------------------------------------
+
+
+class BenchCgroups:
+    """A cgroup per user under the bench's own `fairbench` cgroup: equal weights or equal
+    CPU quotas, on cgroup v1's cpu hierarchy or v2 (whichever has the cpu controller)."""
+
+    PERIOD = 100_000  # us
+
+    def __init__(self) -> None:
+        mounts = cgroup_mounts(Path("/proc/self/mounts").read_text())
+        v2, _ = cgroup2_cpu(mounts)
+        v1, _ = cgroup1_cpu(mounts)
+        self.v2 = v2 is not None
+        mount = v2 if v2 is not None else v1
+        self.top = Path(mount) / "fairbench" if mount is not None else None
+
+    def make(self, uid: int, quota: float | None) -> Path:
+        """The cgroup of `uid`: equal weight, or a quota of `quota` CPUs."""
+        if self.top is None:
+            raise RuntimeError("no cgroup hierarchy with the cpu controller on this machine")
+        self.top.mkdir(exist_ok=True)
+        if self.v2:
+            (self.top.parent / "cgroup.subtree_control").write_text("+cpu")
+            (self.top / "cgroup.subtree_control").write_text("+cpu")
+        cg = self.top / f"u{uid}"
+        cg.mkdir(exist_ok=True)
+        if self.v2:
+            (cg / "cpu.weight").write_text("100")
+            q = "max" if quota is None else str(int(quota * self.PERIOD))
+            (cg / "cpu.max").write_text(f"{q} {self.PERIOD}")
+        else:
+            (cg / "cpu.shares").write_text("1024")
+            (cg / "cpu.cfs_period_us").write_text(str(self.PERIOD))
+            (cg / "cpu.cfs_quota_us").write_text(
+                "-1" if quota is None else str(int(quota * self.PERIOD))
+            )
+        return cg
+
+    def remove(self) -> None:
+        """Every process back to the root cgroup, the cgroups removed."""
+        if self.top is None or not self.top.is_dir():
+            return
+        for here, _dirs, _files in os.walk(self.top, topdown=False):
+            cg = Path(here)
+            for _ in range(3):
+                try:
+                    pids = (cg / "cgroup.procs").read_text().split()
+                except OSError:
+                    break
+                for pid in pids:
+                    try:
+                        (self.top.parent / "cgroup.procs").write_text(pid)
+                    except OSError:
+                        pass
+            try:
+                cg.rmdir()
+            except OSError as err:
+                print(f"cannot remove {cg}: {err.strerror}", file=sys.stderr)
+
+
+# -- one case ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One workload under one baseline: its UDB, cgroups, daemon and sessions."""
+
+    w: fb.Workload
+    base: str
+    tmp: Path
+    a: argparse.Namespace
+    tools: Path
+    cgroups: BenchCgroups
+    daemon: subprocess.Popen | None = None
+    sessions: dict[str, int] = field(default_factory=dict)
+    pipes: dict[str, int] = field(default_factory=dict)
+
+    def udb(self) -> str:
+        url = f"sqlite:///{self.tmp / 'udb.sqlite'}"
+        engine = open_udb(url, create=True)
+        with write_session(engine) as s:
+            for r in self.w.rows():
+                s.add(
+                    Entry(
+                        name=r.name, uid=r.uid, shares=r.shares, resgrp=r.resgrp, shflags=r.shflags
+                    )
+                )
+            save_consts(s, consts(self.a))
+        engine.dispose()
+        return url
+
+    def start_daemon(self) -> None:
+        if not self.base.startswith("suite-"):
+            return
+        log = (self.tmp / "shrdaemon.log").open("a")
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-m", "fairshare.cli.shrdaemon", "--udb", self.udb()]
+            + ["--enforcer", self.base.removeprefix("suite-")],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,  # as under systemd: not in a test session
+            preexec_fn=lambda: _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM),
+        )
+
+    def program(self, user: str):
+        """What `user` runs in this workload (a function run in its session)."""
+        w, i, seed = self.w.name, self.w.users.index(user), self.a.seed
+        if user == self.w.light:
+            r, wfd = os.pipe()
+            self.pipes[user] = r
+            self.pipes["write"] = wfd
+            return lambda: (os.close(r), light(wfd, command=w == "groups"))
+        if w == "churn":
+            return lambda: churn(fb.CHURN_PROCS[i], seed + i)
+        if w == "threads" and user == "r0":
+            spin = str(self.tools / "spin")
+            return lambda: os.execv(spin, [spin, "16"])
+        if w == "build" and user == "r0":
+            project = make_project(self.tmp / "build", self.a.files, self.w.uid(user))
+            return lambda: build(project)
+        if w == "groups" and user == "r1":
+            return lambda: fork_loop(seed)
+        return lambda: busy(int(self.w.demand[user]))
+
+    def start_session(self, user: str) -> None:
+        uid, fn = self.w.uid(user), self.program(user)
+        cg = None
+        if self.base in ("weights", "caps"):
+            quota = self.a.cap * (os.cpu_count() or 1) if self.base == "caps" else None
+            cg = self.cgroups.make(uid, quota)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                if cg is not None:
+                    (cg / "cgroup.procs").write_text(str(os.getpid()))
+                os.setsid() if self.a.sessions else os.setpgid(0, 0)
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                die_with_parent()
+                fn()
+            finally:
+                os._exit(0)
+        self.sessions[user] = pid
+        if "write" in self.pipes:  # the light user's: only its session holds it
+            os.close(self.pipes.pop("write"))
+
+    def lateness(self, since: float) -> list[float]:
+        """The light user's wake-up lateness (ms) from `since` (monotonic)."""
+        user = self.w.light
+        if user is None or user not in self.sessions:
+            return []
+        os.kill(self.sessions[user], signal.SIGTERM)
+        with os.fdopen(self.pipes.pop(user)) as f:
+            text = f.read()
+        return [late for when, late in json.loads(text or "[]") if when >= since]
+
+    def close(self) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            try:
+                self.daemon.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+        for pid in self.sessions.values():
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in self.sessions.values():
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        for fd in self.pipes.values():
+            os.close(fd)
+        self.pipes.clear()
+        kill_uids({self.w.uid(u) for u in self.w.users})
+        self.cgroups.remove()
+        remove_fairshare_cgroups()
+
+
+def kill_uids(uids: set[int]) -> None:
+    """SIGKILL every process left of the test uids (nothing else runs as them)."""
+    for _ in range(3):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if os.stat(f"/proc/{name}").st_uid in uids:
+                        os.kill(int(name), signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.1)
+
+
+def consts(a: argparse.Namespace) -> Consts:
+    return Consts(delta=a.delta, halflife=HALFLIFE)
+
+
+def idle_cpu() -> float:
+    """The machine's idle CPU seconds so far (/proc/stat: idle + iowait)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return (int(fields[4]) + int(fields[5])) / CLK_TCK
 
 
 def process_cpu(pid: int) -> float:
@@ -222,345 +420,241 @@ def process_cpu(pid: int) -> float:
     return (int(rest[11]) + int(rest[12])) / CLK_TCK
 
 
-# -- the daemon and cleaning up ------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    """One case run under one enforcer: its UDB, daemon and sessions."""
-
-    enforcer: str
-    tmp: Path
-    uids: list[int]
-    delta: float
-    groups: dict[str, list[int]] = field(default_factory=dict)  # group -> its users' indices
-    daemon: subprocess.Popen | None = None
-    sessions: list[int] = field(default_factory=list)
-
-    def udb(self) -> str:
-        url = f"sqlite:///{self.tmp / 'udb.sqlite'}"
-        engine = open_udb(url, create=True)
-        with write_session(engine) as s:
-            s.add(Entry(name="Idle", uid=11, shares=0))
-            s.add(Entry(name="unknown", uid=12, shares=1))
-            resgrp = {}
-            for g, (name, members) in enumerate(self.groups.items()):
-                s.add(Entry(name=name, uid=GROUP_UID + g, shares=1, shflags=SHF_GROUP))
-                resgrp.update(dict.fromkeys(members, GROUP_UID + g))
-            for i, uid in enumerate(self.uids):
-                s.add(Entry(name=f"r{i}", uid=uid, shares=1, resgrp=resgrp.get(i, 0)))
-            save_consts(s, Consts(delta=self.delta, halflife=10.0))
-        engine.dispose()
-        return url
-
-    def start_daemon(self) -> None:
-        if self.enforcer == "baseline":
-            return
-        url = f"sqlite:///{self.tmp / 'udb.sqlite'}"
-        log = (self.tmp / "shrdaemon.log").open("a")
-        self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "fairshare.cli.shrdaemon", "--udb", url]
-            + ["--enforcer", self.enforcer],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            start_new_session=True,  # as under systemd: not in a test session
-            preexec_fn=lambda: _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM),
-        )
-
-    def stop_daemon(self) -> None:
-        if self.daemon is not None and self.daemon.poll() is None:
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait()
-        self.daemon = None
-
-    def stop_sessions(self) -> None:
-        for pid in self.sessions:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for pid in self.sessions:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-        self.sessions.clear()
-        kill_uids(set(self.uids))
-
-    def close(self) -> None:
-        self.stop_daemon()
-        self.stop_sessions()
-        remove_fairshare_cgroups()
-
-
-def kill_uids(uids: set[int]) -> None:
-    """SIGKILL every process left of the test uids (nothing else runs as them)."""
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.stat(f"/proc/{name}").st_uid in uids:
-                    os.kill(int(name), signal.SIGKILL)
-            except OSError:
-                pass
-
-
-def stale_cgroups() -> list[str]:
-    """Fair-share cgroups left on the machine."""
-    return [str(m / "fairshare") for m in CGROUP_MOUNTS if (m / "fairshare").exists()]
-
-
-def reniced(uids: set[int]) -> list[str]:
-    """Processes of the test uids whose nice or autogroup nice is not 0, or whose time
-    slice is not the kernel's default (the nice enforcer's long slices)."""
-    out = []
-    default = read_slice("self")
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{name}").st_uid not in uids:
-                continue
-            nice = os.getpriority(os.PRIO_PROCESS, int(name))
-            group = Path(f"/proc/{name}/autogroup").read_text().split()
-            slice_ns = read_slice(name)
-        except OSError:
-            continue
-        if nice != 0 or (len(group) == 3 and group[2] != "0") or slice_ns != default:
-            out.append(f"{name} nice {nice} autogroup {' '.join(group)} slice {slice_ns}")
-    return out
-
-
-# -- the cases -------------------------------------------------------------------------------
-
-
-def measure(run: Run, uids: set[int], warmup: float, seconds: float) -> tuple[dict, float]:
-    """The split over `seconds` after `warmup`, and the daemon's share of one core."""
-    time.sleep(warmup)
-    a = cpu_by_uid(uids)
-    d0 = process_cpu(run.daemon.pid) if run.daemon else 0.0
-    time.sleep(seconds)
-    b = cpu_by_uid(uids)
-    d1 = process_cpu(run.daemon.pid) if run.daemon else 0.0
-    if run.daemon is not None and run.daemon.poll() is not None:
-        raise RuntimeError(f"the daemon died: {(run.tmp / 'shrdaemon.log').read_text()[-2000:]}")
-    return split(a, b), 100.0 * (d1 - d0) / seconds
-
-
-def case_churn(run: Run, a) -> dict:
-    counts = [1, 2, 3, 4, 5, 6, 7, 8, 2, 6]
-    span = a.warmup + a.seconds + 5
-    for i, (uid, n) in enumerate(zip(run.uids, counts, strict=True)):
-        run.sessions.append(session(uid, lambda n=n, i=i: churn(n, span, a.seed + i)))
-    run.start_daemon()
-    got, daemon = measure(run, set(run.uids), a.warmup, a.seconds)
-    dev = max(abs(v - 100.0 / len(counts)) for v in got.values())
-    out = {"dev": dev, "daemon": daemon, "split": [round(got[u], 1) for u in run.uids]}
-    if run.enforcer.startswith("cgroup"):
-        out["placed after (ms)"] = placement(run.uids[0])
-    return out
-
-
-def placement(uid: int, tries: int = 10) -> float | None:
-    """Median ms from a new session's setuid until it is in a fair-share cgroup (None:
-    not placed within 3 s)."""
-    took = []
-    for _ in range(tries):
-        r, w = os.pipe()
-
-        def wait_placed(w: int = w) -> None:
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < 3.0:
-                if "/fairshare/" in Path("/proc/self/cgroup").read_text():
-                    os.write(w, str((time.monotonic() - t0) * 1e3).encode())
-                    return
-            os.write(w, b"-1")
-
-        pid = session(uid, wait_placed)
-        os.close(w)
-        with os.fdopen(r) as f:
-            ms = float(f.read() or -1)
-        os.waitpid(pid, 0)
-        if ms >= 0:
-            took.append(ms)
-    return statistics.median(took) if len(took) > tries // 2 else None
-
-
-def case_fork(run: Run, a) -> dict:
-    span = a.warmup + a.seconds + 5
-    heavy, steady = run.uids
-    run.sessions.append(session(heavy, lambda: fork_loops(8, span, a.seed)))
-    run.sessions.append(session(steady, lambda: busy(2, span)))
-    run.start_daemon()
-    got, daemon = measure(run, {heavy, steady}, a.warmup, a.seconds)
-    return {"dev": abs(got[heavy] - 50.0), "daemon": daemon, "fork-heavy %": got[heavy]}
-
-
-def case_many(run: Run, a) -> dict:
-    # The sessions run until the run ends: on a loaded machine, forking 100 of them
-    # among their own busy processes took more than 10 s, and sessions given a fixed
-    # lifetime from their start ended inside the window, taking their CPU with them
-    # (a user "starved": 0% measured).
-    for uid in run.uids:
-        run.sessions.append(session(uid, lambda: busy(2, None)))
-    run.start_daemon()
-    got, daemon = measure(run, set(run.uids), a.warmup, a.seconds)
-    dev = max(abs(v - 100.0 / len(run.uids)) for v in got.values())
-    return {"dev": dev, "daemon": daemon, "min %": min(got.values()), "max %": max(got.values())}
-
-
-def case_latency(run: Run, a) -> dict:
-    light, heavy = run.uids
-    span = a.warmup + a.seconds + 5
-    run.sessions.append(session(heavy, lambda: busy(32, span)))
-    run.start_daemon()
-    time.sleep(a.warmup)
-    r, w = os.pipe()
-    pid = session(light, lambda: probe(a.seconds, w))
-    os.close(w)
-    with os.fdopen(r) as f:
-        late = json.loads(f.read() or "[]")
-    os.waitpid(pid, 0)
-    if not late:
-        raise RuntimeError("the probe reported nothing")
-    q = statistics.quantiles(late, n=100)
-    return {"p50": q[49], "p99": q[98], "max": max(late), "wakeups": len(late)}
-
-
-def case_restart(run: Run, a) -> dict:
-    counts = [1, 2, 3, 4, 5, 6, 7, 8, 2, 6]
-    uids = set(run.uids)
-    span = 2 * a.warmup + 2 * a.seconds + 10
-    for i, (uid, n) in enumerate(zip(run.uids, counts, strict=True)):
-        run.sessions.append(session(uid, lambda n=n, i=i: churn(n, span, a.seed + i)))
-    run.start_daemon()
-    time.sleep(a.warmup + a.seconds / 2)
-    run.stop_daemon()  # SIGTERM in the middle of the run
-    stale = stale_cgroups() + reniced(uids)
-    run.start_daemon()
+def run_case(c: Case) -> dict:
+    """Start the users (each at its start), the daemon, read every user's CPU every
+    `--sample` s until the window ends; the figures and the series."""
+    a, w = c.a, c.w
+    begin = w.start.get("r1", 0.0) if w.name == "history" else a.warmup
+    end = begin + a.seconds
+    uids = {w.uid(u): u for u in w.users}
     t0 = time.monotonic()
-    window = 3.0
-    readings = [(time.monotonic(), cpu_by_uid(uids))]
-    back = None
-    while time.monotonic() - t0 < a.seconds + window:
-        time.sleep(0.5)
-        readings.append((time.monotonic(), cpu_by_uid(uids)))
-        old = [r for r in readings if r[0] <= readings[-1][0] - window]
-        if not old:
-            continue
-        got = split(old[-1][1], readings[-1][1])
-        if max(abs(v - 100.0 / len(counts)) for v in got.values()) <= 3.0:
-            back = readings[-1][0] - t0
+    pending = sorted(w.users, key=lambda u: w.start.get(u, 0.0))
+    series = fb.Series([], [], [], start=begin)
+    daemon0 = None
+    while True:
+        now = time.monotonic() - t0
+        while pending and w.start.get(pending[0], 0.0) <= now:
+            c.start_session(pending.pop(0))
+        if not series.times:  # after the first users: the daemon sees them from its start
+            c.start_daemon()
+        cpu = cpu_by_uid(set(uids))
+        series.times.append(round(time.monotonic() - t0, 3))
+        series.cpu.append({uids[k]: v for k, v in cpu.items()})
+        series.idle.append(idle_cpu())
+        if daemon0 is None and c.daemon is not None and now >= begin:
+            daemon0 = (now, process_cpu(c.daemon.pid))
+        if now >= end:
             break
-    return {"back within 3 pp after (s)": back, "stale after SIGTERM": len(stale)}
+        if c.daemon is not None and c.daemon.poll() is not None:
+            raise RuntimeError(f"the daemon died: {(c.tmp / 'shrdaemon.log').read_text()[-2000:]}")
+        time.sleep(max(min(a.sample, end - now), 0.05))
+    out = fb.figures(w, series, os.cpu_count() or 1)
+    if daemon0 is not None:
+        out["daemon_pct"] = 100.0 * (process_cpu(c.daemon.pid) - daemon0[1]) / (now - daemon0[0])
+    out.update(fb.lateness(c.lateness(t0 + begin)))
+    step = min(60.0, max(a.seconds / 4, 1.0))
+    ser = fb.binned(w, series, os.cpu_count() or 1, step)
+    if w.name == "history":
+        sim = fb.simulate(w, os.cpu_count() or 1, end, consts(a), sim_enforcer(c.base))
+        gaps = fb.sim_gap(ser, sim, begin + step)
+        out["sim_gap_pp"] = max(gaps) if gaps else None
+        ser["sim"] = sim
+    return {"figures": out, "series": ser}
 
 
-def case_groups(run: Run, a) -> dict:
-    """The Groups issue's interactive member: Physics (r0 8 loops, r1 a fork-heavy loop)
-    against Chem (r2 1 loop, r3 light and interactive), equal shares: the fair target is
-    50/50 between the groups, r3 keeping what it uses."""
-    span = a.warmup + a.seconds + 5
-    u1, u2, u3, u4 = run.uids
-    run.sessions.append(session(u1, lambda: busy(8, span)))
-    run.sessions.append(session(u2, lambda: fork_loops(1, span, a.seed)))
-    run.sessions.append(session(u3, lambda: busy(1, span)))
-    run.start_daemon()
-    r, w = os.pipe()
-    run.sessions.append(session(u4, lambda: interactive(a.warmup + a.seconds, w)))
-    os.close(w)
-    got, daemon = measure(run, set(run.uids), a.warmup, a.seconds)
-    with os.fdopen(r) as f:
-        late = json.loads(f.read() or "[]")
-    q = statistics.quantiles(late, n=100) if len(late) > 1 else [float("nan")] * 99
-    physics = got[u1] + got[u2]
-    return {
-        "dev": abs(physics - 50.0),
-        "Physics %": physics,
-        "r3 %": got[u4],
-        "p99": q[98],
-        "daemon": daemon,
-        "split": [round(got[u], 1) for u in run.uids],
-    }
+def sim_enforcer(base: str) -> str:
+    """shrsim's enforcer model for the suite under `base` (the baselines are held to
+    the suite's promise under cgroups)."""
+    return "nice" if base == "suite-nice" else "cgroup"
 
 
-CASES = {
-    "churn": (case_churn, 10),
-    "fork": (case_fork, 2),
-    "many": (case_many, 100),
-    "latency": (case_latency, 2),
-    "restart": (case_restart, 10),
-    "groups": (case_groups, 4),
-}
-#: The groups of a case's UDB (group -> its users' indices); a case not listed has none.
-CASE_GROUPS = {"groups": {"Physics": [0, 1], "Chem": [2, 3]}}
+# -- the run ----------------------------------------------------------------------------------
 
 
-def summary(values: list[float | None]) -> str:
-    v = [x for x in values if x is not None]
-    if not v:
-        return "n/a"
-    return f"{statistics.median(v):.2f} [{min(v):.2f}..{max(v):.2f}]"
+def offered_baselines() -> list[str]:
+    """none, weights, caps, and the suite under each enforcer this machine offers."""
+    mounts = cgroup_mounts(Path("/proc/self/mounts").read_text())
+    out = ["none"]
+    if cgroup2_cpu(mounts)[0] is not None or cgroup1_cpu(mounts)[0] is not None:
+        out += ["weights", "caps"]
+    if cgroup2_cpu(mounts)[0] is not None:
+        out.append("suite-cgroup2")
+    if cgroup1_cpu(mounts)[0] is not None:
+        out.append("suite-cgroup1")
+    return out + ["suite-nice"]
+
+
+def estimate(a: argparse.Namespace, workloads: list[str], baselines: list[str]) -> float:
+    """Seconds the run should take: each case's warm-up (history: the alone phase) and
+    window, plus about 4 s of starting and stopping."""
+    per = sum((a.alone if w == "history" else a.warmup) + a.seconds + 4 for w in workloads)
+    return per * len(baselines) * a.repeats
+
+
+def options() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=",".join(fb.WORKLOADS), help="comma-separated")
+    ap.add_argument("--baselines", default="", help="comma-separated (default: all offered)")
+    ap.add_argument("--seconds", type=float, default=60.0, help="measured window (s)")
+    ap.add_argument("--warmup", type=float, default=10.0, help="before measuring (s)")
+    ap.add_argument("--alone", type=float, default=60.0, help="history: r0 alone first (s)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--delta", type=float, default=1.0, help="the daemon's delta (s)")
+    ap.add_argument("--cap", type=float, default=1 / 3, help="caps: each user's fraction")
+    ap.add_argument("--files", type=int, default=300, help="build: the project's C files")
+    ap.add_argument("--sample", type=float, default=1.0, help="reading interval (s)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sessions", action="store_true", help="each user in its own session")
+    ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    ap.add_argument("--plots", metavar="DIR", help="write a PNG chart per workload")
+    a = ap.parse_args()
+    a.workloads = a.workloads.split(",")
+    for w in a.workloads:
+        if w not in fb.WORKLOADS:
+            ap.error(f"--workloads: expected some of {', '.join(fb.WORKLOADS)}, got {w!r}")
+    return a
+
+
+FIGURES = (  # (key, column, format)
+    ("user_dev_pp", "user dev pp", ".1f"),
+    ("group_dev_pp", "group dev pp", ".1f"),
+    ("jain", "Jain", ".3f"),
+    ("idle_pct", "idle while wanted %", ".1f"),
+    ("p50_ms", "p50 late ms", ".2f"),
+    ("p99_ms", "p99 late ms", ".2f"),
+    ("daemon_pct", "daemon % core", ".2f"),
+    ("sim_gap_pp", "vs shrsim pp", ".1f"),
+)
+
+
+def cell(s: dict, fmt: str) -> str:
+    if not s:
+        return ""
+    if s["min"] == s["max"]:
+        return format(s["median"], fmt)
+    return f"{s['median']:{fmt}} [{s['min']:{fmt}}..{s['max']:{fmt}}]"
+
+
+def table(doc: dict) -> None:
+    """The results as one rich table: a row per workload and baseline, median [range]."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="median [range] over the repeats", show_lines=False)
+    t.add_column("workload")
+    t.add_column("baseline")
+    for _k, col, _f in FIGURES:
+        t.add_column(col, justify="right")
+    for wname, wl in doc["workloads"].items():
+        for k, (base, b) in enumerate(wl["baselines"].items()):
+            t.add_row(
+                wname if k == 0 else "",
+                base,
+                *(cell(b["figures"].get(key, {}), f) for key, _c, f in FIGURES),
+                end_section=k == len(wl["baselines"]) - 1,
+            )
+    Console(width=200).print(t)
+
+
+def run_one(w: fb.Workload, base: str, a, tools: Path, cgroups: BenchCgroups) -> dict:
+    """One case, holding the machine lock; everything it started cleaned up after."""
+    with machine_lock():
+        running = other_daemons()
+        if running:
+            raise SystemExit(f"stopped: a shrdaemon already enforces here ({running[0]})")
+        with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
+            c = Case(w, base, Path(tmp), a, tools, cgroups)
+            try:
+                return run_case(c)
+            finally:
+                c.close()
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
-    ap.add_argument("--enforcers", default="baseline,cgroup1,nice", help="baseline = no daemon")
-    ap.add_argument("--seconds", type=float, default=60.0, help="measured window (s)")
-    ap.add_argument("--warmup", type=float, default=10.0, help="before measuring (s)")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--delta", type=float, default=1.0, help="the daemon's delta (s)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--sessions", action="store_true", help="each user in its own session")
-    a = ap.parse_args()
-    SESSIONS["on"] = a.sessions
+    a = options()
     if os.geteuid() != 0:
-        print("bench_real.py skipped: needs root (setuid sessions, cgroups, renicing)")
+        print("bench_real.py: needs root (setuid sessions, cgroups, renicing); not run")
         return 0
+    offered = offered_baselines()
+    baselines = a.baselines.split(",") if a.baselines else offered
+    for b in baselines:
+        if b not in offered:
+            print(f"--baselines: {b!r} is not offered here; expected some of {', '.join(offered)}")
+            return 2
     if other_daemons():
-        print(f"bench_real.py skipped: a shrdaemon already enforces here ({other_daemons()[0]})")
+        print(f"bench_real.py: a shrdaemon already enforces here ({other_daemons()[0]}); not run")
         return 0
-    stop = {"now": False}
 
     def on_term(signum, _frame):
-        stop["now"] = True
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
-    load = os.getloadavg()
+    started, load = time.time(), os.getloadavg()
+    cpus = os.cpu_count() or 1
     print(
-        f"{os.cpu_count()} CPUs, load average {load[0]:.1f} at start; window {a.seconds:g} s "
-        f"after {a.warmup:g} s warm-up, {a.repeats} repeats, delta {a.delta:g} s, half-life 10 s, "
-        f"users {'in sessions of their own' if a.sessions else 'in one session'}"
+        f"{cpus} CPUs, load average {load[0]:.1f}; {len(a.workloads)} workloads x "
+        f"{len(baselines)} baselines ({', '.join(baselines)}) x {a.repeats} repeats, "
+        f"window {a.seconds:g} s after {a.warmup:g} s (history: {a.alone:g} s alone); "
+        f"this should take about {estimate(a, a.workloads, baselines) / 60:.0f} min",
+        flush=True,
     )
-    with machine_lock():
-        for name in a.cases.split(","):
-            fn, users = CASES[name]
-            results: dict[str, list[dict]] = {}
-            for enforcer in a.enforcers.split(","):
-                if name == "restart" and enforcer == "baseline":
-                    continue
+    runs: dict[str, dict[str, list[dict]]] = {}
+    cgroups = BenchCgroups()
+    tools = Path(tempfile.mkdtemp(prefix="bench-real-tools-"))
+    try:
+        tools.chmod(0o755)
+        if "threads" in a.workloads:
+            compile_spin(tools)
+        for wname in a.workloads:
+            w = fb.WORKLOADS[wname]
+            if wname == "history":
+                w = fb.with_start(w, "r1", a.alone)
+            for base in baselines:
                 for rep in range(a.repeats):
-                    with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
-                        uids = [FIRST_UID + k for k in range(users)]
-                        groups = CASE_GROUPS.get(name, {})
-                        run = Run(enforcer, Path(tmp), uids, a.delta, groups)
-                        run.udb()
-                        try:
-                            results.setdefault(enforcer, []).append(fn(run, a))
-                        finally:
-                            run.close()
-                    print(f"  {name} {enforcer} #{rep + 1}: {results[enforcer][-1]}", flush=True)
-            print(f"{name}: median [range] over {a.repeats} repeats")
-            for enforcer, rs in results.items():
-                keys = [k for k in rs[0] if k != "split"]
-                cells = ", ".join(f"{k} {summary([r[k] for r in rs])}" for k in keys)
-                print(f"  {enforcer:<8} {cells}", flush=True)
-    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+                    r = run_one(w, base, a, tools, cgroups)
+                    runs.setdefault(wname, {}).setdefault(base, []).append(r)
+                    shown = {k: round(v, 3) for k, v in r["figures"].items() if v is not None}
+                    print(f"  {wname} {base} #{rep + 1}: {shown}", flush=True)
+            if a.plots:
+                Path(a.plots).mkdir(parents=True, exist_ok=True)
+                series = {b: rs[0]["series"] for b, rs in runs[wname].items()}
+                fb.chart(Path(a.plots) / f"{wname}.png", wname, series, note(w))
+    except KeyboardInterrupt:
+        print("interrupted: everything the bench started is cleaned up", file=sys.stderr)
+        return 130
+    finally:
+        cgroups.remove()
+        remove_fairshare_cgroups()
+        shutil.rmtree(tools, ignore_errors=True)
+    settings = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
+        "host": os.uname().nodename,
+        "kernel": os.uname().release,
+        "cpus": cpus,
+        "load_average": [round(x, 2) for x in load],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "seconds": a.seconds,
+        "warmup": a.warmup,
+        "alone": a.alone,
+        "repeats": a.repeats,
+        "delta": a.delta,
+        "halflife": HALFLIFE,
+        "cap": a.cap,
+        "baselines": baselines,
+        "took_s": round(time.time() - started, 1),
+    }
+    doc = fb.document(settings, runs)
+    table(doc)
+    if a.json:
+        Path(a.json).write_text(json.dumps(doc, indent=1))
+    print(
+        f"took {settings['took_s'] / 60:.1f} min; load average {os.getloadavg()[0]:.1f} at the end"
+    )
     return 0
+
+
+def note(w: fb.Workload) -> str:
+    return " (dotted: shrsim's prediction)" if w.name == "history" else ""
 
 
 if __name__ == "__main__":
