@@ -351,7 +351,8 @@ def document(settings: dict, runs: dict[str, dict[str, list[dict]]]) -> dict:
 def chart(path, wname: str, baselines: dict[str, dict], note: str = "") -> None:
     """One PNG: a panel per baseline side by side, each user's delivered part of the
     users' CPU over time (solid) against its target (dashed, the same colour); shrsim's
-    prediction dotted where a baseline's series carries one ("sim")."""
+    prediction dotted where a baseline's series carries one ("sim"); a grey line where
+    the measured window starts ("start")."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -369,12 +370,16 @@ def chart(path, wname: str, baselines: dict[str, dict], note: str = "") -> None:
             if ser.get("sim"):
                 sim = ser["sim"]
                 ax.plot(sim["times"], [100 * r[k] for r in sim["delivered"]], color=c, ls=":")
+        if "start" in ser:
+            ax.axvline(ser["start"], color="grey", lw=0.8)
         ax.set_title(base, fontsize=10)
         ax.set_xlabel("s")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("% of the users' CPU (solid) / target (dashed)")
+    axes[0][0].set_ylabel("% of the users' CPU")
     axes[0][0].legend(fontsize=7, ncol=2, loc="upper right")
-    fig.suptitle(f"{wname}: delivered against target{note}", fontsize=11)
+    fig.suptitle(
+        f"{wname}: delivered (solid) against the max-min target (dashed){note}", fontsize=11
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -282,6 +282,8 @@ class Case:
     tools: Path
     cgroups: BenchCgroups
     daemon: subprocess.Popen | None = None
+    url: str = ""
+    project: Path | None = None
     sessions: dict[str, int] = field(default_factory=dict)
     pipes: dict[str, int] = field(default_factory=dict)
 
@@ -299,12 +301,19 @@ class Case:
         engine.dispose()
         return url
 
+    def prepare(self) -> None:
+        """What takes time before the clock starts: the UDB, the build's project."""
+        self.url = self.udb()
+        if self.w.name == "build":
+            self.tmp.chmod(0o711)  # the builder (a test uid) passes through to its project
+            self.project = make_project(self.tmp / "build", self.a.files, self.w.uid("r0"))
+
     def start_daemon(self) -> None:
         if not self.base.startswith("suite-"):
             return
         log = (self.tmp / "shrdaemon.log").open("a")
         self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "fairshare.cli.shrdaemon", "--udb", self.udb()]
+            [sys.executable, "-m", "fairshare.cli.shrdaemon", "--udb", self.url]
             + ["--enforcer", self.base.removeprefix("suite-")],
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -326,8 +335,7 @@ class Case:
             spin = str(self.tools / "spin")
             return lambda: os.execv(spin, [spin, "16"])
         if w == "build" and user == "r0":
-            project = make_project(self.tmp / "build", self.a.files, self.w.uid(user))
-            return lambda: build(project)
+            return lambda: build(self.project)
         if w == "groups" and user == "r1":
             return lambda: fork_loop(seed)
         return lambda: busy(int(self.w.demand[user]))
@@ -454,6 +462,7 @@ def run_case(c: Case) -> dict:
     out.update(fb.lateness(c.lateness(t0 + begin)))
     step = min(60.0, max(a.seconds / 4, 1.0))
     ser = fb.binned(w, series, os.cpu_count() or 1, step)
+    ser["start"] = begin
     if w.name == "history":
         sim = fb.simulate(w, os.cpu_count() or 1, end, consts(a), sim_enforcer(c.base))
         gaps = fb.sim_gap(ser, sim, begin + step)
@@ -565,6 +574,7 @@ def run_one(w: fb.Workload, base: str, a, tools: Path, cgroups: BenchCgroups) ->
         with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
             c = Case(w, base, Path(tmp), a, tools, cgroups)
             try:
+                c.prepare()
                 return run_case(c)
             finally:
                 c.close()
