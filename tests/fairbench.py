@@ -136,8 +136,13 @@ WORKLOADS = {
             {"r0": LIGHT, "r1": 32},
             light="r0",
         ),
+        Workload(
+            "many", "100 users of 2 CPU-bound processes each", {f"r{i}": 2 for i in range(100)}
+        ),
     )
 }
+#: The workloads a run measures unless told (`many` is the daemon's cost at scale).
+DEFAULT_WORKLOADS = ("steady", "threads", "build", "churn", "groups", "tree3", "history", "latency")
 
 
 def with_start(w: Workload, user: str, start: float) -> Workload:

@@ -13,9 +13,10 @@ cpu.cfs_quota_us or cpu.max); `suite-ENFORCER` (shrdaemon under each enforcer th
 machine offers: cgroup2 or cgroup1, and nice).
 
 Workloads (tests/fairbench.py WORKLOADS): steady, threads, build, churn, groups, tree3,
-history, latency.  Each user is a process group forked from this process and setuid to
-a test uid 63000 + i with no passwd entry; its CPU is measured from the kernel (the
-sum of utime + stime + cutime + cstime of its processes, zombies too), every second.
+history, latency; and, when asked for, many (100 users: the daemon's cost at scale).
+Each user is a process group forked from this process and setuid to a test uid
+63000 + i with no passwd entry; its CPU is measured from the kernel (the sum of
+utime + stime + cutime + cstime of its processes, zombies too), every second.
 The figures, against the hierarchical max-min target of the workload's tree and
 demands (fairshare.core.maxmin): the largest user and group deviation (pp), Jain's
 index over delivered / target, the machine's CPU left idle while the users wanted
@@ -502,7 +503,11 @@ def estimate(a: argparse.Namespace, workloads: list[str], baselines: list[str]) 
 
 def options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default=",".join(fb.WORKLOADS), help="comma-separated")
+    ap.add_argument(
+        "--workloads",
+        default=",".join(fb.DEFAULT_WORKLOADS),
+        help=f"comma-separated, of {', '.join(fb.WORKLOADS)}",
+    )
     ap.add_argument("--baselines", default="", help="comma-separated (default: all offered)")
     ap.add_argument("--seconds", type=float, default=60.0, help="measured window (s)")
     ap.add_argument("--warmup", type=float, default=10.0, help="before measuring (s)")
