@@ -86,8 +86,9 @@ class Workload:
 
 
 CHURN_PROCS = (1, 2, 3, 4, 5, 6, 7, 8, 2, 6)
-#: A light user's demand (CPUs): a few ms of CPU every half second.
-LIGHT = 0.01
+#: A light user's demand (CPUs): its 10 ms sleeps and small commands, about 2-3% of
+#: the users' CPU on 2 CPUs.
+LIGHT = 0.05
 
 WORKLOADS = {
     w.name: w

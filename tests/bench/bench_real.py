@@ -398,6 +398,19 @@ class Case:
         kill_uids({self.w.uid(u) for u in self.w.users})
         self.cgroups.remove()
         remove_fairshare_cgroups()
+        restore_autogroup()
+
+
+def restore_autogroup() -> None:
+    """The bench's own session back at autogroup nice 0: without --sessions the users
+    share it, and the nice enforcer renices sessions (its teardown restores them; this
+    is for a daemon that died without one)."""
+    group = Path("/proc/self/autogroup")
+    try:
+        if group.read_text().split()[-1] != "0":
+            group.write_text("0")
+    except OSError:
+        pass
 
 
 def kill_uids(uids: set[int]) -> None:
