@@ -284,16 +284,17 @@ def binned(w: Workload, s: Series, cpus: float, step: float) -> dict:
 
 def simulate(w: Workload, cpus: float, duration: float, consts: Consts, enforcer: str) -> dict:
     """shrsim's run (fairshare.sim) of `w` (its tree, demands and starts as workloads of
-    that many CPU-bound processes) for `duration` s under `consts`: the series of
-    {"times", "users", "delivered"} (each user's part of the delivered CPU per cycle)."""
+    that many CPU-bound processes; an idle user as one that never runs) for `duration`
+    s under `consts`: the series of {"times", "users", "delivered"} (each user's part
+    of the delivered CPU per cycle)."""
     from fairshare.sim import machine
     from fairshare.sim.run import run_scenario
     from fairshare.sim.scenario import Scenario
 
+    # An idle user is logged in (attached, never runnable), as in the real run.
     loads = [
         machine.Workload(u, max(int(round(d)), 1), w.start.get(u, 0.0), duration, min(d, 1.0))
         for u, d in w.demand.items()
-        if d > 0
     ]
     sc = Scenario(f"bench {w.name}", float(cpus), duration, 0.0, consts, w.tree(), loads)
     r = run_scenario(sc, enforcer, window=duration)

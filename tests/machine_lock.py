@@ -48,6 +48,21 @@ def machine_lock() -> Iterator[None]:
         os.close(fd)
 
 
+def runs_shrdaemon(cmd: list[str]) -> bool:
+    """Whether command line `cmd` runs shrdaemon: the script itself, or Python running
+    it (its script or `-m fairshare.cli.shrdaemon`); not a command that only names it
+    (`grep shrdaemon`, `tail shrdaemon.log`)."""
+    if not cmd:
+        return False
+    exe = os.path.basename(cmd[0])
+    if exe == "shrdaemon":
+        return True
+    if not exe.startswith("python"):
+        return False
+    return any(os.path.basename(part) == "shrdaemon" or part == "fairshare.cli.shrdaemon"
+               for part in cmd[1:])  # fmt: skip
+
+
 def other_daemons() -> list[str]:
     """Every shrdaemon process on this host that may enforce (not those started with
     --enforcer none or --simulate), as "pid command line"."""
@@ -56,7 +71,7 @@ def other_daemons() -> list[str]:
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = p.info["cmdline"] or []
-        if not any(part.endswith("shrdaemon") or part == "fairshare.cli.shrdaemon" for part in cmd):
+        if not runs_shrdaemon(cmd):
             continue
         if "--simulate" in cmd or " ".join(cmd).find("--enforcer none") >= 0:
             continue

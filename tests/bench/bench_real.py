@@ -427,7 +427,7 @@ def kill_uids(uids: set[int]) -> None:
 
 
 def consts(a: argparse.Namespace) -> Consts:
-    return Consts(delta=a.delta, halflife=HALFLIFE)
+    return Consts(delta=a.delta, halflife=HALFLIFE, policy=a.policy)
 
 
 def idle_cpu() -> float:
@@ -527,6 +527,7 @@ def options() -> argparse.Namespace:
     ap.add_argument("--alone", type=float, default=60.0, help="history: r0 alone first (s)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--delta", type=float, default=1.0, help="the daemon's delta (s)")
+    ap.add_argument("--policy", default="unicos", help="the suite's fair-share policy")
     ap.add_argument("--cap", type=float, default=1 / 3, help="caps: each user's fraction")
     ap.add_argument("--files", type=int, default=300, help="build: the project's C files")
     ap.add_argument("--sample", type=float, default=1.0, help="reading interval (s)")
@@ -667,6 +668,7 @@ def main() -> int:
         "repeats": a.repeats,
         "delta": a.delta,
         "halflife": HALFLIFE,
+        "policy": a.policy,
         "cap": a.cap,
         "baselines": baselines,
         "took_s": round(time.time() - started, 1),

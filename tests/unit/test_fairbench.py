@@ -23,6 +23,7 @@ from fairbench import (
     target,
     with_start,
 )
+from machine_lock import runs_shrdaemon
 from trees import maxmin_reference
 
 from fairshare.core.consts import Consts
@@ -172,3 +173,15 @@ def test_chart_draws_a_panel_per_baseline(tmp_path):
     one, three = Image.open(tmp_path / "one.png"), Image.open(tmp_path / "three.png")
     assert three.size[0] > 2.5 * one.size[0]  # side by side
     assert three.size[1] == one.size[1]
+
+
+def test_a_command_naming_shrdaemon_is_not_a_daemon():
+    # A grep whose pattern ended in "shrdaemon" stopped a benchmark run.
+    assert not runs_shrdaemon(["grep", "-E", "charged |passed|failed|Error|shrdaemon"])
+    assert not runs_shrdaemon(["tail", "-f", "/tmp/x/shrdaemon"])
+    assert not runs_shrdaemon([])
+    assert runs_shrdaemon(["/usr/local/bin/shrdaemon", "--enforcer", "cgroup1"])
+    assert runs_shrdaemon(["/usr/bin/python3", "/usr/local/bin/shrdaemon"])
+    assert runs_shrdaemon(
+        ["/root/.pyenv/versions/3.11.7/bin/python", "-m", "fairshare.cli.shrdaemon"]
+    )
