@@ -585,18 +585,26 @@ def table(doc: dict) -> None:
 
 
 def run_one(w: fb.Workload, base: str, a, tools: Path, cgroups: BenchCgroups) -> dict:
-    """One case, holding the machine lock; everything it started cleaned up after."""
-    with machine_lock():
-        running = other_daemons()
-        if running:
-            raise SystemExit(f"stopped: a shrdaemon already enforces here ({running[0]})")
-        with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
-            c = Case(w, base, Path(tmp), a, tools, cgroups)
-            try:
-                c.prepare()
-                return run_case(c)
-            finally:
-                c.close()
+    """One case, holding the machine lock; everything it started cleaned up after.
+    While another shrdaemon enforces, it lets the lock go and waits (up to 5 minutes)."""
+    for _ in range(15):
+        with machine_lock():
+            if not other_daemons():
+                return run_locked(w, base, a, tools, cgroups)
+        print(f"    waiting: a shrdaemon enforces here ({other_daemons()[:1]})", flush=True)
+        time.sleep(20)
+    raise SystemExit(f"stopped: a shrdaemon still enforces here ({other_daemons()[:1]})")
+
+
+def run_locked(w: fb.Workload, base: str, a, tools: Path, cgroups: BenchCgroups) -> dict:
+    """One case (the caller holds the lock), cleaned up after, also when interrupted."""
+    with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
+        c = Case(w, base, Path(tmp), a, tools, cgroups)
+        try:
+            c.prepare()
+            return run_case(c)
+        finally:
+            c.close()
 
 
 def main() -> int:
