@@ -413,16 +413,22 @@ def restore_autogroup() -> None:
         pass
 
 
-def kill_uids(uids: set[int]) -> None:
-    """SIGKILL every process left of the test uids (nothing else runs as them)."""
-    for _ in range(3):
+def kill_uids(uids: set[int], wait: float = 10.0) -> None:
+    """SIGKILL every process left of the test uids (nothing else runs as them), again
+    until none is left (up to `wait` s: a killed process takes a moment to go)."""
+    end = time.monotonic() + wait
+    while True:
+        left = 0
         for name in os.listdir("/proc"):
             if name.isdigit():
                 try:
                     if os.stat(f"/proc/{name}").st_uid in uids:
+                        left += 1
                         os.kill(int(name), signal.SIGKILL)
                 except OSError:
                     pass
+        if not left or time.monotonic() > end:
+            return
         time.sleep(0.1)
 
 
