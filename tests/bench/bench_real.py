@@ -415,7 +415,7 @@ def restore_autogroup() -> None:
 
 def kill_uids(uids: set[int], wait: float = 10.0) -> None:
     """SIGKILL every process left of the test uids (nothing else runs as them), again
-    until none is left (up to `wait` s: a killed process takes a moment to go)."""
+    until none is left but zombies (up to `wait` s: a killed process takes a moment)."""
     end = time.monotonic() + wait
     while True:
         left = 0
@@ -423,8 +423,10 @@ def kill_uids(uids: set[int], wait: float = 10.0) -> None:
             if name.isdigit():
                 try:
                     if os.stat(f"/proc/{name}").st_uid in uids:
-                        left += 1
                         os.kill(int(name), signal.SIGKILL)
+                        stat = Path(f"/proc/{name}/stat").read_bytes()
+                        left += stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
+
                 except OSError:
                     pass
         if not left or time.monotonic() > end:
