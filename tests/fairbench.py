@@ -262,7 +262,8 @@ def lateness(late_ms: list[float]) -> dict[str, float]:
 
 def binned(w: Workload, s: Series, cpus: float, step: float) -> dict:
     """The chart's series: every `step` s from the first reading, each user's delivered
-    part and target over the bin (fractions), the bins' end times."""
+    part (None for a bin in which no user used CPU yet) and target over the bin
+    (fractions), the bins' end times."""
     ends, got, fair = [], [], []
     i = 0
     for j in range(1, len(s.times)):
@@ -273,7 +274,8 @@ def binned(w: Workload, s: Series, cpus: float, step: float) -> dict:
         ends.append(round(s.times[j], 3))
         d = delivered(s, i, j, w.users)
         t = mean_target(w, s, cpus, i, j)
-        got.append([round(d[u], 5) for u in w.users])
+        used = any(s.cpu[j][u] > s.cpu[i][u] for u in w.users)
+        got.append([round(d[u], 5) for u in w.users] if used else None)
         fair.append([round(t[u], 5) for u in w.users])
         i = j
     return {"times": ends, "users": w.users, "delivered": got, "target": fair}
@@ -314,7 +316,7 @@ def sim_gap(measured: dict, sim: dict, after: float) -> list[float]:
     out, begin = [], 0.0
     for end, got in zip(measured["times"], measured["delivered"], strict=True):
         inside = (t > begin + 1e-9) & (t <= end + 1e-9)
-        if end > after and inside.any():
+        if end > after and inside.any() and got is not None:
             pred = d[inside].mean(axis=0)
             out.append(100.0 * float(np.abs(np.asarray(got) - pred).max()))
         begin = end
@@ -372,7 +374,8 @@ def chart(path, wname: str, baselines: dict[str, dict], note: str = "") -> None:
         t = ser["times"]
         for k, u in enumerate(ser["users"]):
             c = colours[k % len(colours)]
-            ax.plot(t, [100 * row[k] for row in ser["delivered"]], color=c, label=u)
+            got = [100 * row[k] if row is not None else np.nan for row in ser["delivered"]]
+            ax.plot(t, got, color=c, label=u)
             ax.plot(t, [100 * row[k] for row in ser["target"]], color=c, ls="--", lw=1)
             if ser.get("sim"):
                 sim = ser["sim"]

@@ -185,3 +185,14 @@ def test_a_command_naming_shrdaemon_is_not_a_daemon():
     assert runs_shrdaemon(
         ["/root/.pyenv/versions/3.11.7/bin/python", "-m", "fairshare.cli.shrdaemon"]
     )
+
+
+def test_a_bin_before_anyone_ran_is_left_out_of_the_chart(tmp_path):
+    w = WORKLOADS["steady"]
+    times = [0.0, 2.0, 4.0, 6.0]
+    cpu = [{"r0": 0.0, "r1": 0.0}, {"r0": 0.0, "r1": 0.0}, {"r0": 1.0, "r1": 1.0}]
+    cpu.append({"r0": 2.0, "r1": 2.0})
+    ser = binned(w, Series(times, cpu, [0.0] * 4), 2.0, 2.0)
+    assert ser["delivered"] == [None, [0.5, 0.5], [0.5, 0.5]]
+    chart(tmp_path / "c.png", "steady", {"none": ser})
+    assert (tmp_path / "c.png").stat().st_size > 0
