@@ -10,7 +10,7 @@ weight, as systemd's user slices give: v1 cpu.shares or v2 cpu.weight, under the
 bench's own `fairbench` cgroup); `caps` (a cgroup per user whose CPU quota is an
 equal fraction of the machine, --cap, a third by default as Brown's Arbiter sets:
 cpu.cfs_quota_us or cpu.max); `suite-ENFORCER` (shrdaemon under each enforcer this
-machine offers: cgroup2 or cgroup1, and nice).
+machine offers: systemd and cgroup2, or cgroup1; and nice).
 
 Workloads (tests/fairbench.py WORKLOADS): steady, threads, build, churn, groups, tree3,
 history, latency; and, when asked for, many (100 users: the daemon's cost at scale).
@@ -509,6 +509,8 @@ def offered_baselines() -> list[str]:
     if cgroup2_cpu(mounts)[0] is not None or cgroup1_cpu(mounts)[0] is not None:
         out += ["weights", "caps"]
     if cgroup2_cpu(mounts)[0] is not None:
+        if Path("/run/systemd/system").is_dir():  # systemd is PID 1 (detect.detect)
+            out.append("suite-systemd")
         out.append("suite-cgroup2")
     if cgroup1_cpu(mounts)[0] is not None:
         out.append("suite-cgroup1")
