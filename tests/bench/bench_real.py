@@ -524,6 +524,15 @@ def estimate(a: argparse.Namespace, workloads: list[str], baselines: list[str]) 
     return per * len(baselines) * a.repeats
 
 
+def duration(seconds: float) -> str:
+    """`seconds` for a person: "40 s", "12 min", "2 h 41 min"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 / 60:.0f} min"
+
+
 def options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -642,7 +651,7 @@ def main() -> int:
         f"{cpus} CPUs, load average {load[0]:.1f}; {len(a.workloads)} workloads x "
         f"{len(baselines)} baselines ({', '.join(baselines)}) x {a.repeats} repeats, "
         f"window {a.seconds:g} s after {a.warmup:g} s (history: {a.alone:g} s alone); "
-        f"this should take about {estimate(a, a.workloads, baselines) / 60:.0f} min",
+        f"this should take about {duration(estimate(a, a.workloads, baselines))}",
         flush=True,
     )
     runs: dict[str, dict[str, list[dict]]] = {}
@@ -695,9 +704,7 @@ def main() -> int:
     table(doc)
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1))
-    print(
-        f"took {settings['took_s'] / 60:.1f} min; load average {os.getloadavg()[0]:.1f} at the end"
-    )
+    print(f"took {duration(settings['took_s'])}; load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 
 
