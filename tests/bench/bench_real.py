@@ -435,7 +435,18 @@ def kill_uids(uids: set[int], wait: float = 10.0) -> None:
 
 
 def consts(a: argparse.Namespace) -> Consts:
-    return Consts(delta=a.delta, halflife=HALFLIFE, policy=a.policy)
+    """The suite's constants: the README's (`shradmin -F06 -X3.0 -Y.85 -Z .002`:
+    ADJGROUPS and LIMSHARE, the groups' model) unless --flags says otherwise, at the
+    bench's short half-life."""
+    return Consts(
+        flags=int(a.flags, 8),
+        maxushare=3.0,
+        mingshare=0.85,
+        sharemin=0.002,
+        delta=a.delta,
+        halflife=HALFLIFE,
+        policy=a.policy,
+    )
 
 
 def idle_cpu() -> float:
@@ -547,6 +558,12 @@ def options() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--delta", type=float, default=1.0, help="the daemon's delta (s)")
     ap.add_argument("--policy", default="unicos", help="the suite's fair-share policy")
+    ap.add_argument(
+        "--flags",
+        default="006",
+        help="the suite's shflags, octal (006: ADJGROUPS and LIMSHARE, as the README's "
+        "shradmin -F06; 0 is Kay-Lauder's flat model, fair between users, not groups)",
+    )
     ap.add_argument("--cap", type=float, default=1 / 3, help="caps: each user's fraction")
     ap.add_argument("--files", type=int, default=300, help="build: the project's C files")
     ap.add_argument("--sample", type=float, default=1.0, help="reading interval (s)")
@@ -696,6 +713,7 @@ def main() -> int:
         "delta": a.delta,
         "halflife": HALFLIFE,
         "policy": a.policy,
+        "flags": a.flags,
         "cap": a.cap,
         "baselines": baselines,
         "took_s": round(time.time() - started, 1),
