@@ -337,12 +337,15 @@ class RealSystemd:
             time.sleep(0.02)
 
     def _connect(self, deadline: float) -> None:
-        """Connect and ask the version; the first call is sometimes dropped just after
-        boot, so connect again until one is answered."""
+        """Connect and ask the version until systemd answers (it may still be starting)."""
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                self.bus(timeout=2).close()
+                bus = self.bus(timeout=2)
+                try:
+                    bus.version()
+                finally:
+                    bus.close()
                 return
             except (OSError, TimeoutError, RuntimeError) as err:
                 last = err
@@ -382,16 +385,10 @@ class RealSystemd:
     # -- D-Bus -----------------------------------------------------------------------------
 
     def bus(self, timeout: float = 5.0):
-        """A new `SystemdBus` on the real systemd (checked with a Version call)."""
+        """A new `SystemdBus` on the real systemd (its private socket, peer to peer)."""
         from fairshare.enforce.systemd import SystemdBus
 
-        bus = SystemdBus(self.address, timeout=timeout, peer=True)
-        try:
-            bus.version()
-        except BaseException:
-            bus.close()
-            raise
-        return bus
+        return SystemdBus(self.address, timeout=timeout, peer=True)
 
     def call(self, path: str, interface: str, method: str, signature: str = "", body=()):
         """One method call on systemd (a connection kept for the harness's own calls);

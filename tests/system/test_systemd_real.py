@@ -79,6 +79,21 @@ def cgroups(pids) -> dict[int, str]:
     return out
 
 
+def test_private_socket_answers_every_first_call(systemd):
+    """systemd 252 leaves unread a message that came in the same read as BEGIN: without
+    SystemdBus's Ping first, most first calls on a new connection time out."""
+    answered = 0
+    for _ in range(10):
+        bus = systemd.bus(timeout=2)
+        try:
+            answered += bus.version().startswith("252")
+        except TimeoutError:
+            pass
+        finally:
+            bus.close()
+    assert answered == 10
+
+
 def test_enforcer_weighs_user_slices_and_teardown_restores_them(systemd):
     """The enforcer's SetUnitProperties calls are accepted, the weights reach cpu.shares,
     background gets CPUWeight=idle, no process moves, and teardown leaves every slice
