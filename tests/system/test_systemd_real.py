@@ -189,19 +189,16 @@ def test_systemd_refusing_a_unit_is_one_log_line(systemd):
 # -- the shipped unit file ------------------------------------------------------------------
 
 
-def test_shipped_unit_notify_readiness_and_watchdog(tmp_path):
-    """examples/systemd/shrdaemon.service under a real systemd: Type=notify makes it
-    active only once the daemon said READY=1; its WATCHDOG=1 after every cycle keeps it
-    alive; a hung daemon (SIGSTOP) is killed by the watchdog and restarted; a stop
-    ends it cleanly.  A drop-in only points ExecStart at this tree and shortens the
-    times (WatchdogSec=4 with a 1 s cycle)."""
+def shipped_unit(tmp_path: Path, args: str = "") -> tuple[Path, dict[str, str]]:
+    """A work directory holding the ACME UDB, and the units: the shipped unit file as it
+    is, with a drop-in that only points ExecStartPre and ExecStart at this tree (with
+    `args` added, and -R1: a 1 s cycle) and shortens the times (WatchdogSec=4)."""
     why = unavailable()
     if why:
         pytest.skip(f"cannot boot a real systemd: {why}")
     work = tmp_path / "sd"
     work.mkdir()
-    udb = work / "udb.sqlite"
-    load(f"sqlite:///{udb}", ACME)
+    load(f"sqlite:///{work / 'udb.sqlite'}", ACME)
     text = UNIT.read_text()
     python = f"{sys.executable} -m fairshare.cli."
     pre = re.search(r"^ExecStartPre=-?/usr/local/bin/(.*)$", text, re.M).group(1)
@@ -209,11 +206,11 @@ def test_shipped_unit_notify_readiness_and_watchdog(tmp_path):
     dropin = "\n".join(
         [
             "[Service]",
-            f"Environment=UDB_URL=sqlite:///{'/run/host/udb.sqlite'} PYTHONPATH={ROOT}",
+            f"Environment=UDB_URL=sqlite:////run/host/udb.sqlite PYTHONPATH={ROOT}",
             "ExecStartPre=",
             f"ExecStartPre={python}{pre} -R1",
             "ExecStart=",
-            f"ExecStart={python}{start}",
+            f"ExecStart={python}{start} {args}",
             "WatchdogSec=4",
             "TimeoutStopSec=5",
             "RestartSec=200ms",
@@ -221,14 +218,33 @@ def test_shipped_unit_notify_readiness_and_watchdog(tmp_path):
             "",
         ]
     )
-    units = {"shrdaemon.service": text, "shrdaemon.service.d/test.conf": dropin}
+    return work, {"shrdaemon.service": text, "shrdaemon.service.d/test.conf": dropin}
+
+
+def start_daemon(sd: RealSystemd) -> None:
+    """Start shrdaemon.service; Type=notify: "activating" until READY=1, then active."""
+    sd.manager("StartUnit", "ss", ("shrdaemon.service", "replace"))
+    assert sd.state("shrdaemon.service") == "activating"
+    state = sd.wait_state("shrdaemon.service", {"active", "failed", "inactive"}, 25)
+    log = sd.work / "daemon.log"
+    assert state == "active", (state, log.read_text() if log.exists() else "", sd.log())
+
+
+def stop_daemon(sd: RealSystemd) -> None:
+    """A stop: SIGTERM, STOPPING=1, every lnode written back, exit 0."""
+    sd.manager("StopUnit", "ss", ("shrdaemon.service", "replace"))
+    assert sd.wait_state("shrdaemon.service", {"inactive", "failed"}, 15) == "inactive"
+    assert sd.prop("shrdaemon.service", "Service", "Result") == "success"
+
+
+def test_shipped_unit_notify_readiness_and_watchdog(tmp_path):
+    """examples/systemd/shrdaemon.service under a real systemd: Type=notify makes it
+    active only once the daemon said READY=1; its WATCHDOG=1 after every cycle keeps it
+    alive; a hung daemon (SIGSTOP) is killed by the watchdog and restarted; a stop
+    ends it cleanly."""
+    work, units = shipped_unit(tmp_path)
     with RealSystemd(work, units) as sd:
-        log = work / "daemon.log"
-        sd.manager("StartUnit", "ss", ("shrdaemon.service", "replace"))
-        # Type=notify: "activating" until READY=1.
-        assert sd.state("shrdaemon.service") == "activating"
-        state = sd.wait_state("shrdaemon.service", {"active", "failed", "inactive"}, 25)
-        assert state == "active", (state, log.read_text() if log.exists() else "", sd.log())
+        start_daemon(sd)
         assert sd.prop("shrdaemon.service", "Service", "StatusText").startswith("running")
         pid = sd.prop("shrdaemon.service", "Service", "MainPID")
         # WATCHDOG=1 after every cycle: the last keep-alive moves on.
@@ -247,7 +263,32 @@ def test_shipped_unit_notify_readiness_and_watchdog(tmp_path):
         assert "Watchdog timeout" in sd.log()
         assert sd.wait_state("shrdaemon.service", {"active", "failed"}, 25) == "active"
         assert sd.prop("shrdaemon.service", "Service", "MainPID") not in (0, pid)
-        # A stop: SIGTERM, STOPPING=1, every lnode written back, exit 0.
-        sd.manager("StopUnit", "ss", ("shrdaemon.service", "replace"))
-        assert sd.wait_state("shrdaemon.service", {"inactive", "failed"}, 15) == "inactive"
-        assert sd.prop("shrdaemon.service", "Service", "Result") == "success"
+        stop_daemon(sd)
+
+
+def test_shipped_unit_daemon_weighs_user_slices_through_systemd(tmp_path):
+    """The daemon the shipped unit starts, with --enforcer systemd, weighs the slices of
+    two users' sessions through the real systemd (over its private socket, no D-Bus
+    daemon), and its stop gives them back systemd's default weight."""
+    work, units = shipped_unit(tmp_path, "--enforcer systemd")
+    with RealSystemd(work, units) as sd:
+        for scope, uid in (("session-3", 1001), ("session-4", 1002)):
+            inner, _host = sd.spawn(
+                f"exec setpriv --reuid={uid} --regid=10 --clear-groups sleep 600"
+            )
+            sd.start_scope(f"{scope}.scope", f"user-{uid}.slice", [inner])
+        start_daemon(sd)
+        slices = ("user-1001.slice", "user-1002.slice")
+        deadline = time.monotonic() + 15
+        while CPU_WEIGHT_DEFAULT in [sd.prop(u, "Slice", "CPUWeight") for u in slices]:
+            assert time.monotonic() < deadline, ((work / "daemon.log").read_text(), sd.log())
+            time.sleep(0.2)
+        log = (work / "daemon.log").read_text()
+        assert "--enforcer systemd: systemd is PID 1 in legacy mode" in log
+        assert "refused" not in log and "did not answer" not in log
+        for u in slices:
+            w = sd.prop(u, "Slice", "CPUWeight")
+            assert 1 <= w <= 10000
+            assert shares(sd, f"user.slice/{u}") == to_shares(w)
+        stop_daemon(sd)
+        assert [sd.prop(u, "Slice", "CPUWeight") for u in slices] == [CPU_WEIGHT_DEFAULT] * 2
