@@ -144,10 +144,14 @@ def unavailable() -> str | None:
     return None
 
 
+#: prctl(2), looked up before any fork (the child of a threaded process must not load).
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL when the test process dies (prctl
-    PR_SET_PDEATHSIG), so a killed test leaves no namespace behind."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    PR_SET_PDEATHSIG), so a killed test leaves no unshare or relay behind."""
+    _PRCTL(1, signal.SIGKILL, 0, 0, 0)
 
 
 def remove_tree(top: Path) -> bool:
