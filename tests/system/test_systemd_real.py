@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ACME, ROOT, load
-from realsystemd import CGROUP, HIERARCHIES, RealSystemd, unavailable
+from realsystemd import CGROUP, HIERARCHIES, RealSystemd
 
 from fairshare.enforce.actions import REAL_OS
 from fairshare.enforce.base import LnodeTarget
@@ -26,14 +26,13 @@ from fairshare.enforce.systemd import CPU_WEIGHT_DEFAULT, SystemdEnforcer
 
 UNIT = ROOT / "examples" / "systemd" / "shrdaemon.service"
 
+pytestmark = pytest.mark.requires("real-systemd")
+
 
 @pytest.fixture
 def systemd(tmp_path):
     """A real systemd, booted for the test and killed after it (with every cgroup it
-    made); skips, saying why, where it cannot boot."""
-    why = unavailable()
-    if why:
-        pytest.skip(f"cannot boot a real systemd: {why}")
+    made); the module skips, saying why, where none can boot (requires "real-systemd")."""
     work = tmp_path / "sd"
     work.mkdir()
     units = ("init.scope", "user.slice", "system.slice")
@@ -193,9 +192,6 @@ def shipped_unit(tmp_path: Path, args: str = "") -> tuple[Path, dict[str, str]]:
     """A work directory holding the ACME UDB, and the units: the shipped unit file as it
     is, with a drop-in that only points ExecStartPre and ExecStart at this tree (with
     `args` added, and -R1: a 1 s cycle) and shortens the times (WatchdogSec=4)."""
-    why = unavailable()
-    if why:
-        pytest.skip(f"cannot boot a real systemd: {why}")
     work = tmp_path / "sd"
     work.mkdir()
     load(f"sqlite:///{work / 'udb.sqlite'}", ACME)
