@@ -157,7 +157,7 @@ class SystemdBus:
         if os.geteuid() == 0 and os.path.exists(PRIVATE):
             try:
                 return cls(f"unix:path={PRIVATE}", peer=True)
-            except OSError:
+            except (OSError, ValueError):  # unreachable, or authentication refused
                 pass
         return cls()
 
