@@ -146,9 +146,13 @@ class SystemdBus:
         # Ping goes first, and a second one if the first stays unanswered.
         peer_iface = DBusAddress(SYSTEMD.object_path, SYSTEMD.bus_name, "org.freedesktop.DBus.Peer")
         try:
-            self.conn.send_and_get_reply(new_method_call(peer_iface, "Ping"), timeout=0.5)
-        except TimeoutError:
-            self.conn.send_and_get_reply(new_method_call(peer_iface, "Ping"), timeout=timeout)
+            try:
+                self.conn.send_and_get_reply(new_method_call(peer_iface, "Ping"), timeout=0.5)
+            except TimeoutError:
+                self.conn.send_and_get_reply(new_method_call(peer_iface, "Ping"), timeout=timeout)
+        except BaseException:
+            self.conn.close()
+            raise
 
     @classmethod
     def default(cls) -> SystemdBus:
