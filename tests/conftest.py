@@ -114,6 +114,13 @@ def _systemd_analyze() -> str | None:
     return None if shutil.which("systemd-analyze") else "systemd-analyze is not installed"
 
 
+def _real_systemd() -> str | None:
+    from realsystemd import unavailable
+
+    why = unavailable()
+    return f"cannot boot a real systemd: {why}" if why else None
+
+
 def _real_cpu() -> str | None:
     if os.environ.get("FAIRSHARE_REAL_TESTS") == "0":
         return "FAIRSHARE_REAL_TESTS=0: the real-CPU proofs were asked to be left out"
@@ -130,6 +137,7 @@ NEEDS = {
     "dbus": _dbus,
     "strace": _strace,
     "systemd-analyze": _systemd_analyze,
+    "real-systemd": _real_systemd,
     "real-cpu": _real_cpu,
 }
 

@@ -1,7 +1,8 @@
 """Choosing the enforcer: the best this machine offers, or the one asked for.
 
 Order of preference: systemd (cgroup v2 with the cpu controller and systemd as
-PID 1: systemd owns the tree, so weights go through its D-Bus API), cgroup v2
+PID 1: systemd owns the tree, so weights go through its D-Bus API; asked for by
+name, also where systemd runs in legacy mode on cgroup v1), cgroup v2
 with the cpu controller, cgroup v1's cpu hierarchy, nice, none.  Not root means
 none.  The `Choice` carries a one-line reason, which the daemon logs first.  NOSCHED
 and NOSHARE (Consts.scheduling) do not change the choice: they can be set and cleared
@@ -118,11 +119,7 @@ def detect(
     if systemd_booted is None:
         systemd_booted = Path("/run/systemd/system").is_dir()
     if requested == "systemd":
-        if v2 is None:
-            raise OptionError(f"--enforcer systemd: {why2}")
-        if not systemd_booted:
-            raise OptionError("--enforcer systemd: systemd is not PID 1 (no /run/systemd/system)")
-        return Choice("systemd", f"--enforcer systemd: {why2}, systemd is PID 1", v2)
+        return _systemd(mounts, v2, why2, v1, systemd_booted)
     if requested == "cgroup2":
         if v2 is None:
             raise OptionError(f"--enforcer cgroup2: {why2}")
@@ -142,6 +139,27 @@ def detect(
     if v1 is not None:
         return Choice("cgroup1", f"auto: {why2}; using the {why1}", v1, acct)
     return Choice("nice", f"auto: {why2}; {why1}; falling back to nice values")
+
+
+def _systemd(
+    mounts: list[Mount], v2: Path | None, why2: str, v1: Path | None, booted: bool
+) -> Choice:
+    """--enforcer systemd: on cgroup v2, or where systemd runs in legacy mode (its own
+    name=systemd hierarchy beside cgroup v1's cpu one: systemd turns CPUWeight= into
+    cpu.shares there)."""
+    if not booted:
+        raise OptionError("--enforcer systemd: systemd is not PID 1 (no /run/systemd/system)")
+    if v2 is not None:
+        return Choice("systemd", f"--enforcer systemd: {why2}, systemd is PID 1", v2)
+    legacy = any(m.fstype == "cgroup" and "name=systemd" in m.options for m in mounts)
+    if v1 is not None and legacy:
+        return Choice(
+            "systemd",
+            f"--enforcer systemd: systemd is PID 1 in legacy mode (cgroup v1, cpu hierarchy "
+            f"at {v1}): CPUWeight= becomes cpu.shares, CPU sampled per process",
+            v1,
+        )
+    raise OptionError(f"--enforcer systemd: {why2}")
 
 
 def make_enforcer(choice: Choice, actions: OsActions, by_account: bool = False):

@@ -7,6 +7,10 @@ logind's accounting, so this enforcer never moves a process.  It finds the unit
 each lnode's processes are in (from /proc/PID/cgroup) and asks systemd to weigh
 that unit: ``SetUnitProperties(unit, runtime=true, [("CPUWeight", t)])``, the
 call ``systemctl set-property --runtime`` makes, so nothing outlives a reboot.
+As root it talks to systemd over its own socket (/run/systemd/private, peer to peer,
+as systemctl does), so no D-Bus daemon need run; elsewhere over the system bus.
+Where systemd runs in legacy mode (cgroup v1) the unit is read from the process's
+``name=systemd`` line, and systemd turns CPUWeight= into ``cpu.shares``.
 
 - Share by User: the user's slice, ``user-UID.slice``.
 - Share by Account: the session scopes, ``session-N.scope`` (newacct's accounts
@@ -39,7 +43,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jeepney import DBusAddress, new_method_call
-from jeepney.io.blocking import open_dbus_connection
+from jeepney.bus import get_bus
+from jeepney.io.blocking import (
+    DBusConnection,
+    DBusConnectionBase,
+    open_dbus_connection,
+    prep_socket,
+)
+from jeepney.io.common import MessageFilters
 from jeepney.low_level import HeaderFields, MessageType
 
 from fairshare.collect import GroupReading
@@ -66,13 +77,18 @@ _SCOPE = re.compile(r"^(.*?/session-[^/]+\.scope)(?:/|$)")
 
 
 def unit_cgroup(cgroup_text: str, by_account: bool) -> str | None:
-    """The cgroup path (from /proc/PID/cgroup's ``0::`` line) of the logind unit the
-    process is in: its session scope when `by_account`, else its user slice; None
-    when it is in neither (a system service)."""
+    """The cgroup path (from /proc/PID/cgroup) of the logind unit the process is in:
+    its session scope when `by_account`, else its user slice; None when it is in
+    neither (a system service).  systemd's tree is the ``0::`` line (cgroup v2), or the
+    ``name=systemd`` line where systemd runs in legacy mode (cgroup v1: the ``0::``
+    line, if any, is then ``/``)."""
     for line in cgroup_text.splitlines():
-        if line.startswith("0::"):
-            m = (_SCOPE if by_account else _SLICE).match(line[3:])
-            return m.group(1) if m else None
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[1] in ("", "name=systemd"):
+            path = parts[2]
+            m = (_SCOPE if by_account else _SLICE).match(path)
+            if m:
+                return m.group(1)
     return None
 
 
@@ -100,13 +116,54 @@ class SystemdError(Exception):
         self.name = name
 
 
+#: systemd's own socket: a peer-to-peer D-Bus connection to the manager, for root only
+#: (what systemctl uses as root), which works where no D-Bus daemon runs.
+PRIVATE = "/run/systemd/private"
+
+
+class _PeerConnection(DBusConnection):
+    """A jeepney connection to a D-Bus peer, not a bus: no Hello, no unique name."""
+
+    def __init__(self, sock) -> None:
+        DBusConnectionBase.__init__(self, sock, False)
+        self._filters = MessageFilters()
+        self.unique_name = None
+
+
 class SystemdBus:
     """The two calls the enforcer makes, over a blocking jeepney connection to `address`
-    ("SYSTEM" for the system bus, or a D-Bus address such as unix:path=...)."""
+    ("SYSTEM" for the system bus, or a D-Bus address such as unix:path=...).  `peer`:
+    the address is systemd itself (its private socket), not a message bus."""
 
-    def __init__(self, address: str = "SYSTEM", timeout: float = 5.0) -> None:
-        self.conn = open_dbus_connection(address)
+    def __init__(self, address: str = "SYSTEM", timeout: float = 5.0, peer: bool = False) -> None:
         self.timeout = timeout
+        if not peer:
+            self.conn = open_dbus_connection(address)
+            return
+        self.conn = _PeerConnection(prep_socket(get_bus(address), timeout=timeout))
+        # systemd 252 leaves unread a message that came in the same read as the
+        # client's BEGIN until the next one arrives: a first call would time out.  A
+        # Ping goes first, and a second one if the first stays unanswered.
+        peer_iface = DBusAddress(SYSTEMD.object_path, SYSTEMD.bus_name, "org.freedesktop.DBus.Peer")
+        try:
+            try:
+                self.conn.send_and_get_reply(new_method_call(peer_iface, "Ping"), timeout=0.5)
+            except TimeoutError:
+                self.conn.send_and_get_reply(new_method_call(peer_iface, "Ping"), timeout=timeout)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    @classmethod
+    def default(cls) -> SystemdBus:
+        """systemd's private socket as root where it exists (as systemctl does: no
+        D-Bus daemon needed), else the system bus."""
+        if os.geteuid() == 0 and os.path.exists(PRIVATE):
+            try:
+                return cls(f"unix:path={PRIVATE}", peer=True)
+            except (OSError, ValueError):  # unreachable, or authentication refused
+                pass
+        return cls()
 
     def _call(self, msg):
         reply = self.conn.send_and_get_reply(msg, timeout=self.timeout)
@@ -150,7 +207,7 @@ class SystemdEnforcer:
         actions: OsActions,
         by_account: bool = False,
         proc: str = "/proc",
-        connect: Callable[[], SystemdBus] = SystemdBus,
+        connect: Callable[[], SystemdBus] = SystemdBus.default,
     ) -> None:
         self.mount = Path(mount)
         # The daemon's own actions (it refuses an enforcer on another machine's); this

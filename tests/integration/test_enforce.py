@@ -80,6 +80,19 @@ def test_detect_prefers_systemd_where_it_is_pid1_on_cgroup2(tmp_path):
         detect("systemd", euid=0, mounts_text="", systemd_booted=True)
 
 
+def test_detect_systemd_by_name_in_legacy_mode():
+    """systemd in legacy mode (its name=systemd hierarchy, cpu on cgroup v1): asked for
+    by name, the systemd enforcer on the cpu hierarchy; auto keeps cgroup1."""
+    legacy = MOUNTS_V1 + "cgroup /sys/fs/cgroup/systemd cgroup rw,name=systemd 0 0\n"
+    c = detect("systemd", euid=0, mounts_text=legacy, systemd_booted=True)
+    assert c.name == "systemd" and c.mount == CPU_V1 and "legacy mode" in c.reason
+    assert detect("auto", euid=0, mounts_text=legacy, systemd_booted=True).name == "cgroup1"
+    with pytest.raises(OptionError, match="systemd is not PID 1"):
+        detect("systemd", euid=0, mounts_text=legacy, systemd_booted=False)
+    with pytest.raises(OptionError, match="--enforcer systemd: cgroup v2 at"):
+        detect("systemd", euid=0, mounts_text=MOUNTS_V1, systemd_booted=True)
+
+
 def test_detect_this_layout_picks_cgroup1_and_says_why(tmp_path):
     unified = tmp_path / "unified"
     unified.mkdir()

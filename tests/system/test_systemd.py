@@ -149,6 +149,10 @@ def test_pure_helpers():
     assert unit_cgroup(line, True) == "/user.slice/user-1000.slice/session-3.scope"
     assert unit_cgroup("0::/system.slice/cron.service\n", False) is None
     assert unit_cgroup("12:cpu:/x\n", False) is None  # cgroup v1 only
+    # systemd in legacy mode: its tree is the name=systemd hierarchy, the 0:: line is /.
+    legacy = "9:name=systemd:/user.slice/user-1000.slice/session-3.scope\n1:cpu:/\n0::/\n"
+    assert unit_cgroup(legacy, False) == "/user.slice/user-1000.slice"
+    assert unit_cgroup(legacy, True) == "/user.slice/user-1000.slice/session-3.scope"
     assert parse_usage("usage_usec 1500000\nuser_usec 3\n") == 1.5
     with pytest.raises(ValueError):
         parse_usage("user_usec 3\n")
