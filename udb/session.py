@@ -315,6 +315,43 @@ def use_wal(engine: Engine) -> None:
         raw.close()
 
 
+#: A SQLite UDB's WAL longer than this (bytes) is checkpointed and truncated by
+#: `trim_wal`: a long-running writer's WAL otherwise grows to SQLite's automatic
+#: checkpoint (1,000 pages, 4 MiB) and stays that long, which fills a small filesystem.
+WAL_LIMIT = 256 * 1024
+
+
+def trim_wal(engine: Engine, limit: int = WAL_LIMIT) -> bool | None:
+    """When the SQLite UDB of `engine` has a WAL longer than `limit` bytes, copy it into
+    the database and truncate it (PRAGMA wal_checkpoint(TRUNCATE)), without waiting for
+    readers (a reader's snapshot makes it wait for the next call).  True when it was
+    truncated, False when a reader or a full disk kept it, None when there was nothing
+    to do (short, not SQLite)."""
+    path = sqlite_file(engine.url.render_as_string(hide_password=False))
+    if path is None:
+        return None
+    try:
+        if os.stat(f"{path}-wal").st_size <= limit:
+            return None
+    except OSError:
+        return None
+    try:
+        raw = engine.raw_connection()
+    except DBAPIError:
+        return False
+    cur = raw.cursor()
+    try:
+        cur.execute("PRAGMA busy_timeout = 0")
+        busy = cur.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    except Exception:  # sqlite3.Error: full, read-only, I/O; the next call tries again
+        return False
+    finally:
+        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        cur.close()
+        raw.close()
+    return not busy
+
+
 def discard_created(engine: Engine) -> None:
     """Undo the SQLite UDB `open_udb` created in this process, leaving its path exactly
     as it was found (`Footprint.restore`: a refused first run leaves nothing behind and
