@@ -48,7 +48,7 @@ from fairshare.core.tree import ShareTree
 from fairshare.daemon.accounts import AccountLookup
 from fairshare.daemon.charges import charge, resources_charged
 from fairshare.daemon.decisions import enforcer_targets, send_quota_signals
-from fairshare.daemon.lock import LockState
+from fairshare.daemon.lock import HostLock, keep_lock
 from fairshare.daemon.loop import Loop
 from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.placing import Placing, ProcessEvents
@@ -67,7 +67,6 @@ from fairshare.daemon.writeback import WriteBackMode, WriteBacks
 from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
-from fairshare.store.fence import Fenced
 from fairshare.store.published import CycleHeader, LnodeStore, add_counts
 from udb.session import read_session, trim_wal
 
@@ -150,14 +149,6 @@ class Observer(Protocol):
     def cycled(self, daemon: DaemonView, seconds: float) -> None: ...
 
     def stopping(self, daemon: DaemonView) -> None: ...
-
-
-class HostLock(Protocol):
-    """The host's lock as the loop sees it (fairshare.daemon.lock.DaemonLock)."""
-
-    def check(self) -> LockState:
-        """Whether it is still held, taken again when its connection was lost."""
-        ...
 
 
 class SystemClock:
@@ -314,7 +305,8 @@ class Daemon:
     def step(self) -> None:
         """One cycle: the steps of fairshare.daemon's docstring, in that order."""
         t0 = time.perf_counter()
-        self._hold_lock()
+        if self.lock is not None:
+            keep_lock(self.lock, self.udb, self.store)
         # reload: the poll, the constants in force, the tree when it changed
         consts = self.consts = self.udb.read("read the constants", self._reload) or self.consts
         self.enforcement.sync(consts.scheduling)
@@ -363,15 +355,7 @@ class Daemon:
             now = self.clock.time()
             self._write_back(now, WriteBackMode.SHUTDOWN)
             self.udb.call("mark the published table stopped", self.store.mark_stopped, now)
-        unwritten = self.ledger.unwritten_line(self.fenced)
-        if self._lnodes is None:
-            log.info("stopped before the first cycle")
-        elif unwritten is None and not self.fenced:
-            log.info("stopped after %d cycles; every lnode written back", self.cycle)
-        elif unwritten is None:
-            log.error("stopped after %d cycles; lock lost, nothing written back", self.cycle)
-        else:
-            log.error("stopped after %d cycles; %s", self.cycle, unwritten)
+        self.ledger.log_stopped(self.cycle, self._lnodes is not None, fenced)
 
     @property
     def fenced(self) -> bool:
@@ -379,26 +363,6 @@ class Daemon:
         return self.udb.fenced is not None
 
     # -- the pieces -------------------------------------------------------------------------
-
-    def _hold_lock(self) -> None:
-        """Make sure the host's lock is still this daemon's before the cycle writes: taken
-        again (and the host's generation with it) when its connection was lost; when
-        another daemon has it, this one stops writing and stops."""
-        if self.lock is None or self.fenced:
-            return
-        state = self.lock.check()
-        if state is LockState.RETAKEN:
-            generation = self.udb.call("take the host's lock again", self.store.claim, True)
-            if generation is not None:
-                log.warning(
-                    "host %s: the lock was lost with its database connection and taken "
-                    "again (generation %d)",
-                    self.store.host,
-                    generation,
-                )
-        elif state is LockState.LOST:
-            lost = Fenced(f"host {self.store.host}'s lock is held by another shrdaemon")
-            self.udb.refuse("take the host's lock again", lost)
 
     def _reload(self) -> Consts:
         """The reload step's reads (fairshare.daemon.reload): the constants in force, and

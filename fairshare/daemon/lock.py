@@ -33,18 +33,25 @@ import enum
 import errno
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import socket
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.trust import Untrusted, untrusted_dir
+from fairshare.store.fence import Fenced
 from udb.errors import UdbError
 from udb.session import refuse_hard_links, sqlite_file
+
+if TYPE_CHECKING:
+    from fairshare.store.published import LnodeStore
 
 #: How the lock file is opened: never through a symbolic link, never blocking (a FIFO).
 _OPEN = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -273,3 +280,33 @@ class DaemonLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class HostLock(Protocol):
+    """The host's lock as the loop sees it (`DaemonLock`)."""
+
+    def check(self) -> LockState:
+        """Whether it is still held, taken again when its connection was lost."""
+        ...
+
+
+def keep_lock(lock: HostLock, udb: UdbCalls, store: LnodeStore) -> None:
+    """Before a cycle's writes: make sure `lock` is still this daemon's.  Taken again
+    when its connection was lost, and the host's generation with it (refused, through
+    `udb`, when another daemon claimed the host meanwhile); when another daemon holds
+    it, `udb` is told to stop writing (UdbCalls.refuse)."""
+    if udb.fenced is not None:
+        return
+    state = lock.check()
+    if state is LockState.RETAKEN:
+        generation = udb.call("take the host's lock again", store.claim, True)
+        if generation is not None:
+            logging.getLogger("shrdaemon").warning(
+                "host %s: the lock was lost with its database connection and taken again "
+                "(generation %d)",
+                store.host,
+                generation,
+            )
+    elif state is LockState.LOST:
+        lost = Fenced(f"host {store.host}'s lock is held by another shrdaemon")
+        udb.refuse("take the host's lock again", lost)

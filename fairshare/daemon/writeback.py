@@ -203,6 +203,19 @@ class WriteBacks:
                 udb.read("refresh the site-wide usage", refresh_site, *args)
         return written
 
+    def log_stopped(self, cycles: int, started: bool, fenced: bool) -> None:
+        """The daemon's last line, after `cycles` cycles: whether everything was written
+        back, and if not, where what was not went (`started`: the daemon had a tree)."""
+        unwritten = self.unwritten_line(fenced)
+        if not started:
+            log.info("stopped before the first cycle")
+        elif unwritten is None and not fenced:
+            log.info("stopped after %d cycles; every lnode written back", cycles)
+        elif unwritten is None:
+            log.error("stopped after %d cycles; the lock lost, nothing written back", cycles)
+        else:
+            log.error("stopped after %d cycles; %s", cycles, unwritten)
+
     def unwritten_line(self, fenced: bool) -> str | None:
         """What the UDB did not take before the daemon stopped, said as the end of its
         last line; None when it took everything."""

@@ -274,62 +274,10 @@ class LnodeStore:
         self, tree: ShareTree, now: float, halflife: float, live_after: float
     ) -> tuple[SiteView, np.ndarray]:
         """What the other hosts publish, for GLOBALUSAGE: (their `SiteView` over `tree`'s
-        nodes, every leaf's stored site-wide usage aged to `now`, charge units).
-
-        Hosts count when their daemon runs and published after `live_after` (epoch s).
-        Three queries: the live hosts, one aggregate over their lnodes by uid, and the
-        entries' stored usage.
-        """
-        from fairshare.core.site import SiteView
-
-        cycles, lnodes = tables.lnode_cycles.c, tables.lnodes.c
-        entries = tables.entries.c
-        live = (cycles.running.is_(True)) & (cycles.host != self.host) & (cycles.time >= live_after)
-        n = tree.size
-        view = SiteView.empty(n)
-        usage = np.zeros(n)
-        with read_connection(self.engine) as s:
-            heads = s.execute(select(cycles.host, cycles.cpus).where(live)).all()
-            view.host_cpus = {h: float(c or 0.0) for h, c in heads}
-            if view.host_cpus:
-                rows = s.execute(
-                    select(
-                        lnodes.uid,
-                        func.sum(lnodes.cpu * func.coalesce(cycles.delivered, 0.0)),
-                        func.sum(case((lnodes.demand.is_(True), 1), else_=0)),
-                        # what it wants there (an older daemon's: what it receives)
-                        func.sum(
-                            func.coalesce(
-                                lnodes.want, lnodes.cpu * func.coalesce(cycles.delivered, 0.0)
-                            )
-                        ),
-                    )
-                    .join(tables.lnode_cycles, cycles.host == lnodes.host)
-                    .where(live, lnodes.kind.in_(("user", "account")))
-                    .group_by(lnodes.uid)
-                ).all()
-                if rows:
-                    uid, rate, hosts, want = (
-                        np.array(c, dtype=float) for c in zip(*rows, strict=True)
-                    )
-                    nodes = _nodes_of(tree, uid)
-                    ok = nodes >= 0
-                    n_ok = nodes[ok]
-                    view.active[n_ok] = True
-                    view.rate[n_ok] = np.nan_to_num(rate[ok])
-                    view.hosts[n_ok] = np.nan_to_num(hosts[ok]).astype(np.int64)
-                    view.demand[n_ok] = view.hosts[n_ok] > 0
-                    view.want[n_ok] = np.nan_to_num(want[ok])
-            stored = s.execute(
-                select(entries.uid, entries.shusage, entries.shextime).where(entries.shusage > 0)
-            ).all()
-        if stored:
-            uids, shusage, shextime = (np.array(c, dtype=float) for c in zip(*stored, strict=True))
-            nodes = _nodes_of(tree, uids)
-            ok = nodes >= 0
-            usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], halflife)
-        view.usage = usage * view.active
-        return view, usage
+        nodes, every leaf's stored site-wide usage aged to `now`, charge units), from
+        the hosts whose daemon runs and published after `live_after` (epoch s;
+        `site_view`)."""
+        return site_view(self.engine, self.host, tree, now, halflife, live_after)
 
     def checkpoint(self, tree: ShareTree, table: LnodeTable, now: float) -> int:
         """Replace this host's checkpoint with every active leaf lnode's unwritten
@@ -372,6 +320,66 @@ class LnodeStore:
             for table in (checkpoints, tables.lnodes, tables.lnode_cycles):
                 s.execute(delete(table).where(self._here(table)))
         return out
+
+
+def site_view(
+    engine: Engine, host: str, tree: ShareTree, now: float, halflife: float, live_after: float
+) -> tuple[SiteView, np.ndarray]:
+    """What the other hosts publish, for GLOBALUSAGE: (their `SiteView` over `tree`'s
+    nodes, every leaf's stored site-wide usage aged to `now`, charge units).
+
+    Hosts count when their daemon runs and published after `live_after` (epoch s).
+    Three queries: the live hosts, one aggregate over their lnodes by uid, and the
+    entries' stored usage.
+    """
+    from fairshare.core.site import SiteView
+
+    cycles, lnodes = tables.lnode_cycles.c, tables.lnodes.c
+    entries = tables.entries.c
+    live = (cycles.running.is_(True)) & (cycles.host != host) & (cycles.time >= live_after)
+    n = tree.size
+    view = SiteView.empty(n)
+    usage = np.zeros(n)
+    with read_connection(engine) as s:
+        heads = s.execute(select(cycles.host, cycles.cpus).where(live)).all()
+        view.host_cpus = {h: float(c or 0.0) for h, c in heads}
+        if view.host_cpus:
+            rows = s.execute(
+                select(
+                    lnodes.uid,
+                    func.sum(lnodes.cpu * func.coalesce(cycles.delivered, 0.0)),
+                    func.sum(case((lnodes.demand.is_(True), 1), else_=0)),
+                    # what it wants there (an older daemon's: what it receives)
+                    func.sum(
+                        func.coalesce(
+                            lnodes.want, lnodes.cpu * func.coalesce(cycles.delivered, 0.0)
+                        )
+                    ),
+                )
+                .join(tables.lnode_cycles, cycles.host == lnodes.host)
+                .where(live, lnodes.kind.in_(("user", "account")))
+                .group_by(lnodes.uid)
+            ).all()
+            if rows:
+                uid, rate, hosts, want = (np.array(c, dtype=float) for c in zip(*rows, strict=True))
+                nodes = _nodes_of(tree, uid)
+                ok = nodes >= 0
+                n_ok = nodes[ok]
+                view.active[n_ok] = True
+                view.rate[n_ok] = np.nan_to_num(rate[ok])
+                view.hosts[n_ok] = np.nan_to_num(hosts[ok]).astype(np.int64)
+                view.demand[n_ok] = view.hosts[n_ok] > 0
+                view.want[n_ok] = np.nan_to_num(want[ok])
+        stored = s.execute(
+            select(entries.uid, entries.shusage, entries.shextime).where(entries.shusage > 0)
+        ).all()
+    if stored:
+        uids, shusage, shextime = (np.array(c, dtype=float) for c in zip(*stored, strict=True))
+        nodes = _nodes_of(tree, uids)
+        ok = nodes >= 0
+        usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], halflife)
+    view.usage = usage * view.active
+    return view, usage
 
 
 #: The resources counted for shrview -ds, named like their costs (Consts.cost_<name>),
