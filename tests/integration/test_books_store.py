@@ -13,14 +13,10 @@ from sqlalchemy.exc import OperationalError
 
 from fairshare.daemon.spool import Spool
 from fairshare.store.published import LnodeStore
-from integration.test_daemon import (  # noqa: F401, F811 (the fixture)
-    cycle,
-    engine,
-    entry,
-    make,
-    proc,
-    set_consts,
-)
+from integration import test_daemon
+from integration.test_daemon import cycle, entry, make, proc, set_consts
+
+engine = test_daemon.engine  # the fixture: a UDB with alice and bob in group G
 
 
 def test_a_duplicate_daemon_for_the_host_fences_the_one_it_replaced(engine):
