@@ -148,7 +148,9 @@ def test_a_postgresql_restart_and_a_duplicate_daemon_count_nothing_twice(
     assert sorted([exits[0], exits[2]]) == [0, 2], logs
     loser = logs[0] if exits[0] == 2 else logs[2]
     assert "already served" in loser or "lock" in loser, loser
-    assert got == pytest.approx(2 * used, rel=0.05), logs
+    print(loser.strip().splitlines()[-1])
+    # Each daemon may miss the loop's last cycle (its shell's exit): 1 s each at most.
+    assert 2 * used - 2.5 <= got <= 2 * used + 0.5, logs
 
 
 # -- 6: a small and then full filesystem -----------------------------------------------------
