@@ -185,8 +185,14 @@ def fill(where) -> None:
         os.close(fd)
 
 
-@pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_a_full_filesystem_loses_nothing_and_logs_once_a_minute(tiny_fs, tmp_path, stop_with):
+@pytest.mark.parametrize(
+    ("fault", "stop_with"),
+    [("full", signal.SIGTERM), ("full", signal.SIGKILL)],
+    ids=["full-SIGTERM", "full-SIGKILL"],
+)
+def test_a_full_filesystem_loses_nothing_and_logs_once_a_minute(
+    tiny_fs, tmp_path, fault, stop_with
+):
     url = f"sqlite:///{tiny_fs / 'udb.sqlite'}"
     fill_udb(url, delta=0.5, writeback=3.0, checkpoint=2.0)
     dispose_all()
@@ -226,10 +232,33 @@ def test_a_full_filesystem_loses_nothing_and_logs_once_a_minute(tiny_fs, tmp_pat
     assert after.returncode == 0, log2
     assert "wrote back the spool" in log2 and not spool.exists(), log2
     got = charged(url)
-    print(f"\nfull disk + {signal.Signals(stop_with).name}: {got:.2f} CPU s charged for "
+    print(f"\n{fault} + {signal.Signals(stop_with).name}: {got:.2f} CPU s charged for "
           f"{used:.2f} used ({got / used - 1:+.1%}); WAL {wal} bytes")  # fmt: skip
     if stop_with == signal.SIGTERM:
         # within a cycle or two: the loop's last half second ends in its shell's exit
         assert got == pytest.approx(used, abs=1.0), (log, log2)
     else:  # kill -9: what accrued since the last spooled checkpoint (2 s) is lost
         assert used - 3.0 <= got <= used + 0.5, (log, log2)
+
+
+def test_a_daemon_whose_shm_file_fails_says_so_in_its_log(tiny_fs, tmp_path):
+    """SQLite maps the -shm file; when it is cut short (its filesystem fails) the next
+    access is SIGBUS, which no Python handler can survive: the log must say so."""
+    url = f"sqlite:///{tiny_fs / 'udb.sqlite'}"
+    fill_udb(url, delta=0.5)
+    dispose_all()
+    d = daemon(url, "a", tmp_path / "a.spool")
+    try:
+        assert wait_for(lambda: LnodeStore(open_udb(url), "a").published_cycle())
+        dispose_all()
+        os.truncate(f"{tiny_fs / 'udb.sqlite'}-shm", 0)
+        try:
+            d.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.skip("truncating the -shm file did not bring SIGBUS here")
+        _out, log = d.communicate()
+    finally:
+        kill([d])
+    print(f"\n{log.strip().splitlines()[-3:]}")
+    assert d.returncode == -signal.SIGBUS
+    assert "Fatal Python error: Bus error" in log, log
