@@ -234,7 +234,12 @@ def _open_new(url: str, migrate: bool, create: bool) -> Engine:
     if path is not None:
         check_sqlite_file(path, create)
         footprint = Footprint.before(path) if create else None
-    engine = connect(url, name)
+    try:
+        engine = connect(url, name)
+    except UdbError:
+        if footprint is not None:
+            _remove_dirs(footprint.missing_dirs)
+        raise
     _created.pop(url, None)
     try:
         revision = recognise(engine, name, create)
