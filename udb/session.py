@@ -15,11 +15,13 @@ at BEGIN so that two writers serialise instead of failing half-way.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -147,8 +149,56 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """What was at a SQLite UDB's path before `open_udb` made a UDB there: the
+    directories above it that were missing (outermost first), the file's bytes and
+    times (None: there was no file), and which of its -wal and -shm files existed."""
+
+    path: Path
+    missing_dirs: tuple[Path, ...]
+    existed: bool
+    sidecars: frozenset[str]
+    content: bytes | None = None
+    times: tuple[int, int] | None = None
+
+    @classmethod
+    def before(cls, path: Path) -> Footprint:
+        """What is at `path` before SQLite opens it (which makes a missing file): the
+        directories above it that do not exist, whether it and its sidecars exist."""
+        missing = [d for d in path.parents if not d.exists()]
+        sides = frozenset(s for s in ("-wal", "-shm") if Path(f"{path}{s}").exists())
+        return cls(path, tuple(reversed(missing)), path.exists(), sides)
+
+    def with_file(self) -> Footprint:
+        """This footprint with the file's bytes and times as they are now, if it existed
+        (before anything is written: the database is empty, so it is small)."""
+        if not self.existed:
+            return self
+        st = os.stat(self.path)
+        content = self.path.read_bytes()
+        return dataclasses.replace(self, content=content, times=(st.st_atime_ns, st.st_mtime_ns))
+
+    def restore(self) -> None:
+        """Put the path back as it was: a file that existed gets its bytes and times back
+        (in place: a symbolic link's target keeps its inode, owner and mode), one that
+        did not is removed, as are the -wal and -shm files and the directories this run
+        made."""
+        for side in ("-wal", "-shm"):
+            if side not in self.sidecars:
+                Path(f"{self.path}{side}").unlink(missing_ok=True)
+        if not self.existed:
+            self.path.unlink(missing_ok=True)
+        else:
+            with open(self.path, "r+b") as f:
+                f.write(self.content)
+                f.truncate()
+            os.utime(self.path, ns=self.times)
+        _remove_dirs(self.missing_dirs)
+
+
 _engines: dict[str, Engine] = {}
-_created: set[str] = set()  # URLs of the UDBs open_udb created in this process
+_created: dict[str, Footprint | None] = {}  # URLs of the UDBs open_udb created: what was there
 _last_name = ""  # the UDB last opened, named in the message of a database error
 
 
@@ -166,32 +216,60 @@ def open_udb(udb: str | None = None, *, migrate: bool = True, create: bool = Fal
     url = resolve_url(udb)
     engine = _engines.get(url)
     if engine is None:
-        name = display_name(url)
-        path = sqlite_file(url)
-        if path is not None:
-            check_sqlite_file(path, create)
-        engine = connect(url, name)
-        try:
-            revision = recognise(engine, name, create)
-            _created.discard(url)
-            if migrate and revision != head_revision():
-                quick_check(engine, name)
-                upgrade(engine)
-                if revision is None:
-                    _created.add(url)
-            if path is not None and migrate:
-                use_wal(engine)
-        except DBAPIError as err:
-            engine.dispose()
-            raise UnusableUdb(f"{name}: {database_problem(err)}") from None
-        except UdbError:
-            engine.dispose()
-            raise
+        engine = _open_new(url, migrate, create)
         _engines[url] = engine
     else:
-        _created.discard(url)  # made by an earlier open: not new to this caller
+        _created.pop(url, None)  # made by an earlier open: not new to this caller
     _last_name = display_name(url)
     return engine
+
+
+def _open_new(url: str, migrate: bool, create: bool) -> Engine:
+    """`open_udb` of a URL not opened yet in this process.  When it makes a new UDB, what
+    was at the path before is kept (`Footprint`), so that `discard_created` can put it
+    back; a failure here puts it back at once."""
+    name = display_name(url)
+    path = sqlite_file(url)
+    footprint = None
+    if path is not None:
+        check_sqlite_file(path, create)
+        footprint = Footprint.before(path) if create else None
+    try:
+        engine = connect(url, name)
+    except UdbError:
+        if footprint is not None:
+            _remove_dirs(footprint.missing_dirs)
+        raise
+    _created.pop(url, None)
+    try:
+        revision = recognise(engine, name, create)
+        if migrate and revision != head_revision():
+            quick_check(engine, name)
+            if revision is None:
+                _created[url] = footprint.with_file() if footprint else None
+            upgrade(engine)
+        if path is not None and migrate:
+            use_wal(engine)
+    except (DBAPIError, UdbError) as err:
+        engine.dispose()
+        was = _created.pop(url, None)
+        if was is not None:
+            was.restore()
+        elif footprint is not None and url not in _engines:
+            _remove_dirs(footprint.missing_dirs)
+        if isinstance(err, DBAPIError):
+            raise UnusableUdb(f"{name}: {database_problem(err)}") from None
+        raise
+    return engine
+
+
+def _remove_dirs(made: tuple[Path, ...]) -> None:
+    """Remove the directories of `made` (outermost first) that are empty, innermost first."""
+    for d in reversed(made):
+        try:
+            d.rmdir()
+        except OSError:
+            break  # not empty (someone else's since) or already gone: leave it
 
 
 def open_readonly(udb: str | None = None) -> Engine:
@@ -242,18 +320,55 @@ def use_wal(engine: Engine) -> None:
         raw.close()
 
 
+#: A SQLite UDB's WAL longer than this (bytes) is checkpointed and truncated by
+#: `trim_wal`: a long-running writer's WAL otherwise grows to SQLite's automatic
+#: checkpoint (1,000 pages, 4 MiB) and stays that long, which fills a small filesystem.
+WAL_LIMIT = 256 * 1024
+
+
+def trim_wal(engine: Engine, limit: int = WAL_LIMIT) -> bool | None:
+    """When the SQLite UDB of `engine` has a WAL longer than `limit` bytes, copy it into
+    the database and truncate it (PRAGMA wal_checkpoint(TRUNCATE)), without waiting for
+    readers (a reader's snapshot makes it wait for the next call).  True when it was
+    truncated, False when a reader or a full disk kept it, None when there was nothing
+    to do (short, not SQLite)."""
+    path = sqlite_file(engine.url.render_as_string(hide_password=False))
+    if path is None:
+        return None
+    try:
+        if os.stat(f"{path}-wal").st_size <= limit:
+            return None
+    except OSError:
+        return None
+    try:
+        raw = engine.raw_connection()
+    except DBAPIError:
+        return False
+    cur = raw.cursor()
+    try:
+        cur.execute("PRAGMA busy_timeout = 0")
+        busy = cur.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    except Exception:  # sqlite3.Error: full, read-only, I/O; the next call tries again
+        return False
+    finally:
+        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        cur.close()
+        raw.close()
+    return not busy
+
+
 def discard_created(engine: Engine) -> None:
-    """Remove the SQLite UDB `open_udb` created in this process (a refused first run
-    leaves no file behind); anything else is left as it is."""
+    """Undo the SQLite UDB `open_udb` created in this process, leaving its path exactly
+    as it was found (`Footprint.restore`: a refused first run leaves nothing behind and
+    removes nothing that was there); anything else is left as it is."""
     url = engine.url.render_as_string(hide_password=False)
-    path = sqlite_file(url)
-    if url not in _created or path is None:
+    footprint = _created.get(url)
+    if footprint is None:
         return
     engine.dispose()
     _engines.pop(url, None)
-    _created.discard(url)
-    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        p.unlink(missing_ok=True)
+    _created.pop(url, None)
+    footprint.restore()
 
 
 def created(engine: Engine) -> bool:

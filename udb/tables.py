@@ -9,7 +9,8 @@ values from here (see fairshare.core.consts).  `lnode_cycles`, `lnodes` and
 `lnode_checkpoints` are shrdaemon's: the lnode table it publishes every cycle for
 shrview, and its checkpoint (fairshare.store.published).  `const_changes` and `schedules` are
 shradmin's history and time-of-day settings, `share_changes` shrdist's change log,
-`sync_requests` shrsync's requests to the daemon, `serials` the change counters.
+`sync_requests` shrsync's requests to the daemon, `serials` the change counters,
+`host_generations` which daemon may write a host's rows (its fencing token).
 
 Reading needs nothing more: the displays and the daemon's cycle query these with Core
 statements, and never import SQLAlchemy's ORM (a tenth of a second of every command's
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -238,4 +240,18 @@ serials = Table(
     metadata,
     _key("name", String(32)),
     _col("value", Integer, 0),
+)
+
+#: Which shrdaemon may write a host's rows (fairshare.store.published).  `generation`
+#: grows every time a daemon takes the host's lock (at start, and again after the
+#: database came back from a restart); every write-back, checkpoint and publish checks
+#: it in its own transaction, so a daemon that no longer holds the lock is refused.
+#: `spooled` is the serial of the last spool file (what a daemon owed while the UDB
+#: could not take it) whose increments were written, so a spool is applied once.
+host_generations = Table(
+    "host_generations",
+    metadata,
+    _key("host", String(255)),
+    _col("generation", BigInteger, 0),
+    _col("spooled", BigInteger, 0),
 )

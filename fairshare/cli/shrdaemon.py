@@ -10,18 +10,21 @@ in force and why.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import logging
 import math
 import os
 import socket
 import sys
+from pathlib import Path
 
 import click
 
 from fairshare.admin.shrdist import auth_path
 from fairshare.daemon.daemon import Daemon, Options
-from fairshare.daemon.lock import DaemonLock
+from fairshare.daemon.lock import AlreadyRunning, DaemonLock
 from fairshare.daemon.service import Notifier, log_formatter
+from fairshare.daemon.spool import Spool, default_spool
 from fairshare.enforce.actions import RealOs
 from fairshare.enforce.detect import ENFORCERS, detect, make_enforcer
 from fairshare.server.server import Limits, Server
@@ -54,6 +57,12 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     log.handlers[:] = [handler]
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
     log.propagate = False
+    # A fatal signal (SIGBUS from a mapped file on a full disk, SIGSEGV) is written to
+    # the log with the stack before the daemon dies: never silently.
+    try:
+        faulthandler.enable(file=handler.stream, all_threads=True)
+    except (AttributeError, ValueError, OSError):  # not a real file (click's test runner)
+        pass
 
 
 def detach() -> None:
@@ -144,6 +153,14 @@ def detach() -> None:
 )
 @click.option("--log-file", type=click.Path(dir_okay=False), help="Log here instead of stderr.")
 @click.option(
+    "--spool",
+    "spool_at",
+    type=click.Path(dir_okay=False),
+    help="Keep what the UDB cannot take (down, full, read-only) in this file until it can "
+    "(default: /var/lib/fairshare/shrdaemon-HOST-DIGEST.spool for root, else under "
+    "$XDG_STATE_HOME/fairshare); '' keeps it in memory only.",
+)
+@click.option(
     "--metrics",
     "metrics_at",
     metavar="HOST:PORT",
@@ -178,6 +195,7 @@ def main(
     socket_,
     auth,
     log_file,
+    spool_at,
     metrics_at,
     metrics_lnodes,
     verbose,
@@ -219,18 +237,21 @@ def main(
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
+    spool = Spool(None if spool_at == "" else Path(spool_at or default_spool(url, host)), host)
     store = run_real(
-        engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles
+        engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles, spool
     )
     if show:
         show_published(store, as_json)
 
 
 def run_real(
-    engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles
+    engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles, spool
 ) -> LnodeStore:
-    """Run the daemon on this machine under `lock` (serving `socket_` unless '') until it
-    stops; returns its store, which holds the last published lnode table."""
+    """Run the daemon on this machine under `lock` (serving `socket_` unless '';
+    spooling to `spool`) until it stops; returns its store, which holds the last
+    published lnode table.  AlreadyRunning (exit 2) when it stopped because another
+    daemon took the host's lock."""
     limits = server_limits(os.environ.get(LIMITS_ENV))
     lock.acquire()
     try:
@@ -238,6 +259,7 @@ def run_real(
         log.info("%s", enforcer_line(choice, consts.scheduling))
         log.info("UDB %s, host %s, lock %s", display_name(lock.url), lock.host, lock.where)
         daemon = make_daemon(engine, choice, lock.host, enforce_min_uid, consts.share_by_account)
+        daemon.lock, daemon.ledger.spool = lock, spool
         daemon.observers.extend(observers)
         serve(observers)
         server = None
@@ -258,6 +280,8 @@ def run_real(
                 server.stop()
     finally:
         lock.release()
+    if daemon.fenced:
+        raise AlreadyRunning(f"UDB {lock.display}: {daemon.udb.fenced}; stopped")
     return daemon.store
 
 

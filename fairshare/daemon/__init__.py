@@ -28,6 +28,7 @@ module named after it (this is the one list of them):
    be reached.
 
 Around the loop: `loop` (timing and signals), `placing` (new sessions placed between
-cycles), `lock` (one daemon per UDB and host, in a directory `trust` accepts), `service`
-(systemd readiness, watchdog and logs), `metrics` (Prometheus).
+cycles), `lock` (one daemon per UDB and host, in a directory `trust` accepts, checked
+before every cycle's writes), `spool` (what the UDB did not take, in a local file),
+`service` (systemd readiness, watchdog and logs), `metrics` (Prometheus).
 """

@@ -9,10 +9,16 @@ nice values, cgroup files.  The simulated daemon gets the simulated machine's
 actions, so it cannot reach a real process.  Observers (sd_notify, metrics) are told
 of its life and read it through `DaemonView`, nothing else.
 
-When the UDB cannot be reached the daemon keeps scheduling from what it knows (the last
-constants and tree; new lnodes start from usage 0), logs one line a minute, and keeps
-what it owes the UDB until the UDB answers again, then writes it all back
-(fairshare.daemon.outage).
+When the UDB cannot be reached, or written (a full disk, a read-only database), the
+daemon keeps scheduling from what it knows (the last constants and tree; new lnodes
+start from usage 0), logs one line a minute, and keeps what it owes the UDB, merged per
+lnode and spooled to a local file (fairshare.daemon.spool), until the UDB takes it
+(fairshare.daemon.outage).  A SQLite UDB's WAL is kept small (udb.session.trim_wal).
+
+Before each cycle's writes it makes sure it still holds its host's lock (`lock`: a
+PostgreSQL restart drops it) and every write carries the host's generation
+(fairshare.store.fence): a daemon whose lock another has taken writes nothing more,
+says so and stops.
 
 SIGTERM and SIGINT stop it: everything is written back, the enforcer undoes what
 it did, the published table is marked stopped, and `run` returns.  The time comes
@@ -42,10 +48,12 @@ from fairshare.core.tree import ShareTree
 from fairshare.daemon.accounts import AccountLookup
 from fairshare.daemon.charges import charge, resources_charged
 from fairshare.daemon.decisions import enforcer_targets, send_quota_signals
+from fairshare.daemon.lock import HostLock, keep_lock
 from fairshare.daemon.loop import Loop
 from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.placing import Placing, ProcessEvents
 from fairshare.daemon.reload import Reloader, load_lnodes, log_tree
+from fairshare.daemon.spool import Spool
 from fairshare.daemon.state import (
     Lnodes,
     activate_arriving,
@@ -60,7 +68,7 @@ from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
 from fairshare.store.published import CycleHeader, LnodeStore, add_counts
-from udb.session import read_session
+from udb.session import read_session, trim_wal
 
 log = logging.getLogger("shrdaemon")
 
@@ -170,7 +178,9 @@ class Daemon:
     """The fair-share daemon's loop over injected collector, enforcer, store, clock and
     OS actions (there is no default for `actions`: whoever builds a daemon says which
     machine it changes, and its enforcer must change that same one).  `process_events`
-    (None: none) report new processes to be placed at once (fairshare.daemon.placing)."""
+    (None: none) report new processes to be placed at once (fairshare.daemon.placing).
+    `lock`: the host's lock, checked before every cycle's writes (None: not checked);
+    `spool`: where what the UDB does not take is kept (None: nowhere)."""
 
     def __init__(
         self,
@@ -184,6 +194,8 @@ class Daemon:
         account_of: AccountLookup | None = None,
         process_events: ProcessEvents | None = None,
         observers: Sequence[Observer] = (),
+        lock: HostLock | None = None,
+        spool: Spool | None = None,
     ) -> None:
         same_machine(enforcer, actions)
         self.engine, self.collector, self.store, self.actions = engine, collector, store, actions
@@ -198,8 +210,11 @@ class Daemon:
         self.reloader = Reloader()  # the constants and tree read from the UDB
         self.loop = Loop(self.clock, on_hup=self.reloader.request)
         self.cpus = float(self.options.cpus or os.cpu_count() or 1)
-        self.ledger = WriteBacks(store, self.cpus)  # what the UDB is owed
-        self.udb = UdbCalls(self.clock.monotonic, self.ledger.kept, self.ledger.due_now)
+        self.lock = lock
+        self.ledger = WriteBacks(store, self.cpus, spool)  # what the UDB is owed
+        self.udb = UdbCalls(
+            self.clock.monotonic, self.ledger.kept, self.ledger.due_now, self.loop.stop
+        )
         self.cycle = 0
         self.elapsed = 0.0  # seconds the last cycle covered
         self.started = self.clock.time()
@@ -275,6 +290,8 @@ class Daemon:
         """Load the constants, recover from a crash, load the tree, set the enforcer up,
         take a baseline."""
         consts = self.consts = self.reloader.consts(self.engine, self.clock.time())
+        generation = self.store.claim()  # from now on, no daemon before this one writes
+        log.debug("host %s: generation %d", self.store.host, generation)
         self.ledger.recover(consts.halflife)
         with read_session(self.engine) as s:
             ln = self._lnodes = load_lnodes(s, consts.mode)
@@ -288,8 +305,10 @@ class Daemon:
     def step(self) -> None:
         """One cycle: the steps of fairshare.daemon's docstring, in that order."""
         t0 = time.perf_counter()
+        if self.lock is not None:
+            keep_lock(self.lock, self.udb, self.store)
         # reload: the poll, the constants in force, the tree when it changed
-        consts = self.consts = self.udb.call("read the constants", self._reload) or self.consts
+        consts = self.consts = self.udb.read("read the constants", self._reload) or self.consts
         self.enforcement.sync(consts.scheduling)
         ln = self._lnodes
         # charges: sample the processes, charge each to its leaf
@@ -300,7 +319,7 @@ class Daemon:
         c.cpus = self.cpus
         add_counts(self.counts, c)
         # state: the arriving leaves' lnodes, then the cycle on the lnode table
-        read = partial(self.udb.call, "read the new lnodes' entries", self.store.entry_states)
+        read = partial(self.udb.read, "read the new lnodes' entries", self.store.entry_states)
         activate_arriving(ln, c, read, sample.time, consts)
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
         advance_lnodes(ln, c, consts, elapsed, self.site)
@@ -318,6 +337,7 @@ class Daemon:
         # publish the lnode table (fairshare.store.published)
         header = self._header(sample.time, consts, float(c.cpu.sum()) / elapsed)
         self.udb.call("publish the lnode table", self.store.publish, ln.tree, ln.table, header)
+        trim_wal(self.engine)  # a SQLite UDB's WAL stays small, even on a small disk
         # writeback: the write-back and the checkpoint when due
         mono = self.clock.monotonic()
         self.ledger.when_due(self.udb, ln, self.site, sample.time, mono, consts)
@@ -327,15 +347,20 @@ class Daemon:
         """Undo the enforcement, write every lnode back, drop the published table."""
         self._tell("stopping")
         self.placing.stop()
-        if self.enforcement.set_up:
+        fenced = self.fenced
+        if self.enforcement.set_up and not fenced:  # else the lock's holder enforces now
             self.enforcement.undo()
             log.debug("%s enforcement undone", self.enforcement.enforcer.name)
-        if self._lnodes is not None:
+        if self._lnodes is not None and not fenced:
             now = self.clock.time()
             self._write_back(now, WriteBackMode.SHUTDOWN)
-            self.ledger.log_unwritten()
             self.udb.call("mark the published table stopped", self.store.mark_stopped, now)
-        log.info("stopped after %d cycles; every lnode written back", self.cycle)
+        self.ledger.log_stopped(self.cycle, self._lnodes is not None, fenced)
+
+    @property
+    def fenced(self) -> bool:
+        """True once another daemon has taken this host's lock: nothing more is written."""
+        return self.udb.fenced is not None
 
     # -- the pieces -------------------------------------------------------------------------
 

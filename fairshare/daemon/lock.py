@@ -18,25 +18,40 @@
   root daemon that holds it: then another user's daemon is told so); what it holds is
   only ever read as a pid, a number.
 - PostgreSQL (any other server): ``pg_try_advisory_lock`` inside the database, keyed by
-  the host name, held by one connection for the daemon's life.
+  the host name, held by one connection for the daemon's life.  A server restart (or a
+  lost connection) drops it without a word, so the daemon asks `check` before every
+  cycle's writes: the lock's connection still answers (HELD), or it was lost and is
+  taken again on a new one (RETAKEN: the daemon then claims its host's generation
+  again, fairshare.store.fence), or another daemon has it now (LOST: this one stops
+  writing and says so), or the server cannot be reached (UNREACHABLE: nothing can be
+  written anyway, and the fencing token refuses a write that slips through).
 """
 
 from __future__ import annotations
 
+import enum
 import errno
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import socket
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
 
+from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.trust import Untrusted, untrusted_dir
+from fairshare.store.fence import Fenced
 from udb.errors import UdbError
 from udb.session import refuse_hard_links, sqlite_file
+
+if TYPE_CHECKING:
+    from fairshare.store.published import LnodeStore
 
 #: How the lock file is opened: never through a symbolic link, never blocking (a FIFO).
 _OPEN = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -44,6 +59,15 @@ _OPEN = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 class AlreadyRunning(UdbError):
     """Another shrdaemon serves this UDB on this host."""
+
+
+class LockState(enum.Enum):
+    """What `DaemonLock.check` found."""
+
+    HELD = "held"  # still ours
+    RETAKEN = "retaken"  # lost with its connection, and taken again
+    LOST = "lost"  # another daemon holds it now
+    UNREACHABLE = "unreachable"  # the database cannot be reached to tell
 
 
 def lock_path(url: str, host: str | None = None) -> Path:
@@ -188,15 +212,58 @@ class DaemonLock:
             )
         self._conn = conn
 
+    def check(self) -> LockState:
+        """Whether the lock is still held, taking it again when its connection was lost
+        (a PostgreSQL restart drops advisory locks).  A lock file is held until the
+        process exits: always HELD."""
+        if self.path is not None:
+            return LockState.HELD
+        if self._conn is not None:
+            try:
+                self._conn.execute(text("SELECT 1"))
+                self._conn.commit()
+                return LockState.HELD
+            except DBAPIError:
+                self._drop_connection()
+        try:
+            conn = self.engine.connect()
+        except DBAPIError:
+            return LockState.UNREACHABLE
+        try:
+            key = advisory_key(self.host)
+            got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+            conn.commit()
+        except DBAPIError:
+            conn.invalidate()
+            conn.close()
+            return LockState.UNREACHABLE
+        if not got:
+            conn.close()
+            return LockState.LOST
+        self._conn = conn
+        return LockState.RETAKEN
+
+    def _drop_connection(self) -> None:
+        """Forget the lock's connection, which no longer answers (never back to the pool)."""
+        try:
+            self._conn.invalidate()
+            self._conn.close()
+        except DBAPIError:
+            pass
+        self._conn = None
+
     def release(self) -> None:
         """Drop the lock.  A lock file stays (empty): removing it would let a starter
         that opened it just before take a lock on a file nobody sees."""
         if self._conn is not None:
-            self._conn.execute(
-                text("SELECT pg_advisory_unlock(:k)"), {"k": advisory_key(self.host)}
-            )
-            self._conn.commit()
-            self._conn.close()
+            try:
+                self._conn.execute(
+                    text("SELECT pg_advisory_unlock(:k)"), {"k": advisory_key(self.host)}
+                )
+                self._conn.commit()
+                self._conn.close()
+            except DBAPIError:  # the server went away: so did the lock
+                self._drop_connection()
             self._conn = None
         if self._fd is None:
             return
@@ -213,3 +280,33 @@ class DaemonLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class HostLock(Protocol):
+    """The host's lock as the loop sees it (`DaemonLock`)."""
+
+    def check(self) -> LockState:
+        """Whether it is still held, taken again when its connection was lost."""
+        ...
+
+
+def keep_lock(lock: HostLock, udb: UdbCalls, store: LnodeStore) -> None:
+    """Before a cycle's writes: make sure `lock` is still this daemon's.  Taken again
+    when its connection was lost, and the host's generation with it (refused, through
+    `udb`, when another daemon claimed the host meanwhile); when another daemon holds
+    it, `udb` is told to stop writing (UdbCalls.refuse)."""
+    if udb.fenced is not None:
+        return
+    state = lock.check()
+    if state is LockState.RETAKEN:
+        generation = udb.call("take the host's lock again", store.claim, True)
+        if generation is not None:
+            logging.getLogger("shrdaemon").warning(
+                "host %s: the lock was lost with its database connection and taken again "
+                "(generation %d)",
+                store.host,
+                generation,
+            )
+    elif state is LockState.LOST:
+        lost = Fenced(f"host {store.host}'s lock is held by another shrdaemon")
+        udb.refuse("take the host's lock again", lost)

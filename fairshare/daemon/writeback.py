@@ -15,8 +15,11 @@ GLOBALUSAGE, the site-wide usage and site factors are refreshed (`refresh_site`,
 fairshare.core.steps.refresh_site).  Every `checkpoint` seconds every active lnode's
 unwritten increment is checkpointed, from which the next start recovers after a crash
 (`WriteBacks.recover`, fairshare.store.published).  Increments the UDB does not take (it
-cannot be reached) are kept in `pending` and written with the next write-back that it
-takes.
+cannot be reached, the disk is full, the database is read-only) are kept in `pending`,
+merged per uid, spooled to a local file (fairshare.daemon.spool) and written with the
+next write-back that it takes; a start writes back what a spool file left.  A daemon
+that lost its host's lock (fairshare.store.fence) spools nothing: the daemon that took
+the lock recovered this host's checkpoint.
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ import dataclasses
 import enum
 import logging
 import time
+from collections.abc import Iterable
 
 import numpy as np
 
-from fairshare.core.consts import GLOBALUSAGE, Consts
+from fairshare.core.consts import GLOBALUSAGE, Consts, decay
 from fairshare.core.lnode import WriteBack, accrued, release
 from fairshare.core.site import SiteState
 from fairshare.core.steps import refresh_site as refresh_site_step
 from fairshare.daemon.outage import UdbCalls
+from fairshare.daemon.spool import Spool
 from fairshare.daemon.state import Lnodes, refresh_entries
 from fairshare.store.published import LnodeStore, Recovered
 
@@ -90,21 +95,25 @@ def refresh_site(
 
 class WriteBacks:
     """What the daemon owes `store` (a host of `cpus` CPUs, for the site factors): the
-    write-back and checkpoint timers (monotonic s), the increments not yet written,
-    and how many lnodes were written and checkpoints taken since start.  Its calls to
-    the UDB go through the `UdbCalls` given (fairshare.daemon.outage), which is told of
-    what is kept (`kept`) and calls `due_now` when the UDB answers again."""
+    write-back and checkpoint timers (monotonic s), the increments not yet written
+    (merged per uid, so a long outage holds one per lnode), and how many lnodes were
+    written and checkpoints taken since start.  Its calls to the UDB go through the
+    `UdbCalls` given (fairshare.daemon.outage), which is told of what is kept (`kept`)
+    and calls `due_now` when the UDB answers again.  What the UDB does not take goes
+    to `spool` (fairshare.daemon.spool) too, so a stop or a crash loses none of it."""
 
-    def __init__(self, store: LnodeStore, cpus: float) -> None:
+    def __init__(self, store: LnodeStore, cpus: float, spool: Spool | None = None) -> None:
         self.store, self.cpus = store, cpus
-        self.pending: list[tuple[int, WriteBack]] = []  # by uid, the UDB has not taken
+        self.spool = spool or Spool(None, store.host)
+        self.pending: dict[int, WriteBack] = {}  # by uid, what the UDB has not taken
+        self.halflife = 0.0  # s, to merge increments (the constants' last)
         self.writebacks = 0
         self.checkpoints = 0
         self.next_writeback = 0.0
         self.next_checkpoint = 0.0
 
     def kept(self) -> int:
-        """How many increments wait for the UDB."""
+        """How many lnodes' increments wait for the UDB."""
         return len(self.pending)
 
     def due_now(self) -> None:
@@ -113,10 +122,26 @@ class WriteBacks:
 
     def keep(self, owed: list[tuple[int, WriteBack]]) -> None:
         """Write `owed` (by uid) with the next write-back (released lnodes of an old tree)."""
-        self.pending.extend(owed)
+        merge_into(self.pending, owed, self.halflife)
 
     def recover(self, halflife: float) -> None:
-        """At start: write back what a crashed daemon checkpointed, each lnode logged."""
+        """At start: write back what a spool file left (once: fairshare.daemon.spool),
+        then what a crashed daemon checkpointed, each logged."""
+        self.halflife = halflife
+        left = self.spool.load()
+        if left is not None:
+            serial, owed = left
+            if self.store.replay(owed, serial, halflife):
+                log.info(
+                    "wrote back the spool %s: %d lnodes, %.3f CPU s owed since %s",
+                    self.spool.path,
+                    len(owed),
+                    sum(wb.cpu_seconds for _u, wb in owed),
+                    _when(min(wb.shextime for _u, wb in owed) if owed else 0.0),
+                )
+            else:
+                log.info("spool %s: already written back; removed", self.spool.path)
+            self.spool.remove()
         for r in self.store.recover(halflife):
             log_recovered(r)
 
@@ -129,7 +154,8 @@ class WriteBacks:
         self, udb: UdbCalls, ln: Lnodes, site: SiteState, now: float, mono: float, consts: Consts
     ) -> None:
         """The PERIODIC write-back and the checkpoint, when their time has come at `mono`
-        (`now`: epoch s)."""
+        (`now`: epoch s).  A checkpoint the UDB does not take is spooled with what is
+        kept."""
         if mono >= self.next_writeback:
             self.next_writeback = mono + consts.writeback
             self.write_back(udb, ln, site, now, consts, WriteBackMode.PERIODIC)
@@ -138,6 +164,10 @@ class WriteBacks:
             n = udb.call("checkpoint", self.store.checkpoint, ln.tree, ln.table, now)
             if n is not None:
                 self.checkpoints += 1
+            elif not udb.fenced:
+                owed = dict(self.pending)
+                merge_into(owed, unwritten(ln, now), self.halflife)
+                self.spool.save(owed)
             log.debug("checkpointed %s lnodes", n)
 
     def write_back(
@@ -152,32 +182,98 @@ class WriteBacks:
         """Write what the lnodes of `ln` accrued up to `now` (epoch s) and what was kept,
         releasing as `mode` says (`leave`); then, unless SHUTDOWN, read the active
         entries again and, with GLOBALUSAGE, refresh `site`.  Returns how many lnodes
-        were written, 0 when the UDB did not take them (they are kept)."""
-        out = leave(ln, now, mode)
-        self.pending.extend(out)
-        if udb.call("write back", self.store.write_back, self.pending, consts.halflife) is None:
+        were written, 0 when the UDB did not take them (they are kept, and spooled)."""
+        self.halflife = consts.halflife
+        merge_into(self.pending, leave(ln, now, mode), consts.halflife)
+        owed = list(self.pending.items())
+        args = (owed, consts.halflife, self.spool.serial)
+        if udb.call("write back", self.store.write_back, *args) is None:
+            if not udb.fenced:
+                self.spool.save(self.pending)
             return 0
-        written, self.pending = len(self.pending), []
+        self.spool.remove()
+        written, self.pending = len(owed), {}
         self.writebacks += written
-        if out:
+        if owed:
             log.debug("wrote back %d lnodes", written)
         if mode is not WriteBackMode.SHUTDOWN:
-            udb.call("re-read the active entries", refresh_entries, ln, self.store)
+            udb.read("re-read the active entries", refresh_entries, ln, self.store)
             if consts.flags & GLOBALUSAGE:
                 args = (self.store, ln, site, now, consts, self.cpus)
-                udb.call("refresh the site-wide usage", refresh_site, *args)
+                udb.read("refresh the site-wide usage", refresh_site, *args)
         return written
 
-    def log_unwritten(self) -> None:
-        """Say what the UDB did not take before the daemon stopped (if anything)."""
-        if self.pending:
-            log.error(
-                "UDB unreachable at exit: the increments of %d lnodes (usage %.6g, charge "
-                "%.6g) were not written back",
-                len(self.pending),
-                sum(wb.shusage for _u, wb in self.pending),
-                sum(wb.charge for _u, wb in self.pending),
+    def log_stopped(self, cycles: int, started: bool, fenced: bool) -> None:
+        """The daemon's last line, after `cycles` cycles: whether everything was written
+        back, and if not, where what was not went (`started`: the daemon had a tree)."""
+        unwritten = self.unwritten_line(fenced)
+        if not started:
+            log.info("stopped before the first cycle")
+        elif unwritten is None and not fenced:
+            log.info("stopped after %d cycles; every lnode written back", cycles)
+        elif unwritten is None:
+            log.error("stopped after %d cycles; the lock lost, nothing written back", cycles)
+        else:
+            log.error("stopped after %d cycles; %s", cycles, unwritten)
+
+    def unwritten_line(self, fenced: bool) -> str | None:
+        """What the UDB did not take before the daemon stopped, said as the end of its
+        last line; None when it took everything."""
+        if not self.pending:
+            return None
+        what = (
+            f"the increments of {len(self.pending)} lnodes "
+            f"({sum(wb.cpu_seconds for wb in self.pending.values()):.3f} CPU s, charge "
+            f"{sum(wb.charge for wb in self.pending.values()):.6g})"
+        )
+        if fenced:
+            return (
+                f"{what} were not written: the daemon that holds the lock now recovered "
+                "this host's checkpoint"
             )
+        if self.spool.serial:
+            return f"{what} were not written back: spooled to {self.spool.path}"
+        return f"{what} were not written back and could not be spooled: lost"
+
+
+def merge_into(
+    owed: dict[int, WriteBack], more: Iterable[tuple[int, WriteBack]], halflife: float
+) -> None:
+    """Add the increments `more` (by uid) to `owed` in place, one per uid: the usage
+    aged to the later of the two times (`halflife` s) and summed, the charges and CPU
+    seconds summed (what fairshare.store.published would make of the two)."""
+    for uid, wb in more:
+        was = owed.get(uid)
+        if was is None:
+            owed[uid] = wb
+            continue
+        late = max(was.shextime, wb.shextime)
+        usage = was.shusage * decay(late - was.shextime, halflife) + wb.shusage * decay(
+            late - wb.shextime, halflife
+        )
+        owed[uid] = WriteBack(usage, late, was.charge + wb.charge, was.cpu_seconds + wb.cpu_seconds)
+
+
+def unwritten(ln: Lnodes, now: float) -> list[tuple[int, WriteBack]]:
+    """Every active leaf lnode's increment not yet written, as of `now` (epoch s), by
+    uid, without marking it written (what a checkpoint holds)."""
+    t = ln.table
+    return [
+        (
+            int(ln.tree.ids[n]),
+            WriteBack(
+                max(float(t.usage[n] - t.stored[n]), 0.0),
+                float(now),
+                float(t.charge[n] - t.charge_written[n]),
+                float(t.cpu_seconds[n] - t.cpu_written[n]),
+            ),
+        )
+        for n in ln.active_leaves()
+    ]
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
 def log_recovered(r: Recovered) -> None:
@@ -187,7 +283,7 @@ def log_recovered(r: Recovered) -> None:
         "charge %.6g, %.3f CPU s",
         r.name,
         r.uid,
-        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.time)),
+        _when(r.time),
         r.usage,
         r.charge,
         r.cpu_seconds,

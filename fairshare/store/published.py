@@ -55,6 +55,7 @@ from sqlalchemy import (
 from fairshare.core.consts import TICKS_PER_SECOND, decay
 from fairshare.core.lnode import LnodeTable, WriteBack, add_usage
 from fairshare.core.tree import Kind, ShareTree
+from fairshare.store import fence
 from udb import tables
 from udb.columnar import Columns, row_columns
 from udb.columnar import decode as decode_columns
@@ -118,6 +119,18 @@ class LnodeStore:
     def __init__(self, engine: Engine, host: str | None = None) -> None:
         self.engine = engine
         self.host = host or socket.gethostname()
+        #: The host's generation this store writes under (fairshare.store.fence); None
+        #: until `claim`: a store no daemon claimed is not fenced.
+        self.generation: int | None = None
+
+    def claim(self, retake: bool = False) -> int:
+        """Take the host's rows for this store: bump the host's generation and write
+        under it from now on (`retake`: only if it is still the one this store had,
+        else Fenced).  Returns the new generation."""
+        with write_connection(self.engine) as conn:
+            ours = self.generation if retake else None
+            self.generation = fence.claim(conn, self.host, ours)
+        return self.generation
 
     # -- every cycle -----------------------------------------------------------------------
 
@@ -131,6 +144,7 @@ class LnodeStore:
         # Core statements built once on a Core connection, not the ORM: this runs every
         # cycle (building the header's UPDATE anew each time cost 0.3 of its 1.6 ms).
         with write_connection(self.engine) as conn:
+            fence.check(conn, self.host, self.generation)
             conn.execute(_DELETE_PUBLISHED, {"this_host": self.host})
             if rows and conn.dialect.name == "sqlite":
                 # The driver's executemany over plain tuples: SQLAlchemy's per-row
@@ -147,6 +161,7 @@ class LnodeStore:
         """Label this host's published table as the last one of a daemon that stopped
         at `now` (epoch s); the rows stay for displays to show as stale."""
         with write_connection(self.engine) as s:
+            fence.check(s, self.host, self.generation)
             cycles = tables.lnode_cycles
             s.execute(update(cycles).where(self._here(cycles)).values(running=False, stopped=now))
 
@@ -211,13 +226,20 @@ class LnodeStore:
 
     # -- write-back, checkpoint, recovery ----------------------------------------------------
 
-    def write_back(self, released: Sequence[tuple[int, WriteBack]], halflife: float) -> int:
+    def write_back(
+        self, released: Sequence[tuple[int, WriteBack]], halflife: float, spool: int = 0
+    ) -> int:
         """Add lnodes' increments (entry uid, WriteBack) to their entries and their
-        groups', in one transaction; `halflife` (s) ages the stored usage.  Returns how
-        many increments were written."""
-        if not released:
+        groups', in one transaction; `halflife` (s) ages the stored usage.  `spool`: the
+        serial of the spool file these increments include (fairshare.daemon.spool),
+        recorded as written in the same transaction.  Returns how many increments were
+        written."""
+        if not released and not spool:
             return 0
         with write_connection(self.engine) as s:
+            fence.check(s, self.host, self.generation)
+            if spool:
+                fence.mark_spooled(s, self.host, spool)
             _write_back(s, released, halflife)
             uids = sorted({uid for uid, _wb in released})
             pg = self.engine.dialect.name == "postgresql"
@@ -229,66 +251,33 @@ class LnodeStore:
             )
         return len(released)
 
+    def replay(self, owed: Sequence[tuple[int, WriteBack]], serial: int, halflife: float) -> bool:
+        """Write back what a spool file (fairshare.daemon.spool) of serial `serial` owes,
+        in one transaction, unless the UDB recorded that serial already; the checkpoint
+        rows of its uids go with it (what they hold is part of what the spool owes: a
+        checkpoint row is only ever left from before the outage).  True when written
+        now, False when it had been."""
+        with write_connection(self.engine) as s:
+            fence.check(s, self.host, self.generation)
+            if fence.spooled(s, self.host) >= serial:
+                return False
+            _write_back(s, owed, halflife)
+            uids = sorted({uid for uid, _wb in owed})
+            pg = self.engine.dialect.name == "postgresql"
+            checkpoints = tables.lnode_checkpoints
+            here = self._here(checkpoints)
+            s.execute(delete(checkpoints).where(here, _uid_in(checkpoints.c.uid, uids, pg)))
+            fence.mark_spooled(s, self.host, serial)
+        return True
+
     def site_view(
         self, tree: ShareTree, now: float, halflife: float, live_after: float
     ) -> tuple[SiteView, np.ndarray]:
         """What the other hosts publish, for GLOBALUSAGE: (their `SiteView` over `tree`'s
-        nodes, every leaf's stored site-wide usage aged to `now`, charge units).
-
-        Hosts count when their daemon runs and published after `live_after` (epoch s).
-        Three queries: the live hosts, one aggregate over their lnodes by uid, and the
-        entries' stored usage.
-        """
-        from fairshare.core.site import SiteView
-
-        cycles, lnodes = tables.lnode_cycles.c, tables.lnodes.c
-        entries = tables.entries.c
-        live = (cycles.running.is_(True)) & (cycles.host != self.host) & (cycles.time >= live_after)
-        n = tree.size
-        view = SiteView.empty(n)
-        usage = np.zeros(n)
-        with read_connection(self.engine) as s:
-            heads = s.execute(select(cycles.host, cycles.cpus).where(live)).all()
-            view.host_cpus = {h: float(c or 0.0) for h, c in heads}
-            if view.host_cpus:
-                rows = s.execute(
-                    select(
-                        lnodes.uid,
-                        func.sum(lnodes.cpu * func.coalesce(cycles.delivered, 0.0)),
-                        func.sum(case((lnodes.demand.is_(True), 1), else_=0)),
-                        # what it wants there (an older daemon's: what it receives)
-                        func.sum(
-                            func.coalesce(
-                                lnodes.want, lnodes.cpu * func.coalesce(cycles.delivered, 0.0)
-                            )
-                        ),
-                    )
-                    .join(tables.lnode_cycles, cycles.host == lnodes.host)
-                    .where(live, lnodes.kind.in_(("user", "account")))
-                    .group_by(lnodes.uid)
-                ).all()
-                if rows:
-                    uid, rate, hosts, want = (
-                        np.array(c, dtype=float) for c in zip(*rows, strict=True)
-                    )
-                    nodes = _nodes_of(tree, uid)
-                    ok = nodes >= 0
-                    n_ok = nodes[ok]
-                    view.active[n_ok] = True
-                    view.rate[n_ok] = np.nan_to_num(rate[ok])
-                    view.hosts[n_ok] = np.nan_to_num(hosts[ok]).astype(np.int64)
-                    view.demand[n_ok] = view.hosts[n_ok] > 0
-                    view.want[n_ok] = np.nan_to_num(want[ok])
-            stored = s.execute(
-                select(entries.uid, entries.shusage, entries.shextime).where(entries.shusage > 0)
-            ).all()
-        if stored:
-            uids, shusage, shextime = (np.array(c, dtype=float) for c in zip(*stored, strict=True))
-            nodes = _nodes_of(tree, uids)
-            ok = nodes >= 0
-            usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], halflife)
-        view.usage = usage * view.active
-        return view, usage
+        nodes, every leaf's stored site-wide usage aged to `now`, charge units), from
+        the hosts whose daemon runs and published after `live_after` (epoch s;
+        `site_view`)."""
+        return site_view(self.engine, self.host, tree, now, halflife, live_after)
 
     def checkpoint(self, tree: ShareTree, table: LnodeTable, now: float) -> int:
         """Replace this host's checkpoint with every active leaf lnode's unwritten
@@ -308,6 +297,7 @@ class LnodeStore:
         ]
         checkpoints = tables.lnode_checkpoints
         with write_connection(self.engine) as s:
+            fence.check(s, self.host, self.generation)
             s.execute(delete(checkpoints).where(self._here(checkpoints)))
             if rows:
                 s.execute(insert(checkpoints), rows)
@@ -318,6 +308,7 @@ class LnodeStore:
         cleanly) and delete it, in one transaction; returns what was recovered.
         `halflife` (s) ages the stored usage (see `write_back`)."""
         with write_connection(self.engine) as s:
+            fence.check(s, self.host, self.generation)
             checkpoints = tables.lnode_checkpoints
             rows = s.execute(select(checkpoints).where(self._here(checkpoints))).all()
             out = [Recovered(r.uid, r.name, r.usage, r.charge, r.cpu_seconds, r.time) for r in rows]
@@ -329,6 +320,66 @@ class LnodeStore:
             for table in (checkpoints, tables.lnodes, tables.lnode_cycles):
                 s.execute(delete(table).where(self._here(table)))
         return out
+
+
+def site_view(
+    engine: Engine, host: str, tree: ShareTree, now: float, halflife: float, live_after: float
+) -> tuple[SiteView, np.ndarray]:
+    """What the other hosts publish, for GLOBALUSAGE: (their `SiteView` over `tree`'s
+    nodes, every leaf's stored site-wide usage aged to `now`, charge units).
+
+    Hosts count when their daemon runs and published after `live_after` (epoch s).
+    Three queries: the live hosts, one aggregate over their lnodes by uid, and the
+    entries' stored usage.
+    """
+    from fairshare.core.site import SiteView
+
+    cycles, lnodes = tables.lnode_cycles.c, tables.lnodes.c
+    entries = tables.entries.c
+    live = (cycles.running.is_(True)) & (cycles.host != host) & (cycles.time >= live_after)
+    n = tree.size
+    view = SiteView.empty(n)
+    usage = np.zeros(n)
+    with read_connection(engine) as s:
+        heads = s.execute(select(cycles.host, cycles.cpus).where(live)).all()
+        view.host_cpus = {h: float(c or 0.0) for h, c in heads}
+        if view.host_cpus:
+            rows = s.execute(
+                select(
+                    lnodes.uid,
+                    func.sum(lnodes.cpu * func.coalesce(cycles.delivered, 0.0)),
+                    func.sum(case((lnodes.demand.is_(True), 1), else_=0)),
+                    # what it wants there (an older daemon's: what it receives)
+                    func.sum(
+                        func.coalesce(
+                            lnodes.want, lnodes.cpu * func.coalesce(cycles.delivered, 0.0)
+                        )
+                    ),
+                )
+                .join(tables.lnode_cycles, cycles.host == lnodes.host)
+                .where(live, lnodes.kind.in_(("user", "account")))
+                .group_by(lnodes.uid)
+            ).all()
+            if rows:
+                uid, rate, hosts, want = (np.array(c, dtype=float) for c in zip(*rows, strict=True))
+                nodes = _nodes_of(tree, uid)
+                ok = nodes >= 0
+                n_ok = nodes[ok]
+                view.active[n_ok] = True
+                view.rate[n_ok] = np.nan_to_num(rate[ok])
+                view.hosts[n_ok] = np.nan_to_num(hosts[ok]).astype(np.int64)
+                view.demand[n_ok] = view.hosts[n_ok] > 0
+                view.want[n_ok] = np.nan_to_num(want[ok])
+        stored = s.execute(
+            select(entries.uid, entries.shusage, entries.shextime).where(entries.shusage > 0)
+        ).all()
+    if stored:
+        uids, shusage, shextime = (np.array(c, dtype=float) for c in zip(*stored, strict=True))
+        nodes = _nodes_of(tree, uids)
+        ok = nodes >= 0
+        usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], halflife)
+    view.usage = usage * view.active
+    return view, usage
 
 
 #: The resources counted for shrview -ds, named like their costs (Consts.cost_<name>),

@@ -256,3 +256,65 @@ def test_the_first_error_in_input_order_is_reported(udb_url, tmp_path):
     assert r.stderr == f"udbgen: {f}:2:1: create:y: resgrp 7 is not a resource group " + (
         "(a resgrp must be 0 or a group's uid)\n"
     )
+
+
+# -- a refused first run leaves the filesystem exactly as it found it ----------------------
+
+#: Directives that parse but are refused once applied (no such entry).
+REFUSED = ("-c", "update:nobody:shares:5:")
+
+
+def _snapshot(root):
+    """Every path under `root` with its kind, bytes (files) and link target (links)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_symlink():
+            out[str(p)] = ("link", str(p.readlink()))
+        elif p.is_dir():
+            out[str(p)] = ("dir",)
+        else:
+            st = p.stat()
+            out[str(p)] = ("file", p.read_bytes(), st.st_ino, st.st_mode, st.st_mtime_ns)
+    return out
+
+
+def test_refused_first_run_keeps_an_existing_empty_file(tmp_path):
+    path = tmp_path / "udb.sqlite"
+    path.touch()
+    before = _snapshot(tmp_path)
+    r = cli("--udb", str(path), *REFUSED)
+    assert r.exit_code == 2, r.output
+    assert _snapshot(tmp_path) == before
+
+
+def test_refused_first_run_keeps_a_symlinks_target(tmp_path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "db"
+    target.touch()
+    (tmp_path / "udb.sqlite").symlink_to(target)
+    before = _snapshot(tmp_path)
+    r = cli("--udb", str(tmp_path / "udb.sqlite"), *REFUSED)
+    assert r.exit_code == 2, r.output
+    assert _snapshot(tmp_path) == before
+
+
+def test_refused_first_run_keeps_another_programs_empty_alembic_database(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+    before = _snapshot(tmp_path)
+    r = cli("--udb", str(path), *REFUSED)
+    assert r.exit_code == 2, r.output
+    assert _snapshot(tmp_path) == before
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_refused_first_run_removes_the_directories_it_made(tmp_path):
+    (tmp_path / "keep").mkdir()
+    before = _snapshot(tmp_path)
+    r = cli("--udb", str(tmp_path / "keep" / "a" / "b" / "udb.sqlite"), *REFUSED)
+    assert r.exit_code == 2, r.output
+    assert _snapshot(tmp_path) == before

@@ -84,7 +84,7 @@ def test_a_daemon_outlives_its_database(pg_server, pg_db, tmp_path, daemon_log):
         pg_server.start()
     step_all(daemons, 2)
     assert any("reachable again" in line for line in daemon_log)
-    assert a.ledger.pending == []
+    assert a.ledger.pending == {}
     a.shutdown()
     for uid, name in ((1001, "x"), (1003, "z")):
         e = entry(engine, name)

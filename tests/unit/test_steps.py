@@ -194,7 +194,7 @@ class EntryStore:
     def __init__(self, down=False):
         self.calls, self.down = [], down
 
-    def write_back(self, pending, halflife):
+    def write_back(self, pending, halflife, spool=0):
         if self.down:
             raise OperationalError("UPDATE", {}, Exception("connection refused"))
         self.calls.append(("write_back", sorted(uid for uid, _wb in pending)))
@@ -241,7 +241,48 @@ def test_what_the_udb_does_not_take_is_kept_and_written_when_it_answers_again():
     assert ledger.kept() == 1 and store.calls == []  # nothing read after a failed write
     assert ledger.next_writeback > 0.0
     store.down = False
-    assert udb.call("read", lambda: 1) == 1  # the UDB answers: write back at once
+    assert udb.read("read", lambda: 1) == 1  # a read works: a failed write is not over
+    assert ledger.next_writeback > 0.0
+    assert udb.call("write", lambda: 1) == 1  # the UDB takes writes: write back at once
     assert ledger.next_writeback == 0.0
-    assert ledger.write_back(udb, ln, site, 101.0, Consts(), mode) == 2  # kept + new
-    assert ledger.kept() == 0 and ledger.writebacks == 2
+    assert ledger.write_back(udb, ln, site, 101.0, Consts(), mode) == 1  # kept + new, merged
+    assert ledger.kept() == 0 and ledger.writebacks == 1
+
+
+def test_a_long_write_outage_keeps_one_increment_per_lnode_and_logs_once_a_minute(caplog):
+    """Writes fail, reads work (a full disk, a read-only UDB): the outage must not end
+    and begin again every cycle (one line a minute), and what is kept stays one merged
+    increment per lnode however many write-backs fail."""
+    ln = user_tree()
+    alice = ln.tree.node("alice")
+    activate(ln.table, alice, 1.0)
+    ln.table.refs[alice] = 1
+    store = EntryStore(down=True)
+    ledger = WriteBacks(store, cpus=2.0)
+    clock = [0.0]
+    udb = UdbCalls(lambda: clock[0], ledger.kept, ledger.due_now)
+    site, mode = SiteState.new(ln.tree.size), WriteBackMode.PERIODIC
+    caplog.set_level("WARNING", "shrdaemon")
+    for cycle in range(1, 31):  # 30 cycles of 4 s: two minutes
+        clock[0] = 4.0 * cycle
+        ln.table.cpu_seconds[alice] += 1.0
+        ln.table.charge[alice] += 2.0
+        assert udb.read("read the constants", lambda: 1) == 1
+        ledger.write_back(udb, ln, site, 100.0 + cycle, Consts(), mode)
+    assert ledger.kept() == 1
+    assert ledger.pending[1001].cpu_seconds == pytest.approx(30.0)
+    assert ledger.pending[1001].charge == pytest.approx(60.0)
+    lines = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(lines) == 2, [r.getMessage() for r in caplog.records]  # at 4 s and 64 s
+    assert not any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+def test_merged_increments_age_the_older_usage_to_the_later_time():
+    from fairshare.core.lnode import WriteBack
+    from fairshare.daemon.writeback import merge_into
+
+    owed = {}
+    merge_into(owed, [(7, WriteBack(8.0, 100.0, 1.0, 0.5))], 50.0)
+    merge_into(owed, [(7, WriteBack(2.0, 150.0, 3.0, 1.5)), (8, WriteBack(1, 1, 1, 1))], 50.0)
+    assert owed[7] == WriteBack(8.0 * 0.5 + 2.0, 150.0, 4.0, 2.0)
+    assert owed[8] == WriteBack(1, 1, 1, 1)
