@@ -36,7 +36,7 @@ from fairshare.display.shrview import (
 from fairshare.display.site import site_json, site_lines
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Snapshot, Source, caller_own, load_site, tree_leaves
-from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option
+from udb.cli.common import HELP, Command, FiniteFloat, echo_lines, handle_errors, udb_option
 from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
@@ -62,7 +62,7 @@ def parse_display(value: str) -> str:
     return name
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings=HELP)
 @udb_option
 @socket_option
 @click.option(

@@ -119,7 +119,7 @@ LNODE_COUNTERS = (
 def parse_address(text: str) -> tuple[str, int]:
     """(host, port) of --metrics HOST:PORT ("[::1]:9180", ":9180" = every address)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise OptionError(f"--metrics: expected HOST:PORT (e.g. 127.0.0.1:9180), not {text!r}")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)

@@ -1,7 +1,9 @@
 """What every command of the suite shares: the --udb option and the error contract.
 
-A command is a click command wrapped by `command`: any `UdbError` becomes one
-line on stderr (``PROG: message``) and exit status 2, never a traceback.
+A command is a click command of class `Command` whose callback is wrapped by
+`handle_errors`: any `UdbError`, and any usage error click finds in the command line,
+becomes one line on stderr (``PROG: message``) and exit status 2, never a traceback
+nor click's four lines.
 """
 
 from __future__ import annotations
@@ -56,6 +58,33 @@ last_option = click.option(
     metavar="N",
     help=f"With --history: the last N changes (1 to {MAX_LAST:,}).",
 )
+
+
+class OneLineUsageError(click.UsageError):
+    """A usage error shown as the suite's one line, ``PROG: message``, exit status 2."""
+
+    def show(self, file=None) -> None:
+        name = self.ctx.info_name if self.ctx and self.ctx.info_name else "fairshare"
+        message = " ".join(self.format_message().split())
+        click.echo(f"{name}: {message} (see {name} --help)", file=file, err=file is None)
+
+
+class Command(click.Command):
+    """click's command with the suite's error contract for its command line: a usage
+    error (an unknown option, a bad value, a missing argument) is one line, exit 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as err:
+            one = OneLineUsageError(err.message, err.ctx)
+            if isinstance(err, click.BadParameter) and err.ctx is not None:
+                one.message = err.format_message()  # names the option, as click says it
+            raise one from None
+
+
+#: The settings of every command: -h as well as --help.
+HELP = {"help_option_names": ["-h", "--help"]}
 
 
 def fail(message: str, code: int = 2) -> None:
