@@ -27,6 +27,7 @@ import logging
 import time
 
 import numpy as np
+from sqlalchemy.exc import DBAPIError
 
 from fairshare.core.consts import GLOBALUSAGE, Consts
 from fairshare.core.lnode import WriteBack, accrued, release
@@ -35,6 +36,8 @@ from fairshare.core.steps import refresh_site as refresh_site_step
 from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.state import Lnodes, refresh_entries
 from fairshare.store.published import LnodeStore, Recovered
+from udb.errors import UdbError
+from udb.session import database_problem, display_name
 
 log = logging.getLogger("shrdaemon")
 
@@ -116,8 +119,19 @@ class WriteBacks:
         self.pending.extend(owed)
 
     def recover(self, halflife: float) -> None:
-        """At start: write back what a crashed daemon checkpointed, each lnode logged."""
-        for r in self.store.recover(halflife):
+        """At start: write back what a crashed daemon checkpointed, each lnode logged.
+
+        UdbError when the UDB cannot be written (immutable, read-only, or held by
+        another writer past the busy timeout): the daemon cannot run on it."""
+        try:
+            recovered = self.store.recover(halflife)
+        except DBAPIError as err:
+            name = display_name(self.store.engine.url.render_as_string(hide_password=False))
+            raise UdbError(
+                f"{name}: cannot write the UDB at start ({database_problem(err)}): the "
+                "daemon must write it; is it immutable, read-only, or held by another writer?"
+            ) from None
+        for r in recovered:
             log_recovered(r)
 
     def start(self, mono: float, consts: Consts) -> None:
