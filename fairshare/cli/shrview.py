@@ -137,6 +137,12 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
     req.sort = parse_sort(sort)
     if continuous and (repeat or as_json):
         raise OptionError("-c (continuous) goes with neither -r nor --json")
+    if continuous and not sys.stdout.isatty():
+        # It would draw for ever where nobody sees it, and no q could stop it.
+        raise OptionError(
+            "-c (continuous) needs a terminal: standard output is not one "
+            "(for displays one after another, use -r N)"
+        )
     if continuous:  # runs on: the collector its script turned off comes back (cli.start)
         gc.enable()
     else:
