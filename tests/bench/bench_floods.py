@@ -88,7 +88,8 @@ def summary(took: list[float | None]) -> str:
     ok = [t for t in took if t is not None]
     med = statistics.median(ok) if ok else float("nan")
     worst = max(ok) if ok else float("nan")
-    return f"median {1000 * med:8.2f} ms  worst {1000 * worst:8.2f} ms  failed {len(took) - len(ok)}"
+    failed = len(took) - len(ok)
+    return f"median {1000 * med:8.2f} ms  worst {1000 * worst:8.2f} ms  failed {failed}"
 
 
 def rss_under_unread(proc: subprocess.Popen, sock: str, hold: float) -> tuple[int, int, int]:
