@@ -15,6 +15,7 @@ at BEGIN so that two writers serialise instead of failing half-way.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -150,10 +151,30 @@ def make_engine(url: str) -> Engine:
     if u.get_backend_name() == "sqlite":
         if u.database and u.database != ":memory:":
             Path(u.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT})
+        engine = create_engine(
+            url,
+            connect_args={"timeout": BUSY_TIMEOUT},
+            json_deserializer=_stored_json(display_name(url)),
+        )
         _sqlite_setup(engine)
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _stored_json(name: str):
+    """The UDB's JSON columns read back (json.loads), a value damaged on disk being
+    UnusableUdb naming the UDB `name` instead of a JSONDecodeError deep in a query."""
+
+    def loads(text: str):
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            raise UnusableUdb(
+                f"{name}: damaged UDB: a stored value is not the JSON that was written "
+                f"({text[:20]!r}...); nothing written"
+            ) from None
+
+    return loads
 
 
 _engines: dict[str, Engine] = {}

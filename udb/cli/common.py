@@ -106,6 +106,16 @@ def handle_errors(func):
             fail(str(err), err.exit_code)
         except DBAPIError as err:  # a UDB damaged where open_udb's checks did not look
             fail(f"{last_opened() or 'the UDB'}: database error: {database_problem(err)}")
+        except (TypeError, ValueError) as err:
+            # A value of the wrong type where the schema promises another (an INTEGER
+            # column holding text): SQLite keeps what a damaged record says.  Without a
+            # UDB open it is not the UDB's doing: the traceback is for a bug report.
+            if not last_opened():
+                raise
+            fail(
+                f"{last_opened()}: damaged UDB? a stored value cannot be used "
+                f"({type(err).__name__}: {' '.join(str(err).split())[:200]}); nothing written"
+            )
         except BrokenPipeError:  # `udbsee -a | head`
             sys.stderr.close()
             sys.exit(0)
