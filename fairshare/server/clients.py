@@ -101,11 +101,13 @@ class Held:
             )
         return None
 
-    def too_much_unread(self, uid: int, size: int) -> bool:
-        """Whether a reply of `size` bytes would take `uid` past its unread bytes (a
-        uid with none unread may always have one)."""
+    def unread_refusal(self, uid: int, size: int) -> str | None:
+        """Why a reply of `size` bytes to `uid` is not given (past its unread bytes; a
+        uid with none unread may always have one): None when it is."""
         mine = self.unread.get(uid, 0)
-        return bool(uid != 0 and self.max_unread and mine and mine + size > self.max_unread)
+        if uid != 0 and self.max_unread and mine and mine + size > self.max_unread:
+            return f"busy: {mine} bytes of replies to this uid not taken yet: read them first"
+        return None
 
     def work(self, uid: int, change: int) -> None:
         """Count a request of `uid` given to a worker (+1) or answered (-1)."""

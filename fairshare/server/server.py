@@ -243,9 +243,8 @@ class Server:
                 c = self._replies.pop()
             uid = c.peer.uid
             self._held.work(uid, -1)
-            if self._held.too_much_unread(uid, len(c.out)):
-                unread = self._held.unread[uid]
-                why = f"busy: {unread} bytes of replies to this uid not taken yet: read them first"
+            why = self._held.unread_refusal(uid, len(c.out))
+            if why is not None:
                 self._log.warning(uid, "%s: %s refused: %s", c.peer, c.request, why)
                 c.out = _encode(_error(why))
             c.pending = len(c.out)

@@ -202,9 +202,10 @@ def test_a_uids_work_under_way_and_unread_replies_are_bounded():
     assert held.busy_refusal(0) is None and held.busy_refusal(1002) is None
     held.work(1001, -1)
     assert held.busy_refusal(1001) is None
-    assert not held.too_much_unread(1001, 5000)  # the first reply is always given
+    assert held.unread_refusal(1001, 5000) is None  # the first reply is always given
     held.replies(1001, 5000)
-    assert held.too_much_unread(1001, 1) and not held.too_much_unread(0, 10**9)
+    assert held.unread_refusal(1001, 1).startswith("busy: 5000 bytes of replies to this uid")
+    assert held.unread_refusal(0, 10**9) is None
     assert "5000 bytes of replies to this uid not taken yet" in held.busy_refusal(1001)
     held.replies(1001, -5000)
     held.work(1001, -1)
