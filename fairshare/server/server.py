@@ -13,7 +13,12 @@ to take the reply, clients at once, per uid); a complete request goes to a small
 pool of worker threads that answer it from the UDB (their own connections;
 SQLite's WAL lets them read while the cycle writes) and hand the reply back, so no
 client, however slow, holds a worker.  Every refused or broken request is logged
-in one line naming the peer.  The connections and their count against the limits are
+in one line naming the peer, a few lines per uid in a window (`PeerLog`).  A uid past
+its pace of new connections is hung up on as soon as it is accepted, before anything
+is read, sent or logged, and accepts go in batches, so a flood neither fills root's log
+nor keeps the selector thread from the other clients; a uid's requests under way and
+replies not taken are capped, so neither the workers nor the daemon's memory are one
+uid's to take.  The connections and their count against the limits are
 fairshare.server.clients; the requests, and who may make them,
 fairshare.server.answers.
 """
