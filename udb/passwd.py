@@ -85,7 +85,7 @@ def passwd_directives(
     out: list[Directive] = []
     skipped: list[tuple[str, str]] = []
     names, uids = set(existing_names), set(existing_uids)
-    group: int | str = int(resgrp) if resgrp.isdigit() else resgrp
+    group: int | str = int(resgrp) if resgrp.isascii() and resgrp.isdigit() else resgrp
     for u in users:
         if u.name in names:
             reason = "already in the UDB" if u.name in existing_names else "listed twice"

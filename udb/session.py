@@ -16,8 +16,10 @@ at BEGIN so that two writers serialise instead of failing half-way.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
+import sqlite3
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,15 +93,23 @@ def _sqlite_setup(engine: Engine) -> None:
         # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-        # journal_mode = WAL is set once a database is known to be a UDB (`use_wal`): it
-        # is stored in the file, and a database we cannot recognise is never written.
-        cur.execute("PRAGMA synchronous = NORMAL")
-        cur.execute("PRAGMA foreign_keys = ON")
-        # Reads copy from the mapped file instead of one read() per page: the published
-        # columns of 100,000 lnodes (17 MB, fairshare.store.published) in 7 instead of 18 ms.
-        cur.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
-        cur.close()
+        try:
+            cur.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            # journal_mode = WAL is set once a database is known to be a UDB (`use_wal`):
+            # it is stored in the file, and a database we cannot recognise is never written.
+            cur.execute("PRAGMA synchronous = NORMAL")
+            cur.execute("PRAGMA foreign_keys = ON")
+            # Reads copy from the mapped file instead of one read() per page: the published
+            # columns of 100,000 lnodes (17 MB, fairshare.store.published) in 7, not 18 ms.
+            cur.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
+        except UnicodeDecodeError:
+            # SQLite's message quotes a damaged schema's object name, which the sqlite3
+            # module cannot decode: a database error like any other damage.
+            raise sqlite3.DatabaseError(
+                "malformed database schema (an object's name is not UTF-8)"
+            ) from None
+        finally:
+            cur.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
@@ -143,7 +153,11 @@ def make_engine(url: str) -> Engine:
     if u.get_backend_name() == "sqlite":
         if u.database and u.database != ":memory:":
             Path(u.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT})
+        engine = create_engine(
+            url,
+            connect_args={"timeout": BUSY_TIMEOUT},
+            json_deserializer=_stored_json(display_name(url)),
+        )
         _sqlite_setup(engine)
         return engine
     return create_engine(url, pool_pre_ping=True)
@@ -195,6 +209,22 @@ class Footprint:
                 f.truncate()
             os.utime(self.path, ns=self.times)
         _remove_dirs(self.missing_dirs)
+
+
+def _stored_json(name: str):
+    """The UDB's JSON columns read back (json.loads), a value damaged on disk being
+    UnusableUdb naming the UDB `name` instead of a JSONDecodeError deep in a query."""
+
+    def loads(text: str):
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            raise UnusableUdb(
+                f"{name}: damaged UDB: a stored value is not the JSON that was written "
+                f"({text[:20]!r}...); nothing written"
+            ) from None
+
+    return loads
 
 
 _engines: dict[str, Engine] = {}
@@ -282,7 +312,6 @@ def open_readonly(udb: str | None = None) -> Engine:
     which is safe because no writer has it open.  OptionError for a URL that is not a
     SQLite file.
     """
-    import sqlite3
     from urllib.parse import quote
 
     from udb.errors import OptionError
@@ -300,6 +329,11 @@ def open_readonly(udb: str | None = None) -> Engine:
         except sqlite3.OperationalError:
             conn.close()
             conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+        except UnicodeDecodeError:  # a damaged schema's name quoted in SQLite's message
+            conn.close()
+            raise sqlite3.DatabaseError(
+                "malformed database schema (an object's name is not UTF-8)"
+            ) from None
         conn.isolation_level = None
         conn.execute("PRAGMA query_only = ON")
         return conn

@@ -140,7 +140,8 @@ def read_auth(path: Path) -> list[AuthPair]:
     The file is opened once, never through a symbolic link, and what was opened is
     what is checked (`untrusted_reason` on its fstat) and read: a name swapped between
     a check and a read cannot slip another file in.  NotAuthorised when it is
-    missing, unreadable, a symbolic link or not trusted.
+    missing, unreadable, a symbolic link or not trusted; OptionError naming the line
+    when it is not UTF-8 text or not 'login group' pairs.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -152,14 +153,21 @@ def read_auth(path: Path) -> list[AuthPair]:
         if err.errno == errno.ELOOP:
             raise NotAuthorised(f"{path}: is a symbolic link: not trusted") from None
         raise NotAuthorised(f"{path}: cannot be read: {err.strerror}") from None
-    with os.fdopen(fd) as f:
+    with os.fdopen(fd, "rb") as f:
         reason = untrusted_reason(path, os.fstat(fd))
         if reason:
             raise NotAuthorised(reason)
         try:
-            text = f.read()
+            data = f.read()
         except OSError as err:
             raise NotAuthorised(f"{path}: cannot be read: {err.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise OptionError(
+            f"{path}:{line}: not UTF-8 text (byte {err.start}): expected 'login group' pairs"
+        ) from None
     return parse_auth(text, str(path))
 
 
@@ -233,8 +241,8 @@ def authorise(caller: Caller, tree: ShareTree, group: str | None, auth: Path) ->
     if caller.is_root:
         try:
             granted = granted_groups(caller, read_auth(auth))
-        except NotAuthorised:
-            granted = []  # root needs no auth file
+        except (NotAuthorised, OptionError):
+            granted = []  # root needs no auth file, and is not stopped by a bad one
         if group is None:
             group = granted[0] if granted else TOP
         return group_view(tree, group)
@@ -267,12 +275,16 @@ def parse_assignments(items: Sequence[str], option: str = "-b") -> dict[str, int
     for text in items:
         for position, item in enumerate(text.split(","), 1):
             m = _ITEM.fullmatch(item)
-            if not m or not m.group(2).isdigit() or int(m.group(2)) > MAX_SHARES:
+            digits = m.group(2) if m else ""
+            # ASCII digits only: int() takes '١٢' as 12, and fails on '²' or 5,000 digits.
+            if not (digits.isascii() and digits.isdigit()) or len(digits) > 10:
+                digits = ""
+            if not digits or int(digits) > MAX_SHARES:
                 raise OptionError(
                     f"{option} {text}: item {position} {item.strip()!r}: expected NAME=SHARES "
                     "with SHARES a whole number >= 0"
                 )
-            name, shares = m.group(1), int(m.group(2))
+            name, shares = m.group(1), int(digits)
             if name in out:
                 raise OptionError(f"{option} {text}: {name} is given twice")
             out[name] = shares

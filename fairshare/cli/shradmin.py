@@ -23,7 +23,7 @@ from fairshare.display.settings import (
     settings_json,
 )
 from fairshare.store.config import history, load_consts, load_effective_consts, schedules
-from udb.cli.common import handle_errors, last_option, udb_option
+from udb.cli.common import HELP, Command, handle_errors, last_option, udb_option
 from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.session import open_udb, read_session, write_session
@@ -106,7 +106,7 @@ def _local(epoch: float) -> str:
     return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings=HELP)
 @udb_option
 @_settings_options
 @click.argument("percent", required=False)

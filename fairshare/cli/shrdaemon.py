@@ -31,7 +31,7 @@ from fairshare.server.server import Limits, Server
 from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store.config import load_consts
 from fairshare.store.published import LnodeStore
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import HELP, Command, handle_errors, udb_option
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
 from udb.remote import DEFAULT_SOCKET
@@ -78,7 +78,7 @@ def detach() -> None:
         os.dup2(null, fd)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings=HELP)
 @udb_option
 @click.option(
     "--enforcer",

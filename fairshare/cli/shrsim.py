@@ -16,7 +16,7 @@ from fairshare.sim.plot import plot, plot_compare
 from fairshare.sim.record import Measured, SimResult
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import load_scenario
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import HELP, Command, handle_errors, udb_option
 from udb.cli.progress import track
 from udb.errors import OptionError
 from udb.jsonout import echo_json
@@ -24,7 +24,7 @@ from udb.jsonout import echo_json
 PLOT_FORMATS = (".png", ".svg")
 
 
-@click.command("shrsim", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("shrsim", cls=Command, context_settings=HELP)
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @udb_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the tables.")

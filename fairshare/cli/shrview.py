@@ -36,7 +36,7 @@ from fairshare.display.shrview import (
 from fairshare.display.site import site_json, site_lines
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Snapshot, Source, caller_own, load_site, tree_leaves
-from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option
+from udb.cli.common import HELP, Command, FiniteFloat, echo_lines, handle_errors, udb_option
 from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
@@ -62,7 +62,7 @@ def parse_display(value: str) -> str:
     return name
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings=HELP)
 @udb_option
 @socket_option
 @click.option(
@@ -137,6 +137,12 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
     req.sort = parse_sort(sort)
     if continuous and (repeat or as_json):
         raise OptionError("-c (continuous) goes with neither -r nor --json")
+    if continuous and not sys.stdout.isatty():
+        # It would draw for ever where nobody sees it, and no q could stop it.
+        raise OptionError(
+            "-c (continuous) needs a terminal: standard output is not one "
+            "(for displays one after another, use -r N)"
+        )
     if continuous:  # runs on: the collector its script turned off comes back (cli.start)
         gc.enable()
     else:

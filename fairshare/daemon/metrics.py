@@ -39,6 +39,9 @@ Per daemon:
   machine's CPUs, which the ratios are fractions of),
   fairshare_last_cycle_timestamp_seconds.
 
+The HTTP server answers at most MAX_SCRAPES connections at once, each on a thread
+of its own, and closes a connection that stalls IDLE_TIMEOUT s (`BoundedHTTPServer`).
+
 Cardinality: one series per exported lnode and metric, lnodes exist only while
 active, and `max_lnodes` caps how many are exported (the ones with the largest
 usage; groups count like any lnode).
@@ -67,6 +70,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("shrdaemon")
 
+#: Scrapes served at once (Prometheus servers scraping this daemon), and how long one
+#: may stall sending its request or taking the reply (s) before its connection is closed.
+MAX_SCRAPES = 8
+IDLE_TIMEOUT = 10.0
 #: Cycle durations (s): from a small site's milliseconds to a slow database's seconds.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 KINDS = np.array([k.label for k in Kind])
@@ -112,7 +119,7 @@ LNODE_COUNTERS = (
 def parse_address(text: str) -> tuple[str, int]:
     """(host, port) of --metrics HOST:PORT ("[::1]:9180", ":9180" = every address)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise OptionError(f"--metrics: expected HOST:PORT (e.g. 127.0.0.1:9180), not {text!r}")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
@@ -312,6 +319,36 @@ class SnapshotCollector(Collector):
         )
 
 
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """prometheus' scrapes, a thread each, at most `MAX_SCRAPES` at once: a connection
+    past them is closed unanswered, so no client can make the daemon start threads
+    (which take PIDs) without bound; with the handler's `IDLE_TIMEOUT`, one that
+    stalls mid-request gives its thread back."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, *args, **kw) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        super().__init__(*args, **kw)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 class Metrics:
     """The daemon observer behind --metrics: publishes a snapshot after every cycle and
     serves it over HTTP at `address` from prometheus_client's server thread."""
@@ -358,14 +395,14 @@ class Metrics:
             def log_message(self, *args) -> None:  # scrapes are not worth a log line
                 pass
 
-        server_class = ThreadingHTTPServer
+        Handler.timeout = IDLE_TIMEOUT  # the socket's: a client that stalls is dropped
+        server_class = BoundedHTTPServer
         if ":" in host:
-            server_class = type("V6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+            server_class = type("V6", (BoundedHTTPServer,), {"address_family": socket.AF_INET6})
         try:
             self.server = server_class((host, port), Handler)
         except OSError as err:
             raise OptionError(f"--metrics {host}:{port}: {err.strerror or err}") from None
-        self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, name="metrics", daemon=True).start()
         self.bound = self.server.server_address[:2]
         log.info("metrics on http://%s:%d/metrics", *self.bound)

@@ -44,7 +44,7 @@ class Notifier:
         pid = environ.get("WATCHDOG_PID", "")
         ours = not pid or pid == str(os.getpid())
         #: the watchdog interval systemd set, seconds (None: no watchdog)
-        self.watchdog = int(usec) / 1e6 if usec.isdigit() and ours else None
+        self.watchdog = int(usec) / 1e6 if usec.isascii() and usec.isdigit() and ours else None
 
     def notify(self, *lines: str) -> bool:
         """Send `lines` (``KEY=value``) as one message; False when there is no socket

@@ -57,7 +57,7 @@ def account_names(session: Session) -> dict[int, str]:
 def resolve_account(session: Session, text: str) -> int:
     """The account number `text` names (a number, or a name in the account registry
     or of a shareholder entry); NotFound otherwise."""
-    if text.isdigit():
+    if text.isascii() and text.isdigit() and len(text) <= 20:  # not '٢١٠١', not 5,000 digits
         return int(text)
     for acid, name in account_names(session).items():
         if name == text:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterable
 
 import numpy as np
+from sqlalchemy.exc import DBAPIError
 
 from fairshare.core.consts import GLOBALUSAGE, Consts, decay
 from fairshare.core.lnode import WriteBack, accrued, release
@@ -40,6 +41,8 @@ from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.spool import Spool
 from fairshare.daemon.state import Lnodes, refresh_entries
 from fairshare.store.published import LnodeStore, Recovered
+from udb.errors import UdbError
+from udb.session import database_problem, display_name
 
 log = logging.getLogger("shrdaemon")
 
@@ -126,24 +129,40 @@ class WriteBacks:
 
     def recover(self, halflife: float) -> None:
         """At start: write back what a spool file left (once: fairshare.daemon.spool),
-        then what a crashed daemon checkpointed, each logged."""
+        then what a crashed daemon checkpointed, each logged.
+
+        UdbError when the UDB cannot be written (immutable, read-only, or held by
+        another writer past the busy timeout): the daemon cannot run on it."""
         self.halflife = halflife
-        left = self.spool.load()
-        if left is not None:
-            serial, owed = left
-            if self.store.replay(owed, serial, halflife):
-                log.info(
-                    "wrote back the spool %s: %d lnodes, %.3f CPU s owed since %s",
-                    self.spool.path,
-                    len(owed),
-                    sum(wb.cpu_seconds for _u, wb in owed),
-                    _when(min(wb.shextime for _u, wb in owed) if owed else 0.0),
-                )
-            else:
-                log.info("spool %s: already written back; removed", self.spool.path)
-            self.spool.remove()
-        for r in self.store.recover(halflife):
+        try:
+            self._replay_spool(halflife)
+            recovered = self.store.recover(halflife)
+        except DBAPIError as err:
+            name = display_name(self.store.engine.url.render_as_string(hide_password=False))
+            raise UdbError(
+                f"{name}: cannot write the UDB at start ({database_problem(err)}): the "
+                "daemon must write it; is it immutable, read-only, or held by another writer?"
+            ) from None
+        for r in recovered:
             log_recovered(r)
+
+    def _replay_spool(self, halflife: float) -> None:
+        """Write back what a spool file left, once (fairshare.daemon.spool), and remove it."""
+        left = self.spool.load()
+        if left is None:
+            return
+        serial, owed = left
+        if self.store.replay(owed, serial, halflife):
+            log.info(
+                "wrote back the spool %s: %d lnodes, %.3f CPU s owed since %s",
+                self.spool.path,
+                len(owed),
+                sum(wb.cpu_seconds for _u, wb in owed),
+                _when(min(wb.shextime for _u, wb in owed) if owed else 0.0),
+            )
+        else:
+            log.info("spool %s: already written back; removed", self.spool.path)
+        self.spool.remove()
 
     def start(self, mono: float, consts: Consts) -> None:
         """The first write-back and checkpoint come one interval after `mono`."""

@@ -13,7 +13,12 @@ to take the reply, clients at once, per uid); a complete request goes to a small
 pool of worker threads that answer it from the UDB (their own connections;
 SQLite's WAL lets them read while the cycle writes) and hand the reply back, so no
 client, however slow, holds a worker.  Every refused or broken request is logged
-in one line naming the peer.  The connections and their count against the limits are
+in one line naming the peer, a few lines per uid in a window (`PeerLog`).  A uid past
+its pace of new connections is hung up on as soon as it is accepted, before anything
+is read, sent or logged, and accepts go in batches, so a flood neither fills root's log
+nor keeps the selector thread from the other clients; a uid's requests under way and
+replies not taken are capped, so neither the workers nor the daemon's memory are one
+uid's to take.  The connections and their count against the limits are
 fairshare.server.clients; the requests, and who may make them,
 fairshare.server.answers.
 """
@@ -37,11 +42,14 @@ from sqlalchemy import Engine
 from fairshare.daemon.sessions import SessionAccounts
 from fairshare.daemon.trust import Untrusted, untrusted_dir
 from fairshare.server.answers import Answers, BadRequest, peer_of
-from fairshare.server.clients import Client, Held, expired, wait
+from fairshare.server.clients import Client, Held, Pace, PeerLog, expired, wait
 from udb.errors import UdbError
 from udb.remote import VERSION
 
 log = logging.getLogger("shrdaemon")
+
+#: Connections accepted in one go before the held clients are served again.
+ACCEPT_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,14 @@ class Limits:
     reply_timeout: float = 10.0  # s for the client to take the whole reply
     max_clients: int = 256  # connections held at once
     max_per_uid: int = 64  # connections held at once for one uid other than root
+    reserve: int = 64  # of max_clients, kept for uids holding no connection
     workers: int = 4  # requests answered at once
+    max_busy: int = 2  # requests of one uid other than root being answered at once
+    max_unread: int = 64 * 1024 * 1024  # bytes of replies one uid has not taken
+    rate: float = 100.0  # new connections a second, on average, for one uid other than root
+    burst: int = 200  # new connections at once for one uid other than root
+    log_lines: int = 20  # warnings about one uid's clients logged in log_window
+    log_window: float = 10.0  # s
 
 
 class Server:
@@ -81,7 +96,12 @@ class Server:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._stop = threading.Event()
-        self._held = Held(self.limits.max_clients, self.limits.max_per_uid)
+        lim = self.limits
+        self._held = Held(
+            lim.max_clients, lim.max_per_uid, lim.reserve, lim.max_busy, lim.max_unread
+        )
+        self._pace = Pace(lim.rate, lim.burst)
+        self._log = PeerLog(log, lim.log_lines, lim.log_window)
         self._replies: list[Client] = []  # answered, waiting for the selector thread
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -96,7 +116,7 @@ class Server:
         UdbError when the path is in use by a daemon that answers, or cannot be made;
         Untrusted when its directory is one others may write (fairshare.daemon.trust).
         """
-        s = self._listen()
+        s = listen(self.path, self.limits.max_clients)
         s.setblocking(False)
         self._listener = s
         self._inode = os.lstat(self.path).st_ino
@@ -104,49 +124,6 @@ class Server:
         self._thread = threading.Thread(target=self._loop, name="shrdaemon-socket", daemon=True)
         self._thread.start()
         log.info("serving requests on %s", self.path)
-
-    def _listen(self) -> socket.socket:
-        """The listening socket at `path`, in a directory only root or the daemon's user
-        can write, made mode 0666 as it is bound (nothing is changed by name after)."""
-        path = Path(self.path)
-        try:
-            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            why = untrusted_dir(path.parent, os.geteuid())
-        except OSError as err:
-            raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
-        if why:
-            raise Untrusted(
-                f"--socket {self.path}: directory {why}: others could swap the socket for "
-                "their own or a link: refused (use a directory only root can write, e.g. "
-                "/run/fairshare)"
-            )
-        try:
-            if path.exists() or path.is_symlink():
-                if not stat.S_ISSOCK(path.lstat().st_mode):
-                    raise UdbError(f"{self.path}: exists and is not a socket: not replaced")
-                if _answers(self.path):
-                    raise UdbError(
-                        f"{self.path}: another shrdaemon is listening there: give another --socket"
-                    )
-                path.unlink()  # a stale socket left by a daemon that died
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        except OSError as err:
-            raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
-        try:
-            # Anyone may ask (the daemon decides what to answer): bind itself makes the
-            # socket 0666 under this umask, and nothing is chmod-ed by name afterwards.
-            # The umask is the process's; no other thread makes files while the
-            # daemon starts.
-            old = os.umask(0o111)
-            try:
-                s.bind(self.path)
-            finally:
-                os.umask(old)
-            s.listen(self.limits.max_clients)
-        except OSError as err:
-            s.close()
-            raise UdbError(f"{self.path}: cannot listen: {err.strerror or err}") from None
-        return s
 
     def stop(self) -> None:
         """Stop serving and remove the socket (if it is still ours)."""
@@ -179,6 +156,7 @@ class Server:
                         log.exception("socket %s: serving failed", self.path)
                         if isinstance(key.data, Client) and key.fileobj in sel.get_map():
                             self._close(sel, key.data)
+                self._log.flush()
                 for c in expired(sel, time.monotonic()):
                     if c.out:
                         why = f"did not take the reply to {c.request} within "
@@ -202,7 +180,9 @@ class Server:
             self._read(sel, key.data)
 
     def _accept(self, sel: selectors.BaseSelector) -> None:
-        while True:
+        # A bounded batch: under a flood the queue never empties, and the clients
+        # already held must still be read and written between batches.
+        for _ in range(ACCEPT_BATCH):
             try:
                 conn, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -211,9 +191,16 @@ class Server:
                 log.warning("socket %s: accept failed: %s", self.path, err)
                 return
             peer = peer_of(conn)
+            if not self._pace.allow(peer.uid, time.monotonic()):
+                # Past its rate: hung up on at once, nothing read, sent or logged
+                # but a few lines per window.
+                conn.close()
+                why = f"more than {self.limits.rate:g} connections a second: refused"
+                self._log.warning(peer.uid, "%s: %s", peer, why)
+                continue
             why = self._held.refusal(peer.uid)
             if why is not None:
-                log.warning("%s: refused: %s", peer, why)
+                self._log.warning(peer.uid, "%s: refused: %s", peer, why)
                 _send_nowait(conn, _error(f"busy: {why}, try again"))
                 conn.close()
                 continue
@@ -240,7 +227,12 @@ class Server:
             why = f"request longer than {self.limits.max_request} bytes"
             self._drop(sel, c, why, reply=True)
             return
+        why = self._held.busy_refusal(c.peer.uid)
+        if why is not None:
+            self._drop(sel, c, why, reply=True)
+            return
         sel.unregister(c.conn)
+        self._held.work(c.peer.uid, +1)
         self._pool.submit(self._answer, c, bytes(c.buf[:end]))
 
     def _take_replies(self, sel: selectors.BaseSelector) -> None:
@@ -254,6 +246,14 @@ class Server:
                 if not self._replies:
                     return
                 c = self._replies.pop()
+            uid = c.peer.uid
+            self._held.work(uid, -1)
+            why = self._held.unread_refusal(uid, len(c.out))
+            if why is not None:
+                self._log.warning(uid, "%s: %s refused: %s", c.peer, c.request, why)
+                c.out = _encode(_error(why))
+            c.pending = len(c.out)
+            self._held.replies(uid, c.pending)
             c.deadline = time.monotonic() + self.limits.reply_timeout
             sel.register(c.conn, selectors.EVENT_WRITE, c)
             self._write(sel, c)
@@ -270,7 +270,7 @@ class Server:
             self._close(sel, c)
 
     def _drop(self, sel, c: Client, why: str, reply: bool = False) -> None:
-        log.warning("%s: %s: dropped", c.peer, why)
+        self._log.warning(c.peer.uid, "%s: %s: dropped", c.peer, why)
         if reply:
             _send_nowait(c.conn, _error(why))
         self._close(sel, c)
@@ -279,6 +279,8 @@ class Server:
         sel.unregister(c.conn)
         c.conn.close()
         self._held.release(c.peer.uid)
+        self._held.replies(c.peer.uid, -c.pending)
+        c.pending, c.out = 0, b""
 
     # -- the workers ---------------------------------------------------------------------------
 
@@ -286,25 +288,22 @@ class Server:
         """Answer one request (a worker thread) and hand the reply to the selector thread."""
         peer = c.peer
         try:
-            req = json.loads(line)
-            if not isinstance(req, dict):
-                raise BadRequest("malformed request: not a JSON object")
-            if req.get("v") != VERSION:
-                raise BadRequest(
-                    f"protocol version {req.get('v')!r} not supported (this daemon "
-                    f"speaks {VERSION})"
-                )
+            req = parse_request(line)
             c.request = str(req.get("request"))[:32]
             handler = self.handlers.get(c.request)
             if handler is None:
                 raise BadRequest(f"unknown request {c.request!r}")
-            reply = {"ok": True, **handler(peer, req)}
+            try:
+                reply = {"ok": True, **handler(peer, req)}
+            except (ValueError, TypeError, RecursionError) as err:
+                # A field the handler could not use: the request's fault, not the JSON's.
+                raise BadRequest(f"malformed request: {c.request}: {_short(err)}") from None
             log.debug("%s: %s answered", peer, c.request)
-        except ValueError as err:
-            log.warning("%s: malformed JSON: %s", peer, err)
+        except NotJson as err:
+            self._log.warning(peer.uid, "%s: malformed JSON: %s", peer, err)
             reply = _error(f"malformed request: not JSON ({err})")
         except UdbError as err:
-            log.warning("%s (%s): %s refused: %s", peer, peer.login, c.request, err)
+            self._log.warning(peer.uid, "%s (%s): %s refused: %s", peer, peer.login, c.request, err)
             reply = _error(str(err))
         except Exception:  # a bug: the daemon keeps serving everyone else
             log.exception("%s: %s failed", peer, c.request)
@@ -322,6 +321,84 @@ class Server:
             pass  # the selector thread has wake-ups pending already
         except OSError:
             pass  # stopped already: the pair is closed
+
+
+def listen(where: str, backlog: int) -> socket.socket:
+    """The listening socket at `where`, in a directory only root or the daemon's user
+    can write, made mode 0666 as it is bound (nothing is changed by name after)."""
+    path = Path(where)
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        why = untrusted_dir(path.parent, os.geteuid())
+    except OSError as err:
+        raise UdbError(f"{where}: cannot listen: {err.strerror or err}") from None
+    if why:
+        raise Untrusted(
+            f"--socket {where}: directory {why}: others could swap the socket for "
+            "their own or a link: refused (use a directory only root can write, e.g. "
+            "/run/fairshare)"
+        )
+    try:
+        if path.exists() or path.is_symlink():
+            if not stat.S_ISSOCK(path.lstat().st_mode):
+                raise UdbError(f"{where}: exists and is not a socket: not replaced")
+            if _answers(where):
+                raise UdbError(
+                    f"{where}: another shrdaemon is listening there: give another --socket"
+                )
+            path.unlink()  # a stale socket left by a daemon that died
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as err:
+        raise UdbError(f"{where}: cannot listen: {err.strerror or err}") from None
+    try:
+        # Anyone may ask (the daemon decides what to answer): bind itself makes the
+        # socket 0666 under this umask, and nothing is chmod-ed by name afterwards.
+        # The umask is the process's; no other thread makes files while the
+        # daemon starts.
+        old = os.umask(0o111)
+        try:
+            s.bind(where)
+        finally:
+            os.umask(old)
+        s.listen(backlog)
+    except OSError as err:
+        s.close()
+        raise UdbError(f"{where}: cannot listen: {err.strerror or err}") from None
+    return s
+
+
+class NotJson(BadRequest):
+    """A request line that is not one JSON text."""
+
+
+def parse_request(line: bytes) -> dict:
+    """The request object of one `line` (without its newline): BadRequest when it is
+    not JSON (NotJson), nested too deeply, not an object or not of this protocol's
+    version (an int: true is not 1)."""
+    try:
+        req = json.loads(line, parse_constant=_no_constant)
+    except RecursionError:
+        raise BadRequest("malformed request: nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, too many digits
+        raise NotJson(_short(err)) from None
+    if not isinstance(req, dict):
+        raise BadRequest("malformed request: not a JSON object")
+    v = req.get("v")
+    if type(v) is not int or v != VERSION:
+        raise BadRequest(
+            f"protocol version {_short(repr(v))} not supported (this daemon speaks {VERSION})"
+        )
+    return req
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number this protocol takes")
+
+
+def _short(err: object) -> str:
+    """An error's text cut to a log line's worth."""
+    text = str(err)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _encode(reply: dict) -> bytes:

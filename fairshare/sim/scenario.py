@@ -137,11 +137,13 @@ class _Text:
 
 def scenario_brings_udb(path: str | Path) -> bool:
     """True if the scenario at `path` names its own UDB (`udb` or `directives`); False
-    when it does not or cannot be read (loading it then says what is wrong)."""
+    when it does not or cannot be read (loading it then says what is wrong).
+    ScenarioError when it is not UTF-8 text or not TOML, before any UDB is opened for it."""
     try:
-        doc = tomllib.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = Path(path).read_bytes()
+    except OSError:
         return False
+    doc = _toml(_Text(utf8_text(data, str(path)), str(path)))
     return "udb" in doc or "directives" in doc
 
 
@@ -158,10 +160,24 @@ def load_scenario(
     path = Path(path)
     source = str(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as err:
         raise ScenarioError(source, 1, 1, f"cannot read the scenario: {err.strerror}") from None
+    text = utf8_text(data, source)
     return parse_scenario(text, source, base=path.parent, enforcer=enforcer, udb=udb)
+
+
+def utf8_text(data: bytes, source: str) -> str:
+    """`data` decoded as UTF-8; ScenarioError at the line and column of the first byte
+    that is not (a scenario or directives file written in another encoding)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ScenarioError(
+            source, line, col, f"not UTF-8 text: byte 0x{data[err.start]:02x}"
+        ) from None
 
 
 def parse_scenario(
@@ -358,9 +374,10 @@ def _directives_text(doc: dict, where: _Text, base: Path) -> tuple[str, str, int
             raise where.fail("udb", "expected the path of a udbgen directives file")
         udb_path = base / doc["udb"]
         try:
-            return udb_path.read_text(), str(udb_path), 0
+            data = udb_path.read_bytes()
         except OSError as err:
             raise where.fail("udb", f"cannot read {udb_path}: {err.strerror}") from None
+        return utf8_text(data, str(udb_path)), str(udb_path), 0
     body = doc["directives"]
     if not isinstance(body, str):
         raise where.fail("directives", "expected a string of udbgen directives")

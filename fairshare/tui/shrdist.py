@@ -31,7 +31,7 @@ class SharesInput(Input):
     """A shares field: takes digits only, so u and q reach the editor's bindings."""
 
     def check_consume_key(self, key: str, character: str | None) -> bool:
-        return character is not None and character.isdigit()
+        return character is not None and character.isascii() and character.isdigit()
 
 
 class ShrdistApp(App):
@@ -85,7 +85,7 @@ class ShrdistApp(App):
         out = {}
         for i, name in enumerate(self.view.member_names()):
             text = self.query_one(f"#shares-{i}", Input).value
-            if not text.isdigit():
+            if not (text.isascii() and text.isdigit()) or len(text) > 10:
                 return None
             value = int(text)
             if value != int(self.view.tree.shares[self.view.tree.node(name)]):

@@ -292,3 +292,41 @@ def test_cpu_counters_by_hand_through_a_release_and_a_rebuilt_tree():
     assert cycle(rebuilt, t2, half, counters) == {
         "root": 26, "A": 10, "B": 8, "A1": 10, "B1": 8,
     }  # fmt: skip
+
+
+def test_clients_holding_half_sent_requests_get_few_threads_and_are_timed_out(monkeypatch):
+    """A local user opening 60 connections that each send half a request (as the
+    campaign's took the daemon to 761 threads): the server keeps at most MAX_SCRAPES
+    threads, closes the rest unanswered, and drops the stalled ones at IDLE_TIMEOUT,
+    after which a scrape is answered."""
+    import socket
+    import threading
+    import time
+    import urllib.request
+
+    from fairshare.daemon import metrics as metrics_module
+
+    monkeypatch.setattr(metrics_module, "IDLE_TIMEOUT", 1.0, raising=False)
+    cap = getattr(metrics_module, "MAX_SCRAPES", 8)
+    m = Metrics(("127.0.0.1", 0))
+    m.serve()
+    before = threading.active_count()
+    held = []
+    try:
+        for _ in range(60):
+            s = socket.create_connection(m.bound, timeout=5)
+            s.sendall(b"GET /metr")
+            held.append(s)
+        time.sleep(0.5)
+        most = threading.active_count() - before
+        assert most <= cap, most
+        deadline = time.monotonic() + 10
+        while threading.active_count() > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert threading.active_count() == before  # each stalled one was timed out
+        with urllib.request.urlopen(f"http://127.0.0.1:{m.bound[1]}/metrics", timeout=5) as r:
+            assert r.status == 200 and b"fairshare_errors_total" in r.read()
+    finally:
+        for s in held:
+            s.close()
+        m.stopping(None)

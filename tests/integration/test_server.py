@@ -175,3 +175,95 @@ def test_connections_are_held_at_once_and_per_uid_root_past_its_own_limit():
     held.release(1001)
     held.release(0)
     assert (held.count, held.per_uid) == (0, {})
+
+
+def test_the_last_slots_are_kept_for_uids_holding_none():
+    """Four uids of 64 filled all 256 slots before; now the fourth is held to one and
+    any other user still gets in (tests/system/test_floods.py as real uids)."""
+    held = Held(max_clients=256, max_per_uid=64, reserve=64)
+    for uid in (1001, 1002, 1003, 1004):
+        for _ in range(64):
+            if held.refusal(uid) is None:
+                held.hold(uid)
+    assert held.per_uid == {1001: 64, 1002: 64, 1003: 64, 1004: 1}
+    assert "kept for users holding none" in held.refusal(1004)
+    for uid in range(2000, 2063):  # 63 more users, one connection each
+        assert held.refusal(uid) is None
+        held.hold(uid)
+    assert held.refusal(3000) == "256 clients already"
+    assert held.refusal(0) == "256 clients already"
+
+
+def test_a_uids_work_under_way_and_unread_replies_are_bounded():
+    held = Held(max_clients=256, max_per_uid=64, reserve=64, max_busy=2, max_unread=1000)
+    held.work(1001, +1)
+    held.work(1001, +1)
+    assert held.busy_refusal(1001).startswith("busy: 2 requests of this uid being answered")
+    assert held.busy_refusal(0) is None and held.busy_refusal(1002) is None
+    held.work(1001, -1)
+    assert held.busy_refusal(1001) is None
+    assert held.unread_refusal(1001, 5000) is None  # the first reply is always given
+    held.replies(1001, 5000)
+    assert held.unread_refusal(1001, 1).startswith("busy: 5000 bytes of replies to this uid")
+    assert held.unread_refusal(0, 10**9) is None
+    assert "5000 bytes of replies to this uid not taken yet" in held.busy_refusal(1001)
+    held.replies(1001, -5000)
+    held.work(1001, -1)
+    assert (held.busy, held.unread) == ({}, {})
+
+
+def test_new_connections_are_paced_per_uid_and_root_is_not():
+    from fairshare.server.clients import Pace
+
+    pace = Pace(rate=10, burst=5)
+    assert [pace.allow(1001, 100.0) for _ in range(6)] == [True] * 5 + [False]
+    assert pace.allow(1002, 100.0)  # another uid has a bucket of its own
+    assert all(pace.allow(0, 100.0) for _ in range(100))
+    assert not pace.allow(1001, 100.05)  # half a token
+    assert pace.allow(1001, 100.2) and pace.allow(1001, 100.2) and not pace.allow(1001, 100.2)
+
+
+def test_the_log_takes_a_few_lines_per_uid_then_says_how_many_it_left_out():
+    import logging
+    import time
+
+    from fairshare.server.clients import PeerLog
+
+    said: list[str] = []
+    logger = logging.Logger("peerlog-test")
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logger.addHandler(handler)
+    plog = PeerLog(logger, burst=3, interval=0.2)
+    for i in range(1000):
+        plog.warning(1001, "uid 1001: refused %d", i)
+    plog.warning(1002, "uid 1002: refused")
+    time.sleep(0.25)
+    plog.flush()
+    assert said == [
+        "uid 1001: refused 0",
+        "uid 1001: refused 1",
+        "uid 1001: refused 2",
+        "uid 1002: refused",
+        "uid 1001: 997 more lines about its clients not logged in 0.2 s",
+    ]
+
+
+def test_a_value_error_in_a_handler_is_a_malformed_request_not_json(tmp_path):
+    """A lone surrogate in "host" fails in the database driver (UnicodeEncodeError):
+    it was reported as "not JSON"."""
+    url = f"sqlite:///{tmp_path / 'u.sqlite'}"
+    open_udb(url, create=True)
+    d = tmp_path / "run"
+    d.mkdir(mode=0o755)
+    srv = Server(str(d / "s.sock"), open_udb(url), "h", None, tmp_path / "auth")
+    srv.start()
+    try:
+        s = _connect(srv.path)
+        s.sendall(b'{"v": 1, "request": "cycle", "host": "\\ud800"}\n')
+        reply = json.loads(s.makefile("rb").readline())
+        s.close()
+    finally:
+        srv.stop()
+    assert not reply["ok"]
+    assert reply["error"].startswith("malformed request: cycle: 'utf-8' codec can't encode")

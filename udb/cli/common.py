@@ -1,7 +1,9 @@
 """What every command of the suite shares: the --udb option and the error contract.
 
-A command is a click command wrapped by `command`: any `UdbError` becomes one
-line on stderr (``PROG: message``) and exit status 2, never a traceback.
+A command is a click command of class `Command` whose callback is wrapped by
+`handle_errors`: any `UdbError`, and any usage error click finds in the command line,
+becomes one line on stderr (``PROG: message``) and exit status 2, never a traceback
+nor click's four lines.
 """
 
 from __future__ import annotations
@@ -58,6 +60,33 @@ last_option = click.option(
 )
 
 
+class OneLineUsageError(click.UsageError):
+    """A usage error shown as the suite's one line, ``PROG: message``, exit status 2."""
+
+    def show(self, file=None) -> None:
+        name = self.ctx.info_name if self.ctx and self.ctx.info_name else "fairshare"
+        message = " ".join(self.format_message().split())
+        click.echo(f"{name}: {message} (see {name} --help)", file=file, err=file is None)
+
+
+class Command(click.Command):
+    """click's command with the suite's error contract for its command line: a usage
+    error (an unknown option, a bad value, a missing argument) is one line, exit 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as err:
+            one = OneLineUsageError(err.message, err.ctx)
+            if isinstance(err, click.BadParameter) and err.ctx is not None:
+                one.message = err.format_message()  # names the option, as click says it
+            raise one from None
+
+
+#: The settings of every command: -h as well as --help.
+HELP = {"help_option_names": ["-h", "--help"]}
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print `PROG: message` on stderr and exit with `code`."""
     prog = click.get_current_context(silent=True)
@@ -77,6 +106,16 @@ def handle_errors(func):
             fail(str(err), err.exit_code)
         except DBAPIError as err:  # a UDB damaged where open_udb's checks did not look
             fail(f"{last_opened() or 'the UDB'}: database error: {database_problem(err)}")
+        except (TypeError, ValueError) as err:
+            # A value of the wrong type where the schema promises another (an INTEGER
+            # column holding text): SQLite keeps what a damaged record says.  Without a
+            # UDB open it is not the UDB's doing: the traceback is for a bug report.
+            if not last_opened():
+                raise
+            fail(
+                f"{last_opened()}: damaged UDB? a stored value cannot be used "
+                f"({type(err).__name__}: {' '.join(str(err).split())[:200]}); nothing written"
+            )
         except BrokenPipeError:  # `udbsee -a | head`
             sys.stderr.close()
             sys.exit(0)
