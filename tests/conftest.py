@@ -192,6 +192,19 @@ def _system_tests_take_turns(request):
 
 
 @pytest.fixture(autouse=True)
+def _shrdaemon_log_as_found():
+    """shrdaemon's logger as each test found it: a daemon run in-process (CliRunner)
+    points it at its own handler and stops it propagating, which would hide the next
+    test's records from caplog."""
+    import logging
+
+    log = logging.getLogger("shrdaemon")
+    saved = (log.handlers[:], log.level, log.propagate)
+    yield
+    log.handlers[:], log.level, log.propagate = saved
+
+
+@pytest.fixture(autouse=True)
 def _no_default_udb(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("UDB_URL", raising=False)

@@ -63,7 +63,7 @@ from fairshare.daemon.state import (
     same_tree,
 )
 from fairshare.daemon.sync import serve
-from fairshare.daemon.writeback import WriteBackMode, WriteBacks
+from fairshare.daemon.writeback import WriteBackMode, WriteBacks, writable_at_start
 from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
@@ -290,9 +290,10 @@ class Daemon:
         """Load the constants, recover from a crash, load the tree, set the enforcer up,
         take a baseline."""
         consts = self.consts = self.reloader.consts(self.engine, self.clock.time())
-        generation = self.store.claim()  # from now on, no daemon before this one writes
-        log.debug("host %s: generation %d", self.store.host, generation)
-        self.ledger.recover(consts.halflife)
+        with writable_at_start(self.store):
+            generation = self.store.claim()  # from now on, no daemon before this one writes
+            log.debug("host %s: generation %d", self.store.host, generation)
+            self.ledger.recover(consts.halflife)
         with read_session(self.engine) as s:
             ln = self._lnodes = load_lnodes(s, consts.mode)
         log_tree(ln)

@@ -28,7 +28,8 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from sqlalchemy.exc import DBAPIError
@@ -96,6 +97,21 @@ def refresh_site(
     refresh_site_step(ln.tree, ln.table, site, view, usage, consts, cpus)
 
 
+@contextmanager
+def writable_at_start(store: LnodeStore) -> Iterator[None]:
+    """Around the daemon's first writes (its claim on the host, the recovery): a UDB it
+    cannot write (immutable, read-only, or held by another writer past the busy
+    timeout) is a UdbError in one line: the daemon cannot run on it."""
+    try:
+        yield
+    except DBAPIError as err:
+        name = display_name(store.engine.url.render_as_string(hide_password=False))
+        raise UdbError(
+            f"{name}: cannot write the UDB at start ({database_problem(err)}): the "
+            "daemon must write it; is it immutable, read-only, or held by another writer?"
+        ) from None
+
+
 class WriteBacks:
     """What the daemon owes `store` (a host of `cpus` CPUs, for the site factors): the
     write-back and checkpoint timers (monotonic s), the increments not yet written
@@ -129,21 +145,10 @@ class WriteBacks:
 
     def recover(self, halflife: float) -> None:
         """At start: write back what a spool file left (once: fairshare.daemon.spool),
-        then what a crashed daemon checkpointed, each logged.
-
-        UdbError when the UDB cannot be written (immutable, read-only, or held by
-        another writer past the busy timeout): the daemon cannot run on it."""
+        then what a crashed daemon checkpointed, each logged."""
         self.halflife = halflife
-        try:
-            self._replay_spool(halflife)
-            recovered = self.store.recover(halflife)
-        except DBAPIError as err:
-            name = display_name(self.store.engine.url.render_as_string(hide_password=False))
-            raise UdbError(
-                f"{name}: cannot write the UDB at start ({database_problem(err)}): the "
-                "daemon must write it; is it immutable, read-only, or held by another writer?"
-            ) from None
-        for r in recovered:
+        self._replay_spool(halflife)
+        for r in self.store.recover(halflife):
             log_recovered(r)
 
     def _replay_spool(self, halflife: float) -> None:
