@@ -51,7 +51,20 @@ SETTINGS = (
     ("-m", "--mem", "cost_mem", "Cost per memory click (MiB-second resident); 0 to 1e6."),
     ("-y", "--tty", "cost_tty", "Tty cost: only 0, Linux counts no tty I/O per process."),
     (None, "--sio", "cost_sio", "Cost per stream I/O operation; 0 to 1e6."),
-    ("-X", "--maxushare", "maxushare", "maxushare (LIMSHARE): above 1 up to 1000."),
+    (
+        "-X",
+        "--maxushare",
+        "maxushare",
+        "maxushare: with LIMSHARE the ceiling, the most Eshr a user may get as a multiple "
+        "of its due share (and due / maxushare the floor); above 1 up to 1000.",
+    ),
+    (
+        None,
+        "--k5",
+        "k5",
+        "Kay-Lauder's K5: without LIMSHARE the ceiling, the most Eshr as a multiple of the "
+        "due share (edge effects); 2; above 1 up to 1000.",
+    ),
     ("-Y", "--mingshare", "mingshare", "mingshare (ADJGROUPS): between 0 and 1."),
     ("-Z", "--sharemin", "sharemin", "sharemin: minimum machine share of an lnode, 0 to 0.99."),
     ("-U", "--maxusage", "maxusage", "MAXUSAGE: usage that puts a user on idle CPU, 1 to 1e30."),
@@ -60,6 +73,13 @@ SETTINGS = (
     ("-n", "--writeback", "writeback", "Write-back interval: 60s; 0 to 1 d."),
     (None, "--checkpoint", "checkpoint", "Checkpoint interval: 300s; 0 to 1 d."),
     (None, "--quota-threshold", "quota_threshold", "CPU s past the quota before SIGKILL, <= 1 d."),
+    (
+        None,
+        "--quota-signal",
+        "quota_signal",
+        "Signal sent at the CPU quota beside the terminal message: none (the default) or a "
+        "name such as SIGURG; SIGXCPU ends a process that does not handle it.",
+    ),
     (
         None,
         "--policy",
