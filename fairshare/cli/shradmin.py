@@ -15,7 +15,7 @@ from fairshare.admin.shradmin import (
     set_schedule,
 )
 from fairshare.admin.shrdist import current_caller
-from fairshare.core.consts import CHOICES, from_user
+from fairshare.core.consts import from_user, policy_names
 from fairshare.display.settings import (
     history_json,
     history_lines,
@@ -84,8 +84,9 @@ SETTINGS = (
         None,
         "--policy",
         "policy",
-        f"Fair-share policy the cycle runs: {', '.join(CHOICES['policy'])} (the first is "
-        "the default).",
+        f"Fair-share policy the cycle runs: {', '.join(policy_names())} (the first is "
+        "the default; a site's own in the entry-point group fairshare.policies); 'list' "
+        "lists them.",
     ),
     (None, "--feedback-kc", "feedback_kc", "Feedback: share nodes' filter K_c, above 0 to 1."),
     (
@@ -149,6 +150,12 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
     set in force on --days during --hours (local time), as the guide's prime
     and non-prime settings.
     """
+    if (settings.get("policy") or "").strip().lower() == "list":
+        from fairshare.core.policies import ORIGINS, POLICIES
+
+        for name in POLICIES:
+            click.echo(f"{name}  {ORIGINS.get(name, '')}")
+        return
     changes = {const: value for const, value in settings.items() if value is not None}
     if percent is not None:
         changes["percent"] = percent

@@ -51,9 +51,12 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
         except (OSError, ValueError):  # not a file (click's test runner)
             fd = None
         handler.setFormatter(log_formatter(os.environ, fd))
-    log.handlers[:] = [handler]
-    log.setLevel(logging.DEBUG if verbose else logging.INFO)
-    log.propagate = False
+    # The daemon's own log, and the library's (a site hook or plug-in skipped, a stored
+    # constant ignored), to the same place.
+    for logger in (log, logging.getLogger("fairshare")):
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+        logger.propagate = False
 
 
 def detach() -> None:
@@ -158,6 +161,15 @@ def detach() -> None:
     help="Export at most N lnodes (those with the largest usage), bounding the series.",
 )
 @click.option(
+    "--site-hook",
+    "site_hooks",
+    multiple=True,
+    metavar="NAME|MODULE:ATTR",
+    help="Run this site hook every cycle before the enforcer (repeatable): an entry point "
+    "of the group fairshare.site_hooks, or MODULE:ATTR; 'none' runs none.  Default: every "
+    "hook installed.  See SITE EXITS in shrdaemon(8).",
+)
+@click.option(
     "-v",
     "--verbose",
     count=True,
@@ -180,6 +192,7 @@ def main(
     log_file,
     metrics_at,
     metrics_lnodes,
+    site_hooks,
     verbose,
 ):
     """The fair-share daemon: every delta seconds, charge each active lnode for what
@@ -219,15 +232,27 @@ def main(
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
-    store = run_real(
-        engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles
-    )
+    options = Options(enforce_min_uid=enforce_min_uid, site_exits=site_exits(site_hooks))
+    store = run_real(engine, lock, consts, observers, enforcer, options, socket_, auth, cycles)
     if show:
         show_published(store, as_json)
 
 
+def site_exits(specs: tuple[str, ...]) -> tuple:
+    """The site hooks --site-hook names (none given: every one installed; "none": none),
+    loaded (fairshare.core.plugins), each logged."""
+    from fairshare.core.plugins import load_site_hooks
+
+    if specs == ("none",):
+        return ()
+    exits = tuple(load_site_hooks(specs or None))
+    for e in exits:
+        log.info("site hook %s runs every cycle before the enforcer", e.name)
+    return exits
+
+
 def run_real(
-    engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles
+    engine, lock, consts, observers, enforcer, options, socket_, auth, cycles
 ) -> LnodeStore:
     """Run the daemon on this machine under `lock` (serving `socket_` unless '') until it
     stops; returns its store, which holds the last published lnode table."""
@@ -237,7 +262,7 @@ def run_real(
         choice = detect(enforcer)
         log.info("%s", enforcer_line(choice, consts.scheduling))
         log.info("UDB %s, host %s, lock %s", display_name(lock.url), lock.host, lock.where)
-        daemon = make_daemon(engine, choice, lock.host, enforce_min_uid, consts.share_by_account)
+        daemon = make_daemon(engine, choice, lock.host, options, consts.share_by_account)
         daemon.observers.extend(observers)
         serve(observers)
         server = None
@@ -327,7 +352,7 @@ def show_published(store: LnodeStore, as_json: bool) -> None:
         render_published(Console(width=max(100, Console().width)), head, rows)
 
 
-def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daemon:
+def make_daemon(engine, choice, host, options: Options, by_account=False) -> Daemon:
     """A Daemon on the real machine with the chosen enforcer: a cgroup enforcer's
     counters give the CPU of the processes in lnode cgroups, and the kernel's process
     events place new sessions at once."""
@@ -343,7 +368,7 @@ def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daem
         enforcer,
         LnodeStore(engine, host),
         actions,
-        options=Options(enforce_min_uid=enforce_min_uid),
+        options=options,
         account_of=SessionAccounts(),  # newacct's accounts, per session
         process_events=ProcessEvents() if enforcer.capabilities.places else None,
     )

@@ -28,6 +28,7 @@ import re
 import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 import numpy as np
 
@@ -147,6 +148,18 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "policy": ("unicos", "feedback", "slurm"),
     "idleshare": ("proportional", "even"),
 }
+#: The entry-point group of the policies a site installs (fairshare.core.plugins).
+POLICY_GROUP = "fairshare.policies"
+
+
+def policy_names() -> tuple[str, ...]:
+    """The policies `shradmin --policy` accepts: the suite's (CHOICES) and those
+    installed in the entry-point group POLICY_GROUP, sorted (their names only; a
+    name installed that fails to load is caught when the cycle asks for it)."""
+    installed = {ep.name for ep in entry_points(group=POLICY_GROUP)}
+    return CHOICES["policy"] + tuple(sorted(installed - set(CHOICES["policy"])))
+
+
 DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint", "feedback_period")
 
 
@@ -385,9 +398,13 @@ def quota_warning(consts: Consts) -> signal.Signals | None:
 
 
 def _choice(name: str, value: object) -> str:
-    """`value` if it is one of constant `name`'s CHOICES; else OptionError listing them."""
-    if value not in CHOICES[name]:
-        raise OptionError(f"{name}: expected one of {', '.join(CHOICES[name])}, got {value!r}")
+    """`value` if it is one of constant `name`'s CHOICES (for `policy`, or an installed
+    plug-in's name: `policy_names`); else OptionError listing them."""
+    if value in CHOICES[name]:
+        return value  # type: ignore[return-value]
+    known = policy_names() if name == "policy" else CHOICES[name]
+    if value not in known:
+        raise OptionError(f"{name}: expected one of {', '.join(known)}, got {value!r}")
     return value  # type: ignore[return-value]
 
 
