@@ -228,7 +228,9 @@ def main(
     if scenario:
         serve(observers)
         with lock:
-            run_simulation(engine, scenario, cycles, enforcer, host, observers)
+            run_simulation(
+                engine, scenario, cycles, enforcer, host, observers, site_exits(site_hooks)
+            )
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
@@ -374,12 +376,13 @@ def make_daemon(engine, choice, host, options: Options, by_account=False) -> Dae
     )
 
 
-def run_simulation(engine, scenario, cycles, enforcer, host, observers=()) -> None:
-    """Run the daemon's loop on the simulator's machine described by `scenario`."""
+def run_simulation(engine, scenario, cycles, enforcer, host, observers=(), exits=()) -> None:
+    """Run the daemon's loop on the simulator's machine described by `scenario`, with
+    the site's hooks `exits`."""
     from fairshare.sim.daemon import simulated_daemon
 
     daemon, model, length = simulated_daemon(
-        engine, scenario, enforcer, host=host or "simulator", cycles=cycles
+        engine, scenario, enforcer, host=host or "simulator", cycles=cycles, site_exits=exits
     )
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
     daemon.observers.extend(observers)

@@ -10,6 +10,7 @@ that is a floor on UID 104's effective share; the second example caps a group.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from types import SimpleNamespace as Row
@@ -316,3 +317,59 @@ def test_a_hook_that_raises_or_returns_nonsense_is_logged_once_and_skipped(plugi
     with read_session(engine) as s:  # and the daemon wrote back as usual
         assert s.scalars(select(Entry.shextime).where(Entry.uid == 1003)).one() > EPOCH
     assert np.isfinite(applied["special"])
+
+
+SIM_SCENARIO = '''
+cpus = 2
+duration = "10m"
+delta = "4s"
+
+directives = """
+create:Idle:uid:11:shares:0:
+create:A:uid:500:shflags:040000:shares:1:
+create:batch:uid:501:shflags:040000:shares:1:
+create:special:uid:104:resgrp:A:shares:1:
+create:a2:uid:1002:resgrp:A:shares:1:
+create:b1:uid:1003:resgrp:batch:shares:1:
+create:b2:uid:1004:resgrp:batch:shares:1:
+"""
+
+[consts]
+flags = ["ADJGROUPS"]
+
+[[workload]]
+name = "a2"
+procs = 2
+
+[[workload]]
+name = "b1"
+procs = 2
+
+[[workload]]
+name = "b2"
+procs = 2
+'''
+
+
+def test_shrdaemon_simulate_runs_the_site_hook_and_the_machine_delivers_it(plugin, tmp_path):
+    """shrdaemon --simulate with the hooks installed (by default every one: the broken
+    and the wrong one are skipped, cap-batch runs): the simulated kernel (nested
+    cgroups) gives the batch group a quarter of the machine, not its half as with
+    --site-hook none."""
+    from fairshare.cli.shrdaemon import main as shrdaemon
+
+    scenario = tmp_path / "site.toml"
+    scenario.write_text(SIM_SCENARIO)
+    results = {}
+    for hooks in (["--site-hook", "none"], []):
+        url = f"sqlite:///{tmp_path / f'udb{len(hooks)}.sqlite'}"
+        open_udb(url, create=True)  # as udbgen makes it
+        args = ["--udb", url, "--simulate", str(scenario), "--cycles", "30", *hooks]
+        r = CliRunner().invoke(shrdaemon, [*args, "--show", "--json"])
+        assert r.exit_code == 0, r.output
+        results[not hooks] = {v["name"]: v for v in json.loads(r.stdout)["lnodes"]}
+    assert results[False]["batch"]["e_share"] == pytest.approx(0.5, abs=0.01)
+    assert results[False]["batch"]["got"] == pytest.approx(0.5, abs=0.02)
+    assert results[True]["batch"]["e_share"] == pytest.approx(0.25)
+    assert results[True]["batch"]["got"] == pytest.approx(0.25, abs=0.02)
+    assert results[True]["a2"]["got"] == pytest.approx(0.75, abs=0.02)
