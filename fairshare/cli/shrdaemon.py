@@ -51,12 +51,14 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
         except (OSError, ValueError):  # not a file (click's test runner)
             fd = None
         handler.setFormatter(log_formatter(os.environ, fd))
-    # The daemon's own log, and the library's (a site hook or plug-in skipped, a stored
-    # constant ignored), to the same place.
-    for logger in (log, logging.getLogger("fairshare")):
-        logger.handlers[:] = [handler]
-        logger.setLevel(logging.DEBUG if verbose else logging.INFO)
-        logger.propagate = False
+    log.handlers[:] = [handler]
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    log.propagate = False
+    # The library's log (a site hook or plug-in skipped, a stored constant ignored) to
+    # the same place; it still propagates, to no handler of the root's but a host's.
+    library = logging.getLogger("fairshare")
+    library.handlers[:] = [handler]
+    library.setLevel(logging.INFO)
 
 
 def detach() -> None:

@@ -385,7 +385,7 @@ def test_new_entry_is_picked_up_within_one_cycle(engine):
 
 
 def test_cpu_quota_warns_on_the_terminals_without_a_signal_then_sigkill_past_the_threshold(
-    engine, caplog
+    engine, caplog, monkeypatch
 ):
     """The guide's 4.7: at the quota the user is warned and the processes keep running
     (SIGCPULIM "is ignored by default"); 3 s of CPU past it (the default threshold) they
@@ -400,6 +400,7 @@ def test_cpu_quota_warns_on_the_terminals_without_a_signal_then_sigkill_past_the
     d.start()
     cycle(d, clock)  # 1 + 2 = 3 s used
     assert sent == [] and actions.told == []
+    monkeypatch.setattr(logging.getLogger("shrdaemon"), "propagate", True)  # to caplog
     with caplog.at_level(logging.WARNING, logger="shrdaemon"):
         cycle(d, clock)  # 5 s: the quota
     assert sent == []  # no signal: nothing that could end a process
