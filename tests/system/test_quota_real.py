@@ -124,15 +124,14 @@ def run(tmp_path: Path, **consts) -> dict:
             text = read_terminal(master, 0.05)
             if text:
                 out["text"] += text
+            try:
+                out["last_cpu"] = cpu_of(proc)  # the last reading before it ended
+            except psutil.Error:
+                break
             if out["warned_at"] is None and "reached" in out["text"]:
-                out["warned_at"] = cpu_of(proc)
+                out["warned_at"] = out["last_cpu"]
                 time.sleep(0.5)  # the loop runs on after the warning
                 out["alive_after_warning"] = child.poll() is None
-            if out["warned_at"] is not None:
-                try:
-                    out["last_cpu"] = cpu_of(proc)
-                except psutil.NoSuchProcess:
-                    break
         child.wait(timeout=5)
         out["text"] += read_terminal(master, 0.2)
         out["status"] = child.returncode
@@ -165,3 +164,13 @@ def test_a_job_that_handles_nothing_survives_the_quota_warning_and_dies_after_th
     # killed past the quota plus the threshold, not at the warning
     assert out["last_cpu"] >= QUOTA + THRESHOLD - 0.5
     assert "tq: CPU quota 1.0 s reached" in out["log"]  # and in the journal (the log)
+
+
+def test_with_sigxcpu_as_the_warning_the_same_job_dies_at_the_quota(tmp_path):
+    """Why SIGXCPU is not the default warning: set it (shradmin --quota-signal SIGXCPU)
+    and the same job ends at the quota, with no grace, of Linux's default action."""
+    out = run(tmp_path, quota_signal="SIGXCPU")
+    print(f"\nSIGXCPU: status {out['status']}, about {out.get('last_cpu')} CPU s used")
+    assert "(SIGXCPU sent to them)" in out["text"]
+    assert out["status"] == -signal.SIGXCPU
+    assert out["last_cpu"] < QUOTA + THRESHOLD - 0.5
