@@ -46,12 +46,17 @@ class RecordedOs:
         self.nice: dict[int, int] = dict(nice or {})  # pid -> nice (0 if never set)
         self.slice: dict[int, int] = {}  # pid -> time slice in ns (0: the kernel's default)
         self.starts: dict[int, float] = dict(starts or {})  # pid -> start time (epoch s)
+        self.told: list[tuple[tuple[int, ...], str]] = []  # (pids, text) on their terminals
 
     def signal(self, pid: int, sig: int) -> None:
         self.sent.append((pid, int(sig)))
 
     def started(self, pid: int) -> float | None:
         return self.starts.get(pid)
+
+    def tell(self, pids, text: str) -> list[str]:
+        self.told.append((tuple(pids), text))
+        return ["tty"] if pids else []
 
     def get_nice(self, pid: int) -> int:
         return self.nice.get(pid, 0)

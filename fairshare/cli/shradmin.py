@@ -15,7 +15,7 @@ from fairshare.admin.shradmin import (
     set_schedule,
 )
 from fairshare.admin.shrdist import current_caller
-from fairshare.core.consts import CHOICES, from_user
+from fairshare.core.consts import from_user, policy_names
 from fairshare.display.settings import (
     history_json,
     history_lines,
@@ -51,7 +51,20 @@ SETTINGS = (
     ("-m", "--mem", "cost_mem", "Cost per memory click (MiB-second resident); 0 to 1e6."),
     ("-y", "--tty", "cost_tty", "Tty cost: only 0, Linux counts no tty I/O per process."),
     (None, "--sio", "cost_sio", "Cost per stream I/O operation; 0 to 1e6."),
-    ("-X", "--maxushare", "maxushare", "maxushare (LIMSHARE): above 1 up to 1000."),
+    (
+        "-X",
+        "--maxushare",
+        "maxushare",
+        "maxushare: with LIMSHARE the ceiling, the most Eshr a user may get as a multiple "
+        "of its due share (and due / maxushare the floor); above 1 up to 1000.",
+    ),
+    (
+        None,
+        "--k5",
+        "k5",
+        "Kay-Lauder's K5: without LIMSHARE the ceiling, the most Eshr as a multiple of the "
+        "due share (edge effects); 2; above 1 up to 1000.",
+    ),
     ("-Y", "--mingshare", "mingshare", "mingshare (ADJGROUPS): between 0 and 1."),
     ("-Z", "--sharemin", "sharemin", "sharemin: minimum machine share of an lnode, 0 to 0.99."),
     ("-U", "--maxusage", "maxusage", "MAXUSAGE: usage that puts a user on idle CPU, 1 to 1e30."),
@@ -62,10 +75,18 @@ SETTINGS = (
     (None, "--quota-threshold", "quota_threshold", "CPU s past the quota before SIGKILL, <= 1 d."),
     (
         None,
+        "--quota-signal",
+        "quota_signal",
+        "Signal sent at the CPU quota beside the terminal message: none (the default) or a "
+        "name such as SIGURG; SIGXCPU ends a process that does not handle it.",
+    ),
+    (
+        None,
         "--policy",
         "policy",
-        f"Fair-share policy the cycle runs: {', '.join(CHOICES['policy'])} (the first is "
-        "the default).",
+        f"Fair-share policy the cycle runs: {', '.join(policy_names())} (the first is "
+        "the default; a site's own in the entry-point group fairshare.policies); 'list' "
+        "lists them.",
     ),
     (None, "--feedback-kc", "feedback_kc", "Feedback: share nodes' filter K_c, above 0 to 1."),
     (
@@ -129,6 +150,12 @@ def main(udb, percent, schedule, days, hours, remove, show_history, last, as_jso
     set in force on --days during --hours (local time), as the guide's prime
     and non-prime settings.
     """
+    if (settings.get("policy") or "").strip().lower() == "list":
+        from fairshare.core.policies import ORIGINS, POLICIES
+
+        for name in POLICIES:
+            click.echo(f"{name}  {ORIGINS.get(name, '')}")
+        return
     changes = {const: value for const, value in settings.items() if value is not None}
     if percent is not None:
         changes["percent"] = percent

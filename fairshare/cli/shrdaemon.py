@@ -57,6 +57,11 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     log.handlers[:] = [handler]
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
     log.propagate = False
+    # The library's log (a site hook or plug-in skipped, a stored constant ignored) to
+    # the same place; it still propagates, to no handler of the root's but a host's.
+    library = logging.getLogger("fairshare")
+    library.handlers[:] = [handler]
+    library.setLevel(logging.INFO)
     # A fatal signal (SIGBUS from a mapped file on a full disk, SIGSEGV) is written to
     # the log with the stack before the daemon dies: never silently.
     try:
@@ -175,6 +180,15 @@ def detach() -> None:
     help="Export at most N lnodes (those with the largest usage), bounding the series.",
 )
 @click.option(
+    "--site-hook",
+    "site_hooks",
+    multiple=True,
+    metavar="NAME|MODULE:ATTR",
+    help="Run this site hook every cycle before the enforcer (repeatable): an entry point "
+    "of the group fairshare.site_hooks, or MODULE:ATTR; 'none' runs none.  Default: every "
+    "hook installed.  See SITE EXITS in shrdaemon(8).",
+)
+@click.option(
     "-v",
     "--verbose",
     count=True,
@@ -198,6 +212,7 @@ def main(
     spool_at,
     metrics_at,
     metrics_lnodes,
+    site_hooks,
     verbose,
 ):
     """The fair-share daemon: every delta seconds, charge each active lnode for what
@@ -233,20 +248,35 @@ def main(
     if scenario:
         serve(observers)
         with lock:
-            run_simulation(engine, scenario, cycles, enforcer, host, observers)
+            run_simulation(
+                engine, scenario, cycles, enforcer, host, observers, site_exits(site_hooks)
+            )
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
+    options = Options(enforce_min_uid=enforce_min_uid, site_exits=site_exits(site_hooks))
     spool = Spool(None if spool_at == "" else Path(spool_at or default_spool(url, host)), host)
-    store = run_real(
-        engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles, spool
-    )
+    args = (observers, enforcer, options, socket_, auth, cycles, spool)
+    store = run_real(engine, lock, consts, *args)
     if show:
         show_published(store, as_json)
 
 
+def site_exits(specs: tuple[str, ...]) -> tuple:
+    """The site hooks --site-hook names (none given: every one installed; "none": none),
+    loaded (fairshare.core.plugins), each logged."""
+    from fairshare.core.plugins import load_site_hooks
+
+    if specs == ("none",):
+        return ()
+    exits = tuple(load_site_hooks(specs or None))
+    for e in exits:
+        log.info("site hook %s runs every cycle before the enforcer", e.name)
+    return exits
+
+
 def run_real(
-    engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles, spool
+    engine, lock, consts, observers, enforcer, options, socket_, auth, cycles, spool
 ) -> LnodeStore:
     """Run the daemon on this machine under `lock` (serving `socket_` unless '';
     spooling to `spool`) until it stops; returns its store, which holds the last
@@ -258,7 +288,7 @@ def run_real(
         choice = detect(enforcer)
         log.info("%s", enforcer_line(choice, consts.scheduling))
         log.info("UDB %s, host %s, lock %s", display_name(lock.url), lock.host, lock.where)
-        daemon = make_daemon(engine, choice, lock.host, enforce_min_uid, consts.share_by_account)
+        daemon = make_daemon(engine, choice, lock.host, options, consts.share_by_account)
         daemon.lock, daemon.ledger.spool = lock, spool
         daemon.observers.extend(observers)
         serve(observers)
@@ -351,7 +381,7 @@ def show_published(store: LnodeStore, as_json: bool) -> None:
         render_published(Console(width=max(100, Console().width)), head, rows)
 
 
-def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daemon:
+def make_daemon(engine, choice, host, options: Options, by_account=False) -> Daemon:
     """A Daemon on the real machine with the chosen enforcer: a cgroup enforcer's
     counters give the CPU of the processes in lnode cgroups, and the kernel's process
     events place new sessions at once."""
@@ -367,18 +397,19 @@ def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daem
         enforcer,
         LnodeStore(engine, host),
         actions,
-        options=Options(enforce_min_uid=enforce_min_uid),
+        options=options,
         account_of=SessionAccounts(),  # newacct's accounts, per session
         process_events=ProcessEvents() if enforcer.capabilities.places else None,
     )
 
 
-def run_simulation(engine, scenario, cycles, enforcer, host, observers=()) -> None:
-    """Run the daemon's loop on the simulator's machine described by `scenario`."""
+def run_simulation(engine, scenario, cycles, enforcer, host, observers=(), exits=()) -> None:
+    """Run the daemon's loop on the simulator's machine described by `scenario`, with
+    the site's hooks `exits`."""
     from fairshare.sim.daemon import simulated_daemon
 
     daemon, model, length = simulated_daemon(
-        engine, scenario, enforcer, host=host or "simulator", cycles=cycles
+        engine, scenario, enforcer, host=host or "simulator", cycles=cycles, site_exits=exits
     )
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
     daemon.observers.extend(observers)

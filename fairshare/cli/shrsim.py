@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fairshare.core.consts import parse_duration
-from fairshare.sim.compare import Comparison, parse_policies, run_compare
+from fairshare.sim.compare import Comparison, parse_policies, policy_list, run_compare
 from fairshare.sim.machine import ENFORCERS
 from fairshare.sim.plot import plot, plot_compare
 from fairshare.sim.record import Measured, SimResult
@@ -50,7 +50,8 @@ PLOT_FORMATS = (".png", ".svg")
 @click.option(
     "--compare",
     metavar="POLICY,...",
-    help="Run the scenario under each named policy (e.g. unicos,slurm,feedback) and print "
+    help="Run the scenario under each named policy (e.g. unicos,slurm,feedback, or a "
+    "site's plug-in; 'list' lists them, SCENARIO unread) and print "
     "one table: entitled and fair share, each policy's delivered share and deviation; "
     "--plot draws one row of panels per policy, --json nests each policy's document "
     "under its name.",
@@ -72,6 +73,10 @@ def main(scenario, udb, as_json, plot_file, window, enforcer, compare):
     """
     if plot_file and Path(plot_file).suffix.lower() not in PLOT_FORMATS:
         raise OptionError(f"--plot: expected a file name ending in .png or .svg, got {plot_file!r}")
+    if compare is not None and compare.strip().lower() == "list":
+        for name, origin in policy_list():
+            click.echo(f"{name}  {origin}")
+        return
     sc = load_scenario(scenario, enforcer=enforcer, udb=udb)
     span = None
     if window is not None:

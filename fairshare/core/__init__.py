@@ -12,9 +12,12 @@ In the order one cycle uses them:
 - `cycle`: the steps every policy shares (charges, group adjustment, decay, background
   lnodes, effective shares, edge effects, limits), `Decision`, what a policy decides,
   and `lnode_table`, the bookkeeping that turns it into the new lnode table.
-- `policies`: the policies (unicos, slurm, feedback) and `run_cycle`, the one entry point;
+- `policies`: the policies (unicos, slurm, feedback, a site's) and `run_cycle`, the one entry point;
   `fair` the fair level each policy's split implies (what shrinfo explains), asked
   through `policies.fair_usage`.
+- `exits`: the site exit (the guide's `site_adjust_lnodes`): a site hook's view of the
+  cycle's lnodes and its floors and caps on e_share, applied before delivery;
+  `plugins`: the entry-point groups that provide site policies and hooks.
 - `maxmin`: the fair target, the hierarchical max-min allocation for a given demand,
   against which delivered CPU is judged.
 - `steps`: the daemon's steps on plain values, which shrdaemon and shrsim both run.

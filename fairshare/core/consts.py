@@ -25,8 +25,10 @@ import dataclasses
 import logging
 import math
 import re
+import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 import numpy as np
 
@@ -39,7 +41,8 @@ log = logging.getLogger("fairshare.core.consts")
 NOSHARE = 0o1
 #: Group adjustment: compensate groups that get less than mingshare x their due share.
 ADJGROUPS = 0o2
-#: Effective share between due / maxushare and maxushare x the due share.
+#: Effective share between due / maxushare and maxushare x the due share (the guide's
+#: 4.6.1.4: maxushare is the ceiling; without LIMSHARE, Kay-Lauder's K5 is).
 LIMSHARE = 0o4
 #: Share by Account: lnodes are accounts (shareholders), not users.
 SHAREBYACCT = 0o10
@@ -67,7 +70,8 @@ ALL_FLAGS = sum(FLAG_NAMES.values())
 #: CPU ticks per CPU second (cost_tick is charged per tick).
 TICKS_PER_SECOND = 100.0
 
-#: Kay-Lauder's K5: nobody gets more than K5 x their due share in one cycle (edge effects).
+#: Kay-Lauder's K5, the default of `Consts.k5`: without LIMSHARE nobody gets more than
+#: K5 x their due share in one cycle (edge effects; the paper sets it to 2).
 K5 = 2.0
 
 
@@ -86,6 +90,7 @@ class Consts:
     cost_tty: float = 0.0  # per tty I/O operation, -y
     percent: float = 100.0  # multiplier applied to every cost, in percent
     maxushare: float = 2.0  # -X, LIMSHARE: e_share within due / and x maxushare
+    k5: float = K5  # --k5, without LIMSHARE: e_share at most K5 x due (edge effects)
     mingshare: float = 0.75  # -Y, ADJGROUPS: tolerated fraction of a group's due share
     sharemin: float = 0.0  # -Z, fraction of the machine every active lnode gets at least
     maxusage: float = 1e12  # -U, charge units: usage at which a user is put in background
@@ -93,7 +98,8 @@ class Consts:
     nice_decay: tuple[float, float] = (2.0, 60.0)  # -D, process priority half-lives, s
     writeback: float = 60.0  # s, -n: how often released lnodes are written to the UDB
     checkpoint: float = 300.0  # s: how often every active lnode is checkpointed
-    quota_threshold: float = 3.0  # CPU s past the quota (SIGXCPU) before SIGKILL
+    quota_threshold: float = 3.0  # CPU s past the quota (the warning) before SIGKILL
+    quota_signal: str = "none"  # --quota-signal: sent at the quota ("none": only messages)
     policy: str = "unicos"  # --policy: the fair-share policy the cycle runs (POLICIES)
     # The feedback policy (fairshare.core.policies.feedback, seed 004's share nodes):
     feedback_kc: float = 0.1  # K_c: the share nodes' low-pass filter per delta, (0, 1]
@@ -142,6 +148,18 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "policy": ("unicos", "feedback", "slurm"),
     "idleshare": ("proportional", "even"),
 }
+#: The entry-point group of the policies a site installs (fairshare.core.plugins).
+POLICY_GROUP = "fairshare.policies"
+
+
+def policy_names() -> tuple[str, ...]:
+    """The policies `shradmin --policy` accepts: the suite's (CHOICES) and those
+    installed in the entry-point group POLICY_GROUP, sorted (their names only; a
+    name installed that fails to load is caught when the cycle asks for it)."""
+    installed = {ep.name for ep in entry_points(group=POLICY_GROUP)}
+    return CHOICES["policy"] + tuple(sorted(installed - set(CHOICES["policy"])))
+
+
 DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint", "feedback_period")
 
 
@@ -286,6 +304,7 @@ RANGES: dict[str, Range] = {
     "cost_tty": Range(0.0, 0.0),
     "percent": Range(0.0, MAX_PERCENT, "%"),
     "maxushare": Range(1.0, 1000.0, lo_open=True),
+    "k5": Range(1.0, 1000.0, lo_open=True),
     "mingshare": Range(0.0, 1.0, lo_open=True, hi_open=True),
     "sharemin": Range(0.0, 0.99),
     "maxusage": Range(1.0, MAX_USAGE),
@@ -313,6 +332,8 @@ def validate(consts: Consts) -> Consts:
     """`consts` itself if every value is in its range (RANGES); else OptionError naming
     the constant and its range."""
     parse_flags(consts.flags)
+    if parse_quota_signal(consts.quota_signal) != consts.quota_signal:
+        raise OptionError(f"quota_signal: expected a stored name, got {consts.quota_signal!r}")
     for name in CHOICES:
         _choice(name, getattr(consts, name))
     for name, rng in RANGES.items():
@@ -341,10 +362,49 @@ def validate(consts: Consts) -> Consts:
     return consts
 
 
+#: Signals the quota warning may not be: they stop or kill a process, which is the
+#: threshold's job (SIGKILL), not a warning's.
+_NOT_A_WARNING = ("SIGKILL", "SIGSTOP")
+
+
+def parse_quota_signal(value: object) -> str:
+    """The quota warning signal (`Consts.quota_signal`) as stored: "none", or a signal's
+    name in capitals with its SIG prefix ("SIGURG" from "urg", "SIGURG" or 23).  Raises
+    OptionError naming what was expected."""
+    expected = "none or a signal name such as SIGURG, SIGUSR1 or SIGXCPU (not SIGKILL, SIGSTOP)"
+    if isinstance(value, bool):
+        raise OptionError(f"quota_signal: expected {expected}, got {value!r}")
+    if isinstance(value, int):
+        try:
+            name = signal.Signals(value).name
+        except ValueError:
+            raise OptionError(f"quota_signal: expected {expected}, got {value!r}") from None
+    elif isinstance(value, str):
+        text = value.strip().upper()
+        if text == "NONE":
+            return "none"
+        name = text if text.startswith("SIG") else "SIG" + text
+    else:
+        raise OptionError(f"quota_signal: expected {expected}, got {value!r}")
+    if name not in signal.Signals.__members__ or name in _NOT_A_WARNING:
+        raise OptionError(f"quota_signal: expected {expected}, got {value!r}")
+    return signal.Signals[name].name
+
+
+def quota_warning(consts: Consts) -> signal.Signals | None:
+    """The signal the daemon sends at a CPU quota (None: none, only the messages)."""
+    name = parse_quota_signal(consts.quota_signal)
+    return None if name == "none" else signal.Signals[name]
+
+
 def _choice(name: str, value: object) -> str:
-    """`value` if it is one of constant `name`'s CHOICES; else OptionError listing them."""
-    if value not in CHOICES[name]:
-        raise OptionError(f"{name}: expected one of {', '.join(CHOICES[name])}, got {value!r}")
+    """`value` if it is one of constant `name`'s CHOICES (for `policy`, or an installed
+    plug-in's name: `policy_names`); else OptionError listing them."""
+    if value in CHOICES[name]:
+        return value  # type: ignore[return-value]
+    known = policy_names() if name == "policy" else CHOICES[name]
+    if value not in known:
+        raise OptionError(f"{name}: expected one of {', '.join(known)}, got {value!r}")
     return value  # type: ignore[return-value]
 
 
@@ -354,6 +414,8 @@ def _coerce(name: str, value: object) -> object:
         return _choice(name, value.strip().lower() if isinstance(value, str) else value)
     if name == "flags":
         return parse_flags(value)
+    if name == "quota_signal":
+        return parse_quota_signal(value)
     if name in DURATION_FIELDS:
         return parse_duration(value, name)
     if name == "maxlevels":

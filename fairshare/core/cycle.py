@@ -37,15 +37,17 @@ cycle around it), one named function per step:
    gets its *due share*: its m_share renormalised over the demanding siblings at every
    level (flat: over all demanding leaves).  Where an idle sibling's share goes, in
    proportion to the others' shares or evenly, is `Consts.idleshare` (fairshare.core.split).
-   Edge effects (K5 = 2): no lnode gets more than K5 x its due share; the excess goes to
-   its siblings (exact water-filling), and, as in the paper's Figure 4, the usage of an
+   Edge effects: no lnode gets more than `limit` x its due share, `limit` being
+   Kay-Lauder's K5 (`Consts.k5`, 2 by default) without LIMSHARE and maxushare with it
+   (the guide's 4.6.1.4: -X "defines the maximum effective share for an individual
+   user"; LIMSHARE is UNICOS's form of the edge-effect limit); the excess goes to its
+   siblings (exact water-filling), and, as in the paper's Figure 4, the usage of an
    lnode that was capped is raised so that m^2 / usage gives exactly the capped value
    among its siblings (`raise_usage`; a raised leaf also raises its groups' usage, as
-   in the paper).  LIMSHARE keeps e_share within the band due / maxushare .. due x
-   min(maxushare, K5) (`limshare_band`; usage is neither raised nor lowered for it), so a
-   user with very high past usage is not locked out (the guide's 4.6.1.4, Kay-Lauder's
-   marooning).  An active lnode that wants no CPU is given what it would get if it alone
-   started, so an enforcer can set its weight before it runs.
+   in the paper).  LIMSHARE also keeps e_share at least due / maxushare
+   (`limshare_band`; usage is not lowered for it), so a user with very high past usage
+   is not locked out (Kay-Lauder's marooning).  An active lnode that wants no CPU is
+   given what it would get if it alone started, so an enforcer can set its weight before it runs.
    MAXUSAGE (`background_leaves`, after step 4, which every policy applies): a leaf
    whose usage reaches maxusage is a background lnode; so is a leaf with zero shares
    (Idle): e_share 0, they run only on CPU nobody else wants.
@@ -74,7 +76,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from fairshare.core.consts import K5, LIMSHARE, TICKS_PER_SECOND, Consts
+from fairshare.core.consts import LIMSHARE, TICKS_PER_SECOND, Consts
 from fairshare.core.fair import SplitFigures
 from fairshare.core.index import SMALL_TREE, Memo, TreeIndex, build_index
 from fairshare.core.lnode import LnodeTable, NodeState
@@ -316,11 +318,12 @@ class Shares:
 
 def limshare_band(consts: Consts) -> tuple[float, float]:
     """(floor, limit): every demanding lnode's e_share is kept between floor x and limit x
-    its due share.  With LIMSHARE: 1 / maxushare and min(maxushare, K5); without: 0 and K5
-    (edge effects only)."""
+    its due share.  With LIMSHARE: 1 / maxushare and maxushare (the guide's 4.6.1.4:
+    maxushare is the ceiling); without: 0 and Kay-Lauder's K5 (`Consts.k5`, edge effects
+    only)."""
     if consts.flags & LIMSHARE:
-        return 1.0 / consts.maxushare, min(K5, consts.maxushare)
-    return 0.0, K5
+        return 1.0 / consts.maxushare, consts.maxushare
+    return 0.0, consts.k5
 
 
 def effective_shares(
@@ -337,7 +340,7 @@ def effective_shares(
     `usage` is per node (groups: their subtree's, leaves at least USAGE_FLOOR); `demand`
     marks nodes with a leaf below that wants CPU (and has shares, and is not background);
     `limit` is the largest multiple of its due share any node may get (K5, or maxushare
-    with LIMSHARE if less), `floor` the smallest (1 / maxushare with LIMSHARE, else 0).
+    with LIMSHARE), `floor` the smallest (1 / maxushare with LIMSHARE, else 0).
 
     Each node's local proportion (its m^2/usage over its demanding siblings') and due
     ratio (its m_share over theirs) are computed for all nodes at once; e_share is then
@@ -365,7 +368,7 @@ def effective_shares(
         if np.count_nonzero(out):
             ek, ratio, capped = _water_fill_level(idx, k, e_share, w[s:e], lowk, capk, dem)
             # Figure 4: raise usage so that m^2/usage yields the capped value exactly.
-            f = np.divide(ratio * w[s:e], K5 * due[s:e], out=np.ones(e - s), where=capped)
+            f = np.divide(ratio * w[s:e], limit * due[s:e], out=np.ones(e - s), where=capped)
             raise_[s:e] = np.maximum(f, 1.0)
         if any_idle:
             bounded = np.clip(prospect, floor * due[s:e], limit * due[s:e])

@@ -59,8 +59,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fairshare.core.consts import ADJGROUPS, K5, LIMSHARE, Consts
-from fairshare.core.cycle import USAGE_FLOOR, apply_sharemin, near_future_shares
+from fairshare.core.consts import ADJGROUPS, Consts
+from fairshare.core.cycle import USAGE_FLOOR, apply_sharemin, limshare_band, near_future_shares
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.maxmin import maxmin_allocation
 from fairshare.core.split import machine_shares
@@ -158,7 +158,7 @@ def site_e_share(tree: ShareTree, table: LnodeTable, view: SiteView, consts: Con
     usage = np.where(leaves, np.maximum(usage, USAGE_FLOOR), 0.0)
     wants = leaves & ((here & table.demand) | view.demand) & (usage < consts.maxusage)
     sub_usage, demand = idx.subtree_sum(np.array((usage, wants)))
-    limit = min(K5, consts.maxushare) if consts.flags & LIMSHARE else K5
+    _floor, limit = limshare_band(consts)
     flat = not consts.flags & ADJGROUPS
     sh = near_future_shares(idx, m, sub_usage, active, demand > 0, limit, flat=flat, even=even)
     e = sh.e_share

@@ -5,7 +5,8 @@
 - `advance`: the policy's cycle (fairshare.core.policies.run_cycle) over the charges of
   the last `elapsed` seconds; on a host of a site the CPU is counted for the site
   factors and, with GLOBALUSAGE, the factors are applied to e_share
-  (fairshare.core.site); then what was delivered against the fair target and the flat
+  (fairshare.core.site); the site's exits adjust the e_shares (fairshare.core.exits,
+  the guide's site_adjust_lnodes); then what was delivered against the fair target and the flat
   enforcers' shares (fairshare.core.delivery); a value the cycle left not finite keeps
   its last finite value;
 - `refresh_site` (GLOBALUSAGE, at a write-back): the active leaves take their
@@ -22,11 +23,14 @@ hours the UDB round trips would take.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from fairshare.core.consts import GLOBALUSAGE, Consts
 from fairshare.core.cycle import Consumption
 from fairshare.core.delivery import deliver
+from fairshare.core.exits import SiteExit, adjust
 from fairshare.core.lnode import LnodeTable, activate, aged_usage, keep_finite
 from fairshare.core.policies import run_cycle
 from fairshare.core.site import SiteState, SiteView, apply_factors, refresh_usage, update_factors
@@ -50,19 +54,22 @@ def advance(
     consts: Consts,
     elapsed: float,
     site: SiteState | None = None,
+    exits: Sequence[SiteExit] = (),
 ) -> tuple[LnodeTable, list[tuple[int, str]]]:
     """The lnode table after one cycle of `elapsed` seconds of `consumption`, and the
     (node, field) pairs that were not finite and kept their value from `table`.
 
     With `site` (a host's GLOBALUSAGE state: the daemon always has one), the cycle's
     CPU is counted for the site factors and, under GLOBALUSAGE, e_share is corrected
-    by them (fairshare.core.site.apply_factors).
+    by them (fairshare.core.site.apply_factors).  Then each of the site's `exits`
+    adjusts the e_shares in turn (fairshare.core.exits; one that fails is skipped).
     """
     new = run_cycle(tree, table, consumption, consts, elapsed)
     if site is not None:
         site.add(consumption.cpu, elapsed)
         if consts.flags & GLOBALUSAGE:
             new.e_share = apply_factors(tree, new, site.factor)
+    adjust(exits, tree, new, consts)
     deliver(tree, table, new, consumption, consts, elapsed)
     return new, keep_finite(table, new)
 

@@ -42,6 +42,7 @@ from sqlalchemy import Engine
 
 from fairshare.collect import Collector, ProcessSample
 from fairshare.core.consts import Consts
+from fairshare.core.exits import SiteExit
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.site import SiteState
 from fairshare.core.tree import ShareTree
@@ -168,10 +169,13 @@ class SystemClock:
 class Options:
     """How the daemon runs.  `enforce_min_uid`: processes of lower uids (root, system
     daemons) are charged but never moved or reniced.  `cpus`: the host's CPUs (default
-    os.cpu_count()), published for a site's displays and GLOBALUSAGE."""
+    os.cpu_count()), published for a site's displays and GLOBALUSAGE.  `site_exits`:
+    the site's hooks (shrdaemon --site-hook)."""
 
     enforce_min_uid: int = 1000
     cpus: float | None = None
+    #: The site's hooks run every cycle before the enforcer (fairshare.core.exits).
+    site_exits: tuple[SiteExit, ...] = ()
 
 
 class Daemon:
@@ -323,7 +327,7 @@ class Daemon:
         read = partial(self.udb.read, "read the new lnodes' entries", self.store.entry_states)
         activate_arriving(ln, c, read, sample.time, consts)
         elapsed = sample.elapsed if sample.elapsed > 0 else consts.delta
-        advance_lnodes(ln, c, consts, elapsed, self.site)
+        advance_lnodes(ln, c, consts, elapsed, self.site, self.options.site_exits)
         self.cycle += 1
         self.elapsed = elapsed
         # sync: shrsync's requests, when the poll saw some

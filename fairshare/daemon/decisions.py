@@ -1,10 +1,14 @@
 """What the daemon does with a cycle's result: decided without doing it (pure), then
 done by the daemon's step through its OsActions and its enforcer.
 
-- `quota_signals`: CPU quotas (the entry's cpuquota, guide 4.6): the processes of a
+- `quota_signals`: CPU quotas (the entry's cpuquota, guide 4.7): the processes of a
   lnode whose CPU used (the entry's cpuquotaused plus what the lnode ran since it
-  was last written back) reaches its quota get SIGXCPU, once per activation; past
+  was last written back) reaches its quota are warned, once per activation; past
   the quota plus shradmin's `quota_threshold` they get SIGKILL, every cycle.
+  The warning is a message on the user's terminals and in the daemon's log (the
+  journal), and shradmin's `quota_signal` if one is set: none by default, since
+  Linux's SIGXCPU, the nearest to the guide's SIGCPULIM, kills a process that does
+  not handle it, where SIGCPULIM "is ignored by default" and leaves the grace.
   Kernel threads are never signalled.
 - `enforcer_targets`: one fairshare.enforce.base.LnodeTarget per active leaf with
   processes the enforcer may touch (uid at least `enforce_min_uid`, not a kernel
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.collect import ProcessSample
-from fairshare.core.consts import Consts
+from fairshare.core.consts import Consts, quota_warning
 from fairshare.daemon.state import Lnodes
 from fairshare.enforce.actions import OsActions, same_process
 from fairshare.enforce.base import GroupShare, LnodeTarget
@@ -37,24 +41,31 @@ log = logging.getLogger("shrdaemon")
 
 @dataclass(frozen=True)
 class QuotaSignal:
-    """`signal` for the processes `pids` of leaf `node` (`name`), which used `used` CPU
-    seconds of its `quota`; `starts`: when each of `pids` started, as the sample said."""
+    """The quota's warning (`kill` False) or its SIGKILL (`kill` True) for the processes
+    `pids` of leaf `node` (`name`), which used `used` CPU seconds of its `quota`;
+    `signal`: the signal to send them (None: a warning without one); `starts`: when
+    each of `pids` started, as the sample said."""
 
     node: int
     name: str
-    signal: signal.Signals
+    signal: signal.Signals | None
     pids: tuple[int, ...]
     used: float
     quota: float
     starts: tuple[float, ...]
+    kill: bool = False
 
 
 def quota_signals(
-    ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], threshold: float
+    ln: Lnodes,
+    procs: Mapping[int, Sequence[ProcessSample]],
+    threshold: float,
+    warning: signal.Signals | None = None,
 ) -> list[QuotaSignal]:
-    """The quota signals due now (`procs`: each leaf's processes at the last sample;
-    `threshold`: CPU seconds past the quota before SIGKILL).  A SIGXCPU is due only
-    to a leaf not in `ln.warned`; the caller adds it there once sent."""
+    """The quota warnings and kills due now (`procs`: each leaf's processes at the last
+    sample; `threshold`: CPU seconds past the quota before SIGKILL; `warning`: the
+    warning's signal, None for none).  A warning is due only to a leaf not in
+    `ln.warned`; the caller adds it there once given."""
     out = []
     t = ln.table
     for node, st in ln.entry.items():
@@ -66,43 +77,81 @@ def quota_signals(
         mine = [p for p in procs.get(node, ()) if not p.kernel]
         if not mine:
             continue
-        if used >= st.cpuquota + threshold:
-            sig = signal.SIGKILL
-        elif node not in ln.warned:
-            sig = signal.SIGXCPU
-        else:
+        kill = used >= st.cpuquota + threshold
+        if not kill and node in ln.warned:
             continue
+        sig = signal.SIGKILL if kill else warning
         pids, starts = tuple(p.pid for p in mine), tuple(p.create_time for p in mine)
-        out.append(QuotaSignal(node, ln.tree.names[node], sig, pids, used, st.cpuquota, starts))
+        name = ln.tree.names[node]
+        out.append(QuotaSignal(node, name, sig, pids, used, st.cpuquota, starts, kill))
     return out
+
+
+def quota_message(q: QuotaSignal, threshold: float) -> str:
+    """What the user is told on their terminals (one line): the quota reached and when
+    the processes will be killed, or that they are being killed."""
+    if q.kill:
+        return (
+            f"shrdaemon: {q.name}: CPU quota of {q.quota:g} s exceeded by more than "
+            f"{threshold:g} s ({q.used:.1f} s used): your processes are being killed (SIGKILL)"
+        )
+    sent = "" if q.signal is None else f" ({q.signal.name} sent to them)"
+    return (
+        f"shrdaemon: {q.name}: CPU quota of {q.quota:g} s reached ({q.used:.1f} s used)"
+        f"{sent}: your processes will be killed when they have used {threshold:g} CPU s "
+        "more; save your work"
+    )
 
 
 def send_quota_signals(
     ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], consts: Consts, actions: OsActions
 ) -> None:
-    """SIGXCPU to an lnode's processes at its CPU quota, SIGKILL past the threshold
-    (`quota_signals`), through `actions`, each logged."""
-    for q in quota_signals(ln, procs, consts.quota_threshold):
-        if q.signal == signal.SIGKILL:
+    """The warning at an lnode's CPU quota (a message on the user's terminals, one in
+    the log, the quota signal if one is set), SIGKILL past the threshold after the same
+    messages (`quota_signals`), through `actions`."""
+    threshold = consts.quota_threshold
+    for q in quota_signals(ln, procs, threshold, quota_warning(consts)):
+        if q.kill:
             log.warning(
                 "%s: CPU quota %.1f s exceeded by more than %.1f s (%.1f s used): SIGKILL "
                 "to %d processes",
-                *(q.name, q.quota, consts.quota_threshold, q.used, len(q.pids)),
+                *(q.name, q.quota, threshold, q.used, len(q.pids)),
             )
         else:
             ln.warned.add(q.node)
             log.warning(
-                "%s: CPU quota %.1f s reached (%.1f s used): SIGXCPU to %d processes",
-                *(q.name, q.quota, q.used, len(q.pids)),
+                "%s: CPU quota %.1f s reached (%.1f s used): warned, %s to %d processes; "
+                "SIGKILL past %.1f s",
+                *(q.name, q.quota, q.used, q.signal.name if q.signal else "no signal"),
+                *(len(q.pids), q.quota + threshold),
             )
-        for pid, started in zip(q.pids, q.starts, strict=True):
-            if not same_process(actions, pid, started):
-                log.info("%s: pid %d is no longer the process sampled: not signalled", q.name, pid)
-                continue
+        pids = [p for p, t in zip(q.pids, q.starts, strict=True) if same_process(actions, p, t)]
+        if len(pids) < len(q.pids):
+            log.info(
+                "%s: %d pids no longer the processes sampled: left alone",
+                q.name,
+                len(q.pids) - len(pids),
+            )
+        _tell(actions, q, pids, quota_message(q, threshold))
+        if q.signal is None:
+            continue
+        for pid in pids:
             try:
                 actions.signal(pid, q.signal)
             except ProcessLookupError:
                 pass
+
+
+def _tell(actions: OsActions, q: QuotaSignal, pids: Sequence[int], text: str) -> None:
+    """`text` on the terminals of `pids` (fairshare.enforce.actions.OsActions.tell), which
+    terminals logged; a failure is logged, never raised."""
+    try:
+        ttys = actions.tell(pids, text)
+    except OSError as err:
+        log.info("%s: the quota message reached no terminal: %s", q.name, err)
+        return
+    if ttys:
+        log.info("%s: quota message written to %s", q.name, ", ".join(ttys))
 
 
 def enforcer_targets(

@@ -24,7 +24,7 @@ what the store must write, which is returned.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -32,6 +32,7 @@ import numpy as np
 
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption
+from fairshare.core.exits import SiteExit
 from fairshare.core.lnode import LnodeTable, WriteBack, activate, copy_row, new_table, release
 from fairshare.core.site import SiteState
 from fairshare.core.steps import activate_stored, advance
@@ -184,14 +185,20 @@ def activate_arriving(
 
 
 def advance_lnodes(
-    ln: Lnodes, c: Consumption, consts: Consts, elapsed: float, site: SiteState
+    ln: Lnodes,
+    c: Consumption,
+    consts: Consts,
+    elapsed: float,
+    site: SiteState,
+    exits: Sequence[SiteExit] = (),
 ) -> None:
     """One cycle of `elapsed` seconds of `c` on the lnode table of `ln` (replaced;
-    fairshare.core.steps.advance, `site`: the host's GLOBALUSAGE state), saying which
+    fairshare.core.steps.advance, `site`: the host's GLOBALUSAGE state, `exits`: the
+    site's hooks, fairshare.core.exits), saying which
     lnode kept its last finite value where the cycle produced NaN or infinity (the
     constants' ranges should make that impossible) and which constants were in play,
     so the site keeps its scheduler."""
-    ln.table, not_finite = advance(ln.tree, ln.table, c, consts, elapsed, site)
+    ln.table, not_finite = advance(ln.tree, ln.table, c, consts, elapsed, site, exits)
     for node, name in not_finite:
         names = [k for k in _CONSTS_OF.get(name, ()) if getattr(consts, k)]
         involved = ", ".join(f"{k}={getattr(consts, k):g}" for k in names)

@@ -80,6 +80,8 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
     lines += [
         f"maxushare = {_g(consts.maxushare)}"
         + ("" if consts.has(LIMSHARE) else " (unused: LIMSHARE off)")
+        + f", K5 = {_g(consts.k5)}"
+        + (" (unused: LIMSHARE on)" if consts.has(LIMSHARE) else "")
         + f", mingshare = {_g(consts.mingshare)}"
         + ("" if consts.has(ADJGROUPS) else " (unused: ADJGROUPS off)")
         + f", sharemin = {_g(consts.sharemin)}",
@@ -93,7 +95,8 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
         "nice by fixed kernel weights)",
         f"Run rate decay rate = {run:.8f} per second "
         f"(half-life of {consts.halflife:.1f} seconds, the usage half-life)",
-        f"CPU quota threshold = {_g(consts.quota_threshold)} s",
+        f"CPU quota threshold = {_g(consts.quota_threshold)} s, warning signal = "
+        f"{consts.quota_signal} (the warning is a message on the user's terminals)",
     ]
     if rows:
         lines.append("Schedules (the first in force, by name, replaces these settings):")

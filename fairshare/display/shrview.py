@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fairshare.core.consts import K5, LIMSHARE, Consts
+from fairshare.core.consts import LIMSHARE, Consts
 from fairshare.display import columns, octal
 from fairshare.report.lnodes import (
     Statistics,
@@ -440,20 +440,19 @@ IF_STARTED = "eshr_if_started"
 
 
 def _shown_band(consts: Consts) -> tuple[float, float]:
-    """(floor, limit): the band -dl shows, as LIMSHARE would keep every demanding lnode's
-    e_share, in multiples of its due share (fairshare.core.cycle.limshare_band), whether
-    LIMSHARE is on or not."""
+    """(floor, limit): the band in force that -dl shows, in multiples of each demanding
+    lnode's due share (fairshare.core.cycle.limshare_band): due / maxushare to maxushare
+    x due with LIMSHARE, 0 to K5 x due without."""
     from fairshare.core.cycle import limshare_band
 
-    return limshare_band(consts.replace(flags=consts.flags | LIMSHARE))
+    return limshare_band(consts)
 
 
 def _limshare_cells(consts: Consts) -> tuple[Callable, Callable, Callable]:
     """-dl's per-lnode cells, the band worked out once: its floor and its limit as
     fractions of the machine (None for an lnode that demands nothing), and "max" or
-    "min" when LIMSHARE holds the lnode at its limit or floor, else ""."""
+    "min" when the cycle holds the lnode at its limit or floor, else ""."""
     floor, limit = _shown_band(consts)
-    held = consts.has(LIMSHARE)
 
     def lowest(v: ViewLnode) -> float | None:
         return None if v.due is None else floor * v.due
@@ -462,11 +461,11 @@ def _limshare_cells(consts: Consts) -> tuple[Callable, Callable, Callable]:
         return None if v.due is None else limit * v.due
 
     def at_bound(v: ViewLnode) -> str:
-        if not held or v.due is None:
+        if v.due is None or not v.due > 0:
             return ""
         if v.e_share >= limit * v.due * (1 - 1e-9):
             return "max"
-        if v.e_share <= floor * v.due * (1 + 1e-9):
+        if floor > 0 and v.e_share <= floor * v.due * (1 + 1e-9):
             return "min"
         return ""
 
@@ -679,6 +678,20 @@ def _select_label(select_: str) -> str:
     return {"groups": "only groups", "users": "only users"}.get(select_, select_)
 
 
+def limshare_line(c: Consts) -> str:
+    """-dl's line above the table: the limit in force and the band it keeps Eshr in."""
+    if c.has(LIMSHARE):
+        return (
+            f"LIMSHARE on, maxushare = {c.maxushare:g}: Eshr kept between Due/"
+            f"{c.maxushare:g} and Due x {c.maxushare:g} (maxushare is the ceiling; "
+            f"K5 = {c.k5:g} not in force)"
+        )
+    return (
+        f"LIMSHARE off: Eshr kept at most Due x {c.k5:g} (Kay-Lauder's edge effects, "
+        f"K5 = {c.k5:g}; maxushare = {c.maxushare:g} not in force)"
+    )
+
+
 def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]) -> list[str]:
     """The lines of display `req.display` of `snap`; `when(epoch)` formats times."""
     lines = header_lines(snap, req, when) + [""]
@@ -694,12 +707,7 @@ def display_lines(snap: Snapshot, req: ViewRequest, when: Callable[[float], str]
         return lines + graph_lines(rows_of(table, shown), top, leaves)
     if req.display == "limshare":
         c = snap.consts
-        floor, limit = _shown_band(c)
-        state = "on" if c.has(LIMSHARE) else "off (the band shown as it would be)"
-        lines += [
-            f"LIMSHARE {state}, maxushare = {c.maxushare:g}: Eshr kept between Due/"
-            f"{1 / floor:g} and Due x {limit:g} (edge effects: K5 = {K5:g})"
-        ]
+        lines += [limshare_line(c)]
     lines += legend_lines(req.display)
     cols = display_columns(req.display, snap.consts)
     names = _indented(table, shown, top)
@@ -752,6 +760,9 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
     if req.display == "limshare":
         doc["limshare"] = snap.consts.has(LIMSHARE)
         doc["maxushare"] = snap.consts.maxushare
+        doc["k5"] = snap.consts.k5
+        floor, limit = _shown_band(snap.consts)
+        doc["band"] = {"floor": floor, "limit": limit}
     doc["lnodes"] = _lnode_records(req.display, snap.consts, table, shown)
     return doc
 

@@ -20,7 +20,9 @@ import errno
 import functools
 import os
 import platform
+import stat
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -45,6 +47,12 @@ class OsActions(Protocol):
     def started(self, pid: int) -> float | None:
         """When process `pid` started (epoch s, as fairshare.collect.ProcessSample's
         `create_time`), None when this machine cannot tell (a test's)."""
+        ...
+
+    def tell(self, pids: Sequence[int], text: str) -> list[str]:
+        """Write the line `text` on the terminals of processes `pids` (each terminal
+        once, only one that belongs to its process's user, as write(1) and wall(1) reach
+        a user); returns the terminals written to."""
         ...
 
     def get_nice(self, pid: int) -> int:
@@ -90,6 +98,21 @@ class RealOs:
         except psutil.NoSuchProcess:
             raise ProcessLookupError(errno.ESRCH, "no such process", pid) from None
 
+    def tell(self, pids: Sequence[int], text: str) -> list[str]:
+        """`text` on the controlling terminals of `pids` (psutil's, from /proc/PID/stat's
+        tty_nr), each written once if it is a character device owned by the process's
+        real uid; a terminal that would block or fails is passed over."""
+        ttys: dict[str, int] = {}
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                tty, uid = proc.terminal(), proc.uids().real
+            except psutil.Error:
+                continue
+            if tty:
+                ttys.setdefault(tty, uid)
+        return [tty for tty, uid in ttys.items() if write_tty(Path(tty), uid, text)]
+
     def get_nice(self, pid: int) -> int:
         """getpriority(PRIO_PROCESS, pid)."""
         return os.getpriority(os.PRIO_PROCESS, pid)
@@ -125,6 +148,26 @@ class RealOs:
     def rmdir(self, path: Path) -> None:
         """Path(path).rmdir()."""
         Path(path).rmdir()
+
+
+def write_tty(path: Path, uid: int, text: str) -> bool:
+    """Write `text` as a line of its own on terminal `path` (opened without becoming
+    anyone's controlling terminal and without blocking), if it is a character device
+    owned by `uid`; whether it was written."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISCHR(st.st_mode) or st.st_uid != uid:
+            return False
+        os.write(fd, f"\r\n\a{text}\r\n".encode(errors="replace"))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def same_process(actions: OsActions, pid: int, started: float | None) -> bool:

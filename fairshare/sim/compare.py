@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fairshare.core.policies import POLICIES
+from fairshare.core.policies import ORIGINS, POLICIES
 from fairshare.sim.record import SimResult
 from fairshare.sim.scenario import Scenario
 from udb.errors import OptionError
@@ -45,6 +45,12 @@ class Comparison:
     def as_json(self) -> dict:
         """The documented --compare --json shape: {policy: the usual document}."""
         return {name: r.as_json() for name, r in self.results.items()}
+
+
+def policy_list() -> list[tuple[str, str]]:
+    """(name, where it comes from) of every policy --compare can run: the suite's and
+    the site's plug-ins (fairshare.core.plugins)."""
+    return [(name, ORIGINS.get(name, "")) for name in POLICIES]
 
 
 def parse_policies(text: str) -> list[str]:

@@ -17,6 +17,7 @@ import time
 from sqlalchemy import Engine, func, select
 
 from fairshare.core.consts import consts_from_mapping, from_user
+from fairshare.core.exits import SiteExit
 from fairshare.daemon.accounts import AccountsOf
 from fairshare.daemon.daemon import Daemon, Options
 from fairshare.daemon.reload import load_lnodes
@@ -45,6 +46,7 @@ def simulated_daemon(
     host: str = "simulator",
     epoch: float | None = None,
     cycles: int | None = None,
+    site_exits: tuple[SiteExit, ...] = (),
 ) -> tuple[Daemon, str, int]:
     """The daemon's loop on the simulated machine of `scenario` (a shrsim TOML file).
 
@@ -54,7 +56,8 @@ def simulated_daemon(
     `enforcer` picks the weight model: auto = the scenario's, cgroup1/cgroup2 =
     cgroup, nice, none.  Simulated second 0 is `epoch` (default: early enough that a
     run of `cycles`, else of the whole scenario, ends now, so displays show a fresh
-    table).  Returns (daemon, model, cycles the scenario lasts).
+    table).  `site_exits`: the site's hooks (fairshare.core.exits), run every cycle as
+    the real daemon runs them.  Returns (daemon, model, cycles the scenario lasts).
     """
     model = MODELS.get(enforcer, enforcer)
     # The whole scenario is checked (TOML, ranges, its directives) before the UDB is touched.
@@ -81,7 +84,7 @@ def simulated_daemon(
         LnodeStore(engine, host),
         actions,
         clock=clock,
-        options=Options(enforce_min_uid=0, cpus=cpus),
+        options=Options(enforce_min_uid=0, cpus=cpus, site_exits=site_exits),
         account_of=AccountsOf(lambda p: p.uid) if consts.share_by_account else None,
     )
     return daemon, sc.enforcer, length

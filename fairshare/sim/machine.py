@@ -27,9 +27,10 @@ A `Workload` is `procs` identical processes of one lnode.  `SimWorld` is the mac
 running a scenario's workloads as processes the daemon can see (fixed fake pids, the
 uid of the lnode they run for), with the weights its enforcer last set; `SimClock` is
 its clock (sleeping advances it at once) and `SimOs` its OsActions (fairshare.enforce.actions):
-signals and nice values act on the world's processes (SIGKILL, SIGTERM, SIGINT, SIGHUP
-and SIGQUIT stop one; a simulated program takes SIGXCPU as the quota warning and keeps
-running), and there are no files to write.  Nothing here reaches the real OS.  A
+signals and nice values act on the world's processes (a simulated program handles no
+signal: every signal whose Linux default ends a process, SIGXCPU included, stops one;
+SIGURG, SIGWINCH and the like leave it running), messages to its terminals are kept in
+`SimWorld.messages`, and there are no files to write.  Nothing here reaches the real OS.  A
 workload's processes share one nice value: renicing one of them renices the workload.
 A workload that runs to the scenario's end is still running at its last instant, so
 the table published at the end shows the workload as it ran.
@@ -274,9 +275,14 @@ class Workload:
 #: Linux's largest pid_max (2**22), so no real process could ever have one of them.
 PID_BASE = 5_000_000
 #: Signals that stop a simulated process (their default action, never caught).
-STOPPING_SIGNALS = frozenset(
-    {signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+#: The signals whose Linux default action is to ignore them or to stop (not end) the
+#: process (signal(7)); a simulated program handles no signal, so every other signal
+#: ends it, SIGXCPU included (it was the quota warning once, and killed the jobs).
+NOT_ENDING_SIGNALS = frozenset(
+    {signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH}
+    | {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 )
+STOPPING_SIGNALS = frozenset(s for s in signal.Signals if s not in NOT_ENDING_SIGNALS)
 
 
 class SimClock:
@@ -313,6 +319,7 @@ class SimWorld:
     killed: set[int] = field(default_factory=set)  # pids stopped by a signal
     nice: dict[int, int] = field(default_factory=dict)  # workload -> nice, if reniced
     signals: list[tuple[int, int]] = field(default_factory=list)  # (pid, signal) received
+    messages: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (pids, text)
     # cgroup model: lnode -> its cgroup path, and every cgroup's weight among its siblings
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
     cg_weight: dict[tuple[str, ...], float] = field(default_factory=dict)
@@ -445,6 +452,14 @@ class SimOs:
         self.world.signals.append((pid, int(sig)))
         if sig in STOPPING_SIGNALS:
             self.world.killed.add(pid)
+
+    def tell(self, pids: Sequence[int], text: str) -> list[str]:
+        """Keep `text` as written to the terminal of simulated processes `pids` (one
+        terminal, "sim")."""
+        for pid in pids:
+            self.world.workload_of(pid)
+        self.world.messages.append((tuple(pids), text))
+        return ["sim"]
 
     def started(self, pid: int) -> float:
         """When simulated process `pid` started: its workload's start (epoch s), as the

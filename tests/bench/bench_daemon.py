@@ -326,7 +326,7 @@ def main() -> int:
         marks: list[tuple[float, float]] = []
         # The daemon as shrdaemon runs it: the process-events listener, newacct's
         # session accounts and the socket server's thread, idle, as on a quiet host.
-        d = make_daemon(engine, choice, "bench", 1000)
+        d = make_daemon(engine, choice, "bench", Options(enforce_min_uid=1000))
         publish = d.store.publish
 
         def marked(*a, **kw):

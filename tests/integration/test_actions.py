@@ -133,10 +133,16 @@ def test_a_simulated_sigkill_stops_the_processes_and_releases_the_lnode(tmp_path
     assert d.table.cpu_seconds[d.tree.node("bob")] - before == pytest.approx(4.0)
 
 
-def test_a_simulated_sigxcpu_is_a_warning_the_process_survives(tmp_path, udb_url):
+def test_a_simulated_sigxcpu_ends_the_process_as_linux_does_but_sigurg_does_not(tmp_path, udb_url):
+    """A simulated program handles no signal, as a real job that does not expect one:
+    SIGXCPU's Linux default ends it (`sleep 100 & kill -XCPU $!` exits with 152), so
+    it cannot be the quota's warning; SIGURG's is to ignore it."""
     d, _model, _length = simulated_daemon(open_udb(udb_url), str(scenario(tmp_path)), epoch=0.0)
-    d.actions.signal(PID_BASE, signal.SIGXCPU)
+    d.actions.signal(PID_BASE, signal.SIGURG)
+    d.actions.signal(PID_BASE, signal.SIGWINCH)
     assert d.actions.world.pids(0) == [PID_BASE, PID_BASE + 1]
+    d.actions.signal(PID_BASE, signal.SIGXCPU)
+    assert d.actions.world.pids(0) == [PID_BASE + 1]
 
 
 def test_the_simulated_machine_has_no_files_and_no_real_pids(tmp_path, udb_url):

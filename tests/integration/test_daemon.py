@@ -5,6 +5,7 @@ tests/system/test_daemon_process.py."""
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -383,21 +384,51 @@ def test_new_entry_is_picked_up_within_one_cycle(engine):
     assert rows["unknown"].cpu_seconds == 1.0  # kept its lnode (still active until released)
 
 
-def test_cpu_quota_sigxcpu_then_sigkill_past_the_threshold(engine):
+def test_cpu_quota_warns_on_the_terminals_without_a_signal_then_sigkill_past_the_threshold(
+    engine, caplog, monkeypatch
+):
+    """The guide's 4.7: at the quota the user is warned and the processes keep running
+    (SIGCPULIM "is ignored by default"); 3 s of CPU past it (the default threshold) they
+    are killed.  By default the warning is a message on the user's terminals and in the
+    log, with no signal: Linux's SIGXCPU would end a process that does not handle it."""
     with write_session(engine) as s:
         s.execute(update(Entry).where(Entry.name == "alice").values(cpuquota=5.0, cpuquotaused=1.0))
-    d, clock, _col, _enf, sent = make(engine, lambda i: [proc(7, 1001, 2.0), proc(8, 1001, 0.0)])
+    actions = RecordedOs()
+    d, clock, _col, _enf, sent = make(
+        engine, lambda i: [proc(7, 1001, 2.0), proc(8, 1001, 0.0)], actions=actions
+    )
     d.start()
     cycle(d, clock)  # 1 + 2 = 3 s used
-    assert sent == []
-    cycle(d, clock)  # 5 s: the quota
-    assert sent == [(7, signal.SIGXCPU), (8, signal.SIGXCPU)]
+    assert sent == [] and actions.told == []
+    monkeypatch.setattr(logging.getLogger("shrdaemon"), "propagate", True)  # to caplog
+    with caplog.at_level(logging.WARNING, logger="shrdaemon"):
+        cycle(d, clock)  # 5 s: the quota
+    assert sent == []  # no signal: nothing that could end a process
+    ((pids, text),) = actions.told
+    assert pids == (7, 8)
+    assert "CPU quota of 5 s reached (5.0 s used)" in text
+    assert "killed when they have used 3 CPU s more" in text
+    assert "alice: CPU quota 5.0 s reached (5.0 s used): warned, no signal" in caplog.text
     cycle(d, clock)  # 7 s: below quota + 3 s, no second warning
-    assert len(sent) == 2
+    assert sent == [] and len(actions.told) == 1
     cycle(d, clock)  # 9 s >= 8 s
-    assert sent[2:] == [(7, signal.SIGKILL), (8, signal.SIGKILL)]
+    assert sent == [(7, signal.SIGKILL), (8, signal.SIGKILL)]
+    assert "being killed (SIGKILL)" in actions.told[1][1]
     d.shutdown()
     assert entry(engine, "alice").cpuquotaused == 1.0 + 8.0
+
+
+def test_cpu_quota_sends_the_signal_shradmin_sets_as_the_warning(engine):
+    with write_session(engine) as s:
+        s.execute(update(Entry).where(Entry.name == "alice").values(cpuquota=5.0, cpuquotaused=1.0))
+        save_consts(s, Consts(quota_signal="SIGURG"))
+    actions = RecordedOs()
+    d, clock, _col, _enf, sent = make(engine, lambda i: [proc(7, 1001, 4.0)], actions=actions)
+    d.start()
+    cycle(d, clock)  # 5 s: the quota
+    assert sent == [(7, signal.SIGURG)]
+    assert "(SIGURG sent to them)" in actions.told[0][1]
+    d.shutdown()
 
 
 def test_a_pid_given_to_another_process_since_the_sample_is_neither_signalled_nor_reniced(
@@ -418,7 +449,7 @@ def test_a_pid_given_to_another_process_since_the_sample_is_neither_signalled_no
     d, clock, *_ = make(engine, lambda i: plan, actions=actions, udb_nice=True)
     d.start()
     cycle(d, clock)
-    assert actions.sent == [(7, signal.SIGXCPU)]
+    assert actions.told == [((7,), actions.told[0][1])]  # warned: pid 8 left alone
     assert actions.nice == {7: 4}
     actions.starts[8] = EPOCH  # the same pid, the sampled process again: it is acted on
     cycle(d, clock)
@@ -433,10 +464,10 @@ def test_sighup_rereads_quotas_the_fingerprint_cannot_see(engine):
     with write_session(engine) as s:
         s.execute(update(Entry).where(Entry.name == "alice").values(cpuquota=0.5))
     cycle(d, clock)
-    assert sent == []  # not seen yet
+    assert d.actions.told == []  # not seen yet
     d.loop.hup(signal.SIGHUP, None)
     cycle(d, clock)
-    assert sent == [(7, signal.SIGXCPU)]
+    assert [pids for pids, _text in d.actions.told] == [(7,)]
 
 
 # -- enforcement -----------------------------------------------------------------------------

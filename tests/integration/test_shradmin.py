@@ -105,6 +105,10 @@ def test_flags_by_name_durations_with_units_and_percent(udb_url):
         (["--dampening", "0.5"], "dampening: expected a number from 1 to 9999"),
         (["--dampening", "many"], "dampening: expected a number"),
         (["--idle-share", "random"], "idleshare: expected one of proportional, even"),
+        (["--k5", "1"], "k5: expected a number above 1 to 1000"),
+        (["--k5", "lots"], "k5: expected a number"),
+        (["--quota-signal", "SIGKILL"], "quota_signal: expected none or a signal name"),
+        (["--quota-signal", "SIGBOGUS"], "quota_signal: expected none or a signal name"),
     ],
 )
 def test_nonsense_is_refused_and_nothing_changes(acme, args, message):
@@ -115,6 +119,23 @@ def test_nonsense_is_refused_and_nothing_changes(acme, args, message):
     assert message in r.output
     assert len(r.output.strip().splitlines()) == 1
     assert stored(acme) == before
+
+
+def test_k5_and_the_quota_signal_are_set_shown_and_recorded(udb_url):
+    """The guide's 4.6.1.4: which ceiling is in force (maxushare with LIMSHARE, K5
+    without) and 4.7: the quota's warning signal, none by default."""
+    r = run(udb_url)
+    assert "maxushare = 2 (unused: LIMSHARE off), K5 = 2," in r.output
+    assert "warning signal = none" in r.output
+    r = run(udb_url, "--k5", "3", "--quota-signal", "urg")
+    assert r.exit_code == 0, r.output
+    consts, n = stored(udb_url)
+    assert (consts.k5, consts.quota_signal, n) == (3.0, "SIGURG", 2)
+    assert "K5 = 3," in r.output and "warning signal = SIGURG" in r.output
+    r = run(udb_url, "-F", "LIMSHARE", "-X", "8")
+    assert "maxushare = 8, K5 = 3 (unused: LIMSHARE on)" in r.output
+    r = run(udb_url, "--quota-signal", "none")
+    assert stored(udb_url)[0].quota_signal == "none"
 
 
 def test_maxlevels_at_the_trees_depth_is_accepted(acme):

@@ -39,6 +39,7 @@ create:bob:uid:1002:shares:1:
 
 [consts]
 halflife = "1h"
+quota_signal = "SIGURG"
 
 [[workload]]
 name = "alice"
@@ -141,18 +142,18 @@ def test_the_guides_quota_clearing_procedure(sim):
     assert r.exit_code == 0, r.output
     assert "UDB updated from 2 active lnode(s) of simulator" in r.output
     assert entry(engine, "alice").cpuquotaused == pytest.approx(8 * CPU_PER_CYCLE)
-    assert sent == [signal.SIGXCPU]  # 32 s in that 8th cycle: the quota is reached
+    assert sent == [signal.SIGURG]  # 32 s in that 8th cycle: the quota is reached
     r = CliRunner().invoke(udbgen, ["--udb", url, "-c", "update:alice:cpuquotaused:0:"])
     assert r.exit_code == 0, r.output
     r = shrsync_in_background("-q", "--host", "simulator", "--timeout", "10")
     assert r.exit_code == 0, r.output
     # The quota counts again from 0 after the update (the cycle serving -q is the first):
-    # no SIGKILL at 36 s, and SIGXCPU again only when 30 more CPU s are used.
-    assert sent == [signal.SIGXCPU]
+    # no SIGKILL at 36 s, and the warning (SIGURG) again only when 30 more CPU s are used.
+    assert sent == [signal.SIGURG]
     cycles(d, 6)  # 7 cycles since the update: 28 s
-    assert sent == [signal.SIGXCPU]
+    assert sent == [signal.SIGURG]
     cycles(d)  # 32 s
-    assert sent == [signal.SIGXCPU, signal.SIGXCPU]
+    assert sent == [signal.SIGURG, signal.SIGURG]
     d.shutdown()
     e = entry(engine, "alice")
     assert e.cpuquotaused == pytest.approx(8 * CPU_PER_CYCLE)  # nothing from before the clear
@@ -163,7 +164,7 @@ def test_the_guides_quota_clearing_procedure(sim):
 def test_without_the_procedure_the_quota_kills(sim):
     _engine, d, sent = sim
     cycles(d, 9)  # 36 s >= 30 + the 3 s threshold
-    assert sent == [signal.SIGXCPU, signal.SIGKILL]
+    assert sent == [signal.SIGURG, signal.SIGKILL]
 
 
 def test_a_request_is_served_by_a_daemon_stepping_in_another_thread(sim):

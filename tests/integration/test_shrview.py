@@ -383,6 +383,7 @@ def test_limshare_shows_the_band_around_the_due_share(published, utc):
     assert all(len(c) == 5 for c in cells.values())  # nobody at a bound
     doc = as_json(published, "-dl")
     assert doc["limshare"] is True and doc["maxushare"] == 1.5
+    assert doc["band"] == {"floor": pytest.approx(1 / 1.5), "limit": 1.5} and doc["k5"] == 2.0
     quiet = next(v for v in doc["lnodes"] if v["name"] == "quiet")
     assert quiet["limit_pct"] is None and quiet["floor_pct"] is None and quiet["lim"] is None
     assert quiet["eshr_if_started"] is True
@@ -460,6 +461,40 @@ def test_users_held_at_the_limit_or_the_floor_are_marked():
     assert cols["lim"].text(heavy) == "min" and cols["lim"].value(heavy) == "min"
     off = {c.key: c for c in display_columns("limshare", Consts(maxushare=1.5))}
     assert off["lim"].text(new) == "" and off["lim"].text(heavy) == ""  # LIMSHARE off
+
+
+def test_limshare_shows_the_band_in_force_k5_without_limshare():
+    """The guide's 4.6.1.4: "You can view the effect of the maxushare option with the
+    shrview -dl command."  With LIMSHARE the band is due / X .. X x due (X the ceiling,
+    -X 8 for a batch site); without it, Kay-Lauder's K5 x due is the only bound, and the
+    line above the table says which is in force."""
+    from fairshare.display.shrview import display_columns, limshare_line
+
+    third = 1 / 3
+    rows = [
+        _row(0, "root", -1, 0, "root", 1.0, 1.0, due=1.0),
+        _row(1, "old", 0, 1, "user", third, 1 / 3 - 1 / 9, usage=1e6, due=third),
+        _row(2, "new", 0, 1, "user", third, 2 / 3, usage=1e-9, due=third),
+        _row(3, "heavy", 0, 1, "user", third, 1 / 9, usage=1e9, due=third),
+    ]
+    old, new, heavy = view_lnodes(rows, frozenset())[1:]
+    batch = {c.key: c for c in display_columns("limshare", Consts(flags=0o4, maxushare=8.0))}
+    assert batch["limit_pct"].text(new) == "266.67"  # 8 x 1/3: the ceiling, not 2 x due
+    assert batch["floor_pct"].text(heavy) == "4.17"  # 1/3 / 8
+    assert batch["lim"].text(new) == ""  # 2/3 is below the ceiling
+    k5 = {c.key: c for c in display_columns("limshare", Consts(maxushare=8.0))}
+    assert k5["limit_pct"].text(new) == "66.67" and k5["floor_pct"].text(heavy) == "0.00"
+    assert k5["lim"].text(new) == "max"  # held by K5 = 2
+    k3 = {c.key: c for c in display_columns("limshare", Consts(maxushare=8.0, k5=3.0))}
+    assert k3["limit_pct"].text(new) == "100.00" and k3["lim"].text(new) == ""
+    assert limshare_line(Consts(flags=0o4, maxushare=8.0)) == (
+        "LIMSHARE on, maxushare = 8: Eshr kept between Due/8 and Due x 8 (maxushare is "
+        "the ceiling; K5 = 2 not in force)"
+    )
+    assert limshare_line(Consts(maxushare=8.0, k5=3.0)) == (
+        "LIMSHARE off: Eshr kept at most Due x 3 (Kay-Lauder's edge effects, K5 = 3; "
+        "maxushare = 8 not in force)"
+    )
 
 
 def test_statistics(published, utc):

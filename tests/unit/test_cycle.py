@@ -303,6 +303,38 @@ def test_limshare_caps_at_maxushare_times_due():
     assert no_limit.e_share[4] == pytest.approx(0.5)  # only the K5 bound
 
 
+@pytest.mark.parametrize("maxushare", [3.0, 8.0])
+def test_maxushare_is_the_ceiling_of_a_users_effective_share(maxushare):
+    """The guide's 4.6.1.4: -X "defines the maximum effective share for an individual
+    user"; "values of 8.0 and greater are good for a batch environment".  Ten equal
+    users (due 1/10), nine with a long past, one new: by m^2/usage the newcomer would
+    take 99% of the machine; LIMSHARE holds it at maxushare x due (ACME's -X 3.0: 30%,
+    -X 8: 80%), where the band was capped at 2 x due whatever X said."""
+    tree = flat(*[1] * 10)
+    t = with_lnodes(tree, {**{f"u{i}": 1e6 for i in range(9)}, "u9": 1e3})
+    c = busy(tree, {f"u{i}": 0.0 for i in range(10)})
+    out = run_cycle(tree, t, c, Consts(flags=LIMSHARE, maxushare=maxushare), 0.0)
+    cap = maxushare * 0.1
+    assert out.e_share[10] == pytest.approx(cap)
+    assert out.e_share[1:10].tolist() == pytest.approx([(1 - cap) / 9] * 9)
+    # Figure 4 with X as the limit: the newcomer's usage is raised so that m^2 / usage
+    # gives exactly the cap among the others' 9 x 0.1^2 / 1e6
+    assert out.usage[10] == pytest.approx(0.01 / (9e-8 * cap / (1 - cap)))
+
+
+@pytest.mark.parametrize(("k5", "cap"), [(2.0, 0.2), (3.0, 0.3), (8.0, 0.8)])
+def test_without_limshare_k5_is_the_ceiling_and_shradmin_sets_it(k5, cap):
+    """Kay-Lauder's edge effects (Figure 4, "We have set K5 to 2"): without LIMSHARE
+    the newcomer of the test above gets at most K5 x due, whatever maxushare says."""
+    tree = flat(*[1] * 10)
+    t = with_lnodes(tree, {**{f"u{i}": 1e6 for i in range(9)}, "u9": 1e3})
+    c = busy(tree, {f"u{i}": 0.0 for i in range(10)})
+    out = run_cycle(tree, t, c, Consts(k5=k5, maxushare=20.0), 0.0)
+    assert out.e_share[10] == pytest.approx(cap)
+    assert limshare_band(Consts(k5=k5, maxushare=20.0)) == (0.0, k5)
+    assert limshare_band(Consts(flags=LIMSHARE, k5=k5, maxushare=3.0)) == (1 / 3, 3.0)
+
+
 def test_limshare_floor_keeps_a_heavy_user_at_due_over_maxushare():
     # Four equal users; u3's past usage is 100,000 times the others'.  Due 1/4 each;
     # maxushare 2 keeps u3 at 1/8 (not ~3e-6) and the rest share 7/8 by m^2/usage.
@@ -521,7 +553,9 @@ def scenes(draw):
             c.cpu[n] = draw(st.floats(0.0, 16.0))
     flags = draw(st.sampled_from([0, ADJGROUPS, LIMSHARE, ADJGROUPS | LIMSHARE]))
     consts = Consts(flags=flags, sharemin=draw(st.sampled_from([0.0, 0.05])),
-                    idleshare=draw(st.sampled_from(["proportional", "even"])))  # fmt: skip
+                    idleshare=draw(st.sampled_from(["proportional", "even"])),
+                    maxushare=draw(st.sampled_from([1.5, 2.0, 8.0])),
+                    k5=draw(st.sampled_from([2.0, 3.0])))  # fmt: skip
     return tree, table, c, consts
 
 
@@ -547,7 +581,7 @@ def test_cycle_invariants(scene, elapsed):
     idx = tree_index(tree)
     sched = idx.subtree_sum(competing) > 0
     floor, limit = limshare_band(consts)
-    assert limit == (min(K5, consts.maxushare) if consts.flags & LIMSHARE else K5)
+    assert limit == (consts.maxushare if consts.flags & LIMSHARE else consts.k5)
     assert floor == (1 / consts.maxushare if consts.flags & LIMSHARE else 0.0)
     flat, even = not consts.flags & ADJGROUPS, consts.idleshare == "even"
     sh = near_future_shares(

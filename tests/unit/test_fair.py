@@ -177,7 +177,9 @@ def _at(f: SplitFigures, node: int, u: float) -> np.ndarray:
     x = node
     while x:
         x = int(f.idx.parent0[x])
-        usage[x] += u - f.usage[node]
+        # the node's old usage off first: a group holding only it then has exactly u,
+        # where adding u - old would leave the rounding of a large old usage in a small u
+        usage[x] = (usage[x] - f.usage[node]) + u
     usage[node] = u
     return usage
 

@@ -109,13 +109,17 @@ def test_quota_signals_warn_once_then_kill_past_the_threshold():
     ln, a = quota_lnodes(8.0, 1.5)  # 9.5 s of 10: nothing yet
     procs_of[a] = [p(7, 1001), p(8, 1001, kernel=True)]
     assert quota_signals(ln, procs_of, threshold=5.0) == []
-    ln.table.cpu_seconds[a] = 2.0  # 10 s: SIGXCPU to the process (never a kernel thread)
+    ln.table.cpu_seconds[a] = 2.0  # 10 s: the warning to the process (never a kernel thread)
     (q,) = quota_signals(ln, procs_of, threshold=5.0)
-    assert (q.signal, q.pids, q.used, q.quota) == (signal.SIGXCPU, (7,), 10.0, 10.0)
+    # by default no signal at all: the warning is the message (guide 4.7: ignored)
+    assert (q.signal, q.kill, q.pids, q.used, q.quota) == (None, False, (7,), 10.0, 10.0)
+    (q,) = quota_signals(ln, procs_of, threshold=5.0, warning=signal.SIGURG)
+    assert (q.signal, q.kill) == (signal.SIGURG, False)
     ln.warned.add(a)  # sent: not again while between the quota and the threshold
     assert quota_signals(ln, procs_of, threshold=5.0) == []
     ln.table.cpu_seconds[a] = 7.0  # 15 s = quota + threshold: SIGKILL, every cycle
-    assert [q.signal for q in quota_signals(ln, procs_of, threshold=5.0)] == [signal.SIGKILL]
+    kills = quota_signals(ln, procs_of, threshold=5.0)
+    assert [(q.signal, q.kill) for q in kills] == [(signal.SIGKILL, True)]
 
 
 def test_targets_are_active_leaves_with_processes_the_enforcer_may_touch():

@@ -6,7 +6,9 @@ builds its new lnode table with the bookkeeping they share:
 
 - `unicos`: the UNICOS user-level policy (Kay-Lauder, the guide), the default;
 - `slurm`: Slurm's classic fair-share factor (seed 002);
-- `feedback`: seed 004's hierarchical feedback design.
+- `feedback`: seed 004's hierarchical feedback design;
+- a site's own, installed in the entry-point group "fairshare.policies"
+  (fairshare.core.plugins), listed after these.
 
 `run_cycle` is the one entry point the daemon, the simulator and the tests call;
 `fair_usage` the one shrinfo asks for a fair level (fairshare.core.fair).
@@ -14,6 +16,9 @@ builds its new lnode table with the bookkeeping they share:
 
 from __future__ import annotations
 
+import logging
+
+from fairshare.core import plugins
 from fairshare.core.consts import Consts
 from fairshare.core.cycle import Consumption, Policy
 from fairshare.core.fair import SplitFigures
@@ -23,19 +28,53 @@ from fairshare.core.policies.slurm import SlurmPolicy
 from fairshare.core.policies.unicos import UnicosPolicy
 from fairshare.core.tree import ShareTree
 
-#: The policies by name (fairshare.core.consts.CHOICES["policy"] lists the names a UDB may hold).
-POLICIES: dict[str, Policy] = {
+log = logging.getLogger("fairshare.core.policies")
+
+#: The suite's own policies by name (fairshare.core.consts.CHOICES["policy"]).
+BUILTIN: dict[str, Policy] = {
     "unicos": UnicosPolicy(),
     "feedback": FeedbackPolicy(),
     "slurm": SlurmPolicy(),
 }
+#: Every policy by name: the suite's, then those installed in the entry-point group
+#: "fairshare.policies" (fairshare.core.plugins; `load_plugins` loads them again).
+POLICIES: dict[str, Policy] = dict(BUILTIN)
+#: Where each policy of POLICIES comes from: "the suite's" or "plug-in module:attribute".
+ORIGINS: dict[str, str] = {}
 #: The policy of the default constants.
 DEFAULT_POLICY: Policy = POLICIES["unicos"]
 
 
+def load_plugins() -> dict[str, Policy]:
+    """POLICIES made again: the suite's policies and the plug-ins installed now (a
+    plug-in that fails to load is logged and left out); returns it."""
+    plugins.invalidate()
+    loaded = plugins.load_policies(tuple(BUILTIN))
+    POLICIES.clear()
+    POLICIES.update(BUILTIN)
+    POLICIES.update({name: policy for name, (policy, _where) in loaded.items()})  # type: ignore[misc]
+    ORIGINS.clear()
+    ORIGINS.update({name: "the suite's" for name in BUILTIN})
+    ORIGINS.update({name: f"plug-in {where}" for name, (_policy, where) in loaded.items()})
+    return POLICIES
+
+
+load_plugins()
+
+
 def policy_for(consts: Consts) -> Policy:
-    """The policy `consts` selects (`shradmin --policy`)."""
-    return POLICIES[consts.policy]
+    """The policy `consts` selects (`shradmin --policy`); the default, logged once, when
+    it names a plug-in no longer installed or that does not load."""
+    policy = POLICIES.get(consts.policy)
+    if policy is None:
+        if consts.policy not in _missing:
+            _missing.add(consts.policy)
+            log.warning("policy %s is not installed: %s runs", consts.policy, DEFAULT_POLICY.name)
+        return DEFAULT_POLICY
+    return policy
+
+
+_missing: set[str] = set()
 
 
 def run_cycle(
