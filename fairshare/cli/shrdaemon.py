@@ -15,10 +15,12 @@ import math
 import os
 import socket
 import sys
+from pathlib import Path
 
 import click
 
 from fairshare.admin.shrdist import auth_path
+from fairshare.daemon import background
 from fairshare.daemon.daemon import Daemon, Options
 from fairshare.daemon.lock import DaemonLock
 from fairshare.daemon.service import Notifier, log_formatter
@@ -28,7 +30,7 @@ from fairshare.server.server import Limits, Server
 from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store.config import load_consts
 from fairshare.store.published import LnodeStore
-from udb.cli.common import handle_errors, udb_option
+from udb.cli.common import handle_errors, udb_option, version_option
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
 from udb.remote import DEFAULT_SOCKET
@@ -56,20 +58,8 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     log.propagate = False
 
 
-def detach() -> None:
-    """Become a background daemon: double fork, new session, stdio on /dev/null."""
-    if os.fork():
-        os._exit(0)
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    os.chdir("/")
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @udb_option
 @click.option(
     "--enforcer",
@@ -92,7 +82,25 @@ def detach() -> None:
     default=True,
     show_default=True,
     help="Stay attached to the terminal (the default, what systemd wants) or fork into "
-    "the background (then log with --log-file).",
+    "the background with a pid file and a log (it prints where they are).",
+)
+@click.option(
+    "--pid-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --detach, --status, --stop: the pid file (default /run/fairshare/shrdaemon.pid "
+    "for root, else ~/.local/state/fairshare/shrdaemon.pid).",
+)
+@click.option(
+    "--status",
+    "control",
+    flag_value="status",
+    help="Say whether the daemon of the pid file runs (exit 0) or not (exit 3).",
+)
+@click.option(
+    "--stop",
+    "control",
+    flag_value="stop",
+    help="Stop the daemon of the pid file (SIGTERM) and wait until it has exited.",
 )
 @click.option(
     "--simulate",
@@ -181,6 +189,8 @@ def main(
     metrics_at,
     metrics_lnodes,
     verbose,
+    pid_file,
+    control,
 ):
     """The fair-share daemon: every delta seconds, charge each active lnode for what
     its processes used, run the UNICOS fair-share cycle, make the kernel deliver the
@@ -192,10 +202,17 @@ def main(
         if cycles:
             raise OptionError("--once and --cycles: give one of them")
         cycles = 1
+    where = background.default_where()
+    where = background.Where(pid_file or where.pid_file, Path(log_file or where.log_file))
+    if control:
+        code, line = (background.status if control == "status" else background.stop)(where)
+        click.echo(line)
+        sys.exit(code)
     if not foreground:
         if scenario:
             raise OptionError("--detach and --simulate: a simulation runs in the foreground")
-        detach()
+        background.detach(where)  # stderr is the log from here on
+        log_file = None
     setup_logging(verbose, log_file)
     observers = [Notifier()]
     if metrics_at:

@@ -26,7 +26,7 @@ from fairshare.report.info import (
 )
 from fairshare.report.profile import every_leaf
 from fairshare.report.published import share_tree
-from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option
+from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option, version_option
 from udb.errors import NotFound, OptionError
 from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
@@ -34,6 +34,7 @@ from udb.rules import MAX_EPOCH
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @udb_option
 @socket_option
 @click.argument("user", required=False)

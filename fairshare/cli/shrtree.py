@@ -10,13 +10,14 @@ import click
 
 from fairshare.display.shrtree import display_lines, render_problems, report_json
 from fairshare.report.sharetree import load_tree_report
-from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option
+from udb.cli.common import FiniteFloat, echo_lines, handle_errors, udb_option, version_option
 from udb.jsonout import echo_json
 from udb.remote import socket_option
 from udb.rules import MAX_EPOCH
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @udb_option
 @socket_option
 @click.option(

@@ -8,7 +8,7 @@ import click
 
 from udb import directives as udbdir
 from udb.check import check_stored, configured_maxlevels, load_entry_columns
-from udb.cli.common import echo_lines, handle_errors, udb_option
+from udb.cli.common import echo_lines, handle_errors, udb_option, version_option
 from udb.cli.progress import status, track
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
@@ -38,6 +38,7 @@ def _read(path: str) -> tuple[str, str]:
 
 
 @click.command("udbgen", context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.argument("files", nargs=-1, metavar="[FILE|-]...")
 @click.option(
     "-c",

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import click
 
 from udb import listing
-from udb.cli.common import echo_lines, handle_errors, udb_option
+from udb.cli.common import echo_lines, handle_errors, udb_option, version_option
 from udb.errors import NotFound, OptionError
 from udb.fields import FIELDS
 from udb.image import shown_fields
@@ -19,6 +19,7 @@ from udb.session import read_session
 
 
 @click.command("udbsee", context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.argument("names", nargs=-1, metavar="[NAME]...")
 @click.option(
     "-a",
