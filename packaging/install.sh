@@ -60,9 +60,8 @@ if [ -n "$UNINSTALL" ]; then
         [ -L "$BINDIR/$c" ] && rm -f "$BINDIR/$c"
         rm -f "$BASH_DIR/$c" "$ZSH_DIR/_$c" "$FISH_DIR/$c.fish"
     done
-    for page in "$PREFIX"/share/man/man*/*; do
-        [ -e "$page" ] || continue
-        link=$MANDIR/$(basename "$(dirname "$page")")/$(basename "$page")
+    for page in "$SOURCE"/man/*.[0-9]; do
+        link=$MANDIR/man${page##*.}/$(basename "$page")
         [ -L "$link" ] && rm -f "$link"
     done
     rm -rf "$PREFIX"
@@ -92,10 +91,12 @@ for c in $COMMANDS; do
     env "$var=zsh_source" "$PREFIX/bin/$c" > "$ZSH_DIR/_$c"
     env "$var=fish_source" "$PREFIX/bin/$c" > "$FISH_DIR/$c.fish"
 done
-for page in "$PREFIX"/share/man/man*/*; do
-    section=$(basename "$(dirname "$page")")
+for page in "$SOURCE"/man/*.[0-9]; do  # the suite's pages, not its dependencies'
+    section=man${page##*.}
+    installed=$PREFIX/share/man/$section/$(basename "$page")
+    [ -f "$installed" ] || die "$installed was not installed"
     mkdir -p "$MANDIR/$section"
-    ln -sfn "$page" "$MANDIR/$section/$(basename "$page")"
+    ln -sfn "$installed" "$MANDIR/$section/$(basename "$page")"
 done
 echo "install.sh: $("$PREFIX/bin/shrdaemon" --version) in $PREFIX;" \
     "commands in $BINDIR, manual pages in $MANDIR, completions under $SHAREDIR"
