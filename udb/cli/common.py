@@ -29,6 +29,7 @@ udb_option = click.option(
     "(default ~/.local/share/fairshare/udb.sqlite; udbgen creates it).",
 )
 
+
 def version_option(func):
     """-V/--version on every command: the suite's version, the same for all of them.
     (One click.version_option per command: it keeps the first name it printed.)"""
