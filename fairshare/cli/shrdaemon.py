@@ -22,6 +22,7 @@ import click
 from fairshare.admin.shrdist import auth_path
 from fairshare.daemon import background
 from fairshare.daemon.daemon import Daemon, Options
+from fairshare.daemon.enrol import parse_new_uids
 from fairshare.daemon.lock import DaemonLock
 from fairshare.daemon.service import Notifier, log_formatter
 from fairshare.enforce.actions import RealOs
@@ -120,6 +121,14 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     help="Processes of lower uids (root, system daemons) are charged but never moved or reniced.",
 )
 @click.option(
+    "--new-uids",
+    default="enrol:Users:100",
+    show_default=True,
+    metavar="enrol[:GROUP[:SHARES]]|unknown",
+    help="Processes of a uid without an entry (at or above --enforce-min-uid): enrol the "
+    "uid under GROUP with SHARES, scheduled from the next cycle, or charge it to unknown.",
+)
+@click.option(
     "--host",
     metavar="NAME",
     help="Host name keying the published rows and the checkpoint (default: this host's "
@@ -191,6 +200,7 @@ def main(
     verbose,
     pid_file,
     control,
+    new_uids,
 ):
     """The fair-share daemon: every delta seconds, charge each active lnode for what
     its processes used, run the UNICOS fair-share cycle, make the kernel deliver the
@@ -204,6 +214,7 @@ def main(
         cycles = 1
     where = background.default_where()
     where = background.Where(pid_file or where.pid_file, Path(log_file or where.log_file))
+    new_uids = parse_new_uids(new_uids)
     if control:
         code, line = (background.status if control == "status" else background.stop)(where)
         click.echo(line)
@@ -237,15 +248,17 @@ def main(
             show_published(LnodeStore(engine, host), as_json)
         return
     store = run_real(
-        engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles
-    )
+        engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles,
+        new_uids,
+    )  # fmt: skip
     if show:
         show_published(store, as_json)
 
 
 def run_real(
-    engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles
-) -> LnodeStore:
+    engine, lock, consts, observers, enforcer, enforce_min_uid, socket_, auth, cycles,
+    new_uids=None,
+) -> LnodeStore:  # fmt: skip
     """Run the daemon on this machine under `lock` (serving `socket_` unless '') until it
     stops; returns its store, which holds the last published lnode table."""
     limits = server_limits(os.environ.get(LIMITS_ENV))
@@ -254,7 +267,10 @@ def run_real(
         choice = detect(enforcer)
         log.info("%s", enforcer_line(choice, consts.scheduling))
         log.info("UDB %s, host %s, lock %s", display_name(lock.url), lock.host, lock.where)
-        daemon = make_daemon(engine, choice, lock.host, enforce_min_uid, consts.share_by_account)
+        daemon = make_daemon(
+            engine, choice, lock.host, enforce_min_uid, consts.share_by_account, new_uids
+        )
+        log.info("uids without an entry: --new-uids %s", new_uids or "unknown")
         daemon.observers.extend(observers)
         serve(observers)
         server = None
@@ -344,7 +360,7 @@ def show_published(store: LnodeStore, as_json: bool) -> None:
         render_published(Console(width=max(100, Console().width)), head, rows)
 
 
-def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daemon:
+def make_daemon(engine, choice, host, enforce_min_uid, by_account=False, new_uids=None) -> Daemon:
     """A Daemon on the real machine with the chosen enforcer: a cgroup enforcer's
     counters give the CPU of the processes in lnode cgroups, and the kernel's process
     events place new sessions at once."""
@@ -360,7 +376,7 @@ def make_daemon(engine, choice, host, enforce_min_uid, by_account=False) -> Daem
         enforcer,
         LnodeStore(engine, host),
         actions,
-        options=Options(enforce_min_uid=enforce_min_uid),
+        options=Options(enforce_min_uid=enforce_min_uid, new_uids=new_uids),
         account_of=SessionAccounts(),  # newacct's accounts, per session
         process_events=ProcessEvents() if enforcer.capabilities.places else None,
     )
