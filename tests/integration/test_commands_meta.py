@@ -64,3 +64,40 @@ def test_the_wheel_installs_every_manual_page_where_man_looks():
 def test_the_license_file_is_the_license_pyproject_names():
     assert PYPROJECT["project"]["license"] == {"text": "MIT"}
     assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+
+
+def test_the_systemd_unit_runs_the_commands_where_install_sh_links_them():
+    script = (ROOT / "packaging" / "install.sh").read_text()
+    bindir = next(
+        line.split(":-", 1)[1].rstrip("}")
+        for line in script.splitlines()
+        if line.startswith("BINDIR=")
+    )
+    unit = (ROOT / "examples" / "systemd" / "shrdaemon.service").read_text()
+    run = [
+        line.split("=", 1)[1].lstrip("-").split()[0]
+        for line in unit.splitlines()
+        if line.startswith(("ExecStart=", "ExecStartPre="))
+    ]
+    assert run == [f"{bindir}/shradmin", f"{bindir}/shrdaemon"]
+    commands = script.split('COMMANDS="', 1)[1].split('"', 1)[0].split()
+    assert sorted(commands) == sorted(SCRIPTS)  # install.sh links every command
+
+
+def test_the_readme_opens_with_the_quick_start_and_loads_no_demo_onto_real_users():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert block == [
+        "python3 -m pip install -e . && shrdaemon --simulate examples/scenarios/06_acme.toml"
+        " && shrview -dm",
+        "python3 -m pip install -e '.[test]' && lint-imports && python3 -m pytest"
+        " && python3 -m pytest tests/system -n 0",
+    ]
+    deploying = readme.split("## Deploying on one machine", 1)[1].split("\n## ", 1)[0]
+    assert "acme" not in deploying.lower()
+    assert "packaging/install.sh" in deploying and "udbgen --init" in deploying
+    for heading in ("## What it is", "## Concepts", "## A site", "## Troubleshooting",
+                    "## Development"):  # fmt: skip
+        assert heading in readme
+    assert "bench_real" not in readme.split("## Development", 1)[0]
+    assert (ROOT / "docs" / "benchmarks.md").exists()
