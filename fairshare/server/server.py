@@ -34,6 +34,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from fairshare.daemon.service import CLIENT_FAULT
 from fairshare.daemon.sessions import SessionAccounts
 from fairshare.daemon.trust import Untrusted, untrusted_dir
 from fairshare.server.answers import Answers, BadRequest, peer_of
@@ -213,7 +214,7 @@ class Server:
             peer = peer_of(conn)
             why = self._held.refusal(peer.uid)
             if why is not None:
-                log.warning("%s: refused: %s", peer, why)
+                log.warning("%s: refused: %s", peer, why, extra=CLIENT_FAULT)
                 _send_nowait(conn, _error(f"busy: {why}, try again"))
                 conn.close()
                 continue
@@ -270,7 +271,7 @@ class Server:
             self._close(sel, c)
 
     def _drop(self, sel, c: Client, why: str, reply: bool = False) -> None:
-        log.warning("%s: %s: dropped", c.peer, why)
+        log.warning("%s: %s: dropped", c.peer, why, extra=CLIENT_FAULT)
         if reply:
             _send_nowait(c.conn, _error(why))
         self._close(sel, c)
@@ -301,10 +302,12 @@ class Server:
             reply = {"ok": True, **handler(peer, req)}
             log.debug("%s: %s answered", peer, c.request)
         except ValueError as err:
-            log.warning("%s: malformed JSON: %s", peer, err)
+            log.warning("%s: malformed JSON: %s", peer, err, extra=CLIENT_FAULT)
             reply = _error(f"malformed request: not JSON ({err})")
         except UdbError as err:
-            log.warning("%s (%s): %s refused: %s", peer, peer.login, c.request, err)
+            log.warning(
+                "%s (%s): %s refused: %s", peer, peer.login, c.request, err, extra=CLIENT_FAULT
+            )
             reply = _error(str(err))
         except Exception:  # a bug: the daemon keeps serving everyone else
             log.exception("%s: %s failed", peer, c.request)
