@@ -209,11 +209,7 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, 
     try:
         first = _system_entries(engine, parsed, replace, init, importing)
         if importing:
-            if nss:
-                users, source = read_nss(), "nss"
-            else:
-                text, source = _read(passwd_file)
-                users = read_passwd(text, source)
+            users, source = _accounts(nss, passwd_file)
             parsed += _imported(
                 engine, first, users, source, resgrp or DEFAULT_GROUP, GroupMap(rules),
                 shares, min_uid, max_uid, verbose, replace,
@@ -237,6 +233,14 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, 
             click.echo(f"udbgen: test mode, nothing written: {changes.summary()}", err=True)
     elif verbose:
         click.echo(f"udbgen: {display_name(resolve_url(udb))}: {changes.summary()}", err=True)
+
+
+def _accounts(nss: bool, passwd_file: str | None):
+    """(the accounts to import, their source's name): the name service's or a file's."""
+    if nss:
+        return read_nss(), "nss"
+    text, source = _read(passwd_file)
+    return read_passwd(text, source), source
 
 
 def _map_rule(text: str) -> tuple[str, str]:
