@@ -146,3 +146,53 @@ def test_detach_says_where_its_pid_and_log_are_and_status_and_stop_use_them(tmp_
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.requires("root")
+def test_a_user_added_after_the_udb_was_built_is_scheduled_under_users_within_one_cycle(
+    tmp_path,
+):
+    """The real daemon and collector: a process of a uid the UDB lacks (62001, no passwd
+    entry, so it is named uid62001) gets an entry under Users and its lnode there."""
+    from click.testing import CliRunner
+
+    from fairshare.store.published import LnodeStore
+    from udb.cli.udbgen import main as udbgen
+
+    url = f"sqlite:///{tmp_path / 'udb.sqlite'}"
+    assert CliRunner().invoke(udbgen, ["--udb", url, "--init"]).exit_code == 0
+    r = subprocess.run(
+        [sys.executable, "-m", "fairshare.cli.shradmin", "--udb", url, "-R", "0.5"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    dispose_all()
+    user = subprocess.Popen(["sleep", "60"], preexec_fn=as_uid(UIDS[0]))
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "fairshare.cli.shrdaemon", "--udb", url, "--enforcer", "none",
+         "--socket", "", "--host", "enrol-test", "--cycles", "6"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _, log = daemon.communicate(timeout=60)
+        assert daemon.returncode == 0, log
+    finally:
+        user.kill()
+        user.wait()
+        if daemon.poll() is None:
+            daemon.kill()
+    assert f"enrolled uid {UIDS[0]} (uid{UIDS[0]}) under Users with 100 shares" in log
+    engine = open_udb(url)
+    store = LnodeStore(engine, "enrol-test")
+    _head, rows = store.read_published()
+    published = {row.name for row in rows}
+    assert f"uid{UIDS[0]}" in published, log
+    from sqlalchemy import select
+
+    from udb.models import Entry
+    from udb.session import read_session
+
+    with read_session(engine) as s:
+        entry = s.scalars(select(Entry).where(Entry.uid == UIDS[0])).one()
+        users = s.scalars(select(Entry).where(Entry.name == "Users")).one()
+    assert (entry.name, entry.resgrp, entry.shares) == (f"uid{UIDS[0]}", users.uid, 100)
