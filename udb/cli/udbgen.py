@@ -8,6 +8,7 @@ import sys
 import click
 
 from udb import directives as udbdir
+from udb import slurm
 from udb.check import check_stored, configured_maxlevels, load_entry_columns
 from udb.cli.common import echo_lines, handle_errors, udb_option, version_option
 from udb.cli.progress import status, track
@@ -152,13 +153,20 @@ def _read(path: str) -> tuple[str, str]:
     default=None,
     help="With --passwd/--nss: skip accounts with a larger uid.",
 )
+@click.option(
+    "--sacctmgr",
+    "sacctmgr_file",
+    metavar="FILE",
+    help="Apply a Slurm `sacctmgr dump` file (- for stdin): accounts become resource "
+    "groups, users entries under them, Fairshare their shares.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Say what was changed.")
 @click.option("--json", "as_json", is_flag=True, help="With -a or -p: print JSON.")
 @udb_option
 @handle_errors
 def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, create_,
-         passwd_file, nss, resgrp, maps, shares, min_uid, max_uid, verbose, as_json,
-         udb):  # fmt: skip
+         passwd_file, nss, resgrp, maps, shares, min_uid, max_uid, sacctmgr_file, verbose,
+         as_json, udb):  # fmt: skip
     """Create, update and delete UDB entries from udbgen DIRECTIVES.
 
     Directives come from FILEs ("-" is standard input) and -c options, in
@@ -191,9 +199,10 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, 
     importing = passwd_file is not None or nss
     if (resgrp is not None or maps) and not importing:
         raise OptionError("--resgrp and --map only go with --passwd or --nss")
-    if not files and not commands and not importing and not init:
+    if not files and not commands and not importing and not init and not sacctmgr_file:
         raise OptionError(
-            "no directives: give a FILE, - for stdin, -c DIRECTIVES, --passwd, --nss or --init"
+            "no directives: give a FILE, - for stdin, -c DIRECTIVES, --passwd, --nss, "
+            "--sacctmgr or --init"
         )
     rules = [_map_rule(m) for m in maps]
 
@@ -215,6 +224,8 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, 
                 shares, min_uid, max_uid, verbose, replace,
             )  # fmt: skip
         parsed = first + parsed
+        if sacctmgr_file:
+            parsed += _from_slurm(engine, sacctmgr_file, parsed, replace)
         # The bar follows the directives as they are checked; writing them follows.
         todo = (
             track(parsed, "udbgen: applying", total=len(parsed)) if len(parsed) > 1000 else parsed
@@ -241,6 +252,21 @@ def _accounts(nss: bool, passwd_file: str | None):
         return read_nss(), "nss"
     text, source = _read(passwd_file)
     return read_passwd(text, source), source
+
+
+def _from_slurm(engine, path: str, parsed, replace: bool):
+    """The directives of a sacctmgr dump (udb.slurm), after the run's others."""
+    text, source = _read(path)
+    existing: dict[str, int] = {}
+    if not replace:
+        with read_session(engine) as s:
+            taken = load_entry_columns(s)
+        existing = dict(zip(taken.name, taken.uid, strict=True))
+    created = {
+        d.name: v for d in parsed if d.verb == "create" for f, v, _ in d.fields if f == "uid"
+    }
+    names = {**existing, **created}
+    return slurm.dump_directives(slurm.read_dump(text, source), source, names, set(names.values()))
 
 
 def _map_rule(text: str) -> tuple[str, str]:
