@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import pwd
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -119,3 +120,35 @@ def test_a_bad_dump_is_one_line_exit_2_and_writes_nothing(udb_url, tmp_path, tex
     r = CliRunner().invoke(udbgen, ["--udb", udb_url, "--sacctmgr", str(dump)])
     assert r.exit_code == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.output
     assert entries(udb_url) == {}
+
+
+def test_shrtree_parsable_gives_sshare_s_field_names_and_the_json_values(tmp_path):
+    import json
+
+    from fairshare.cli.shrtree import main as shrtree
+
+    classic = Path(__file__).resolve().parents[2] / "examples" / "slurm" / "classic.udb"
+    url = f"sqlite:///{tmp_path / 'c.sqlite'}"
+    assert CliRunner().invoke(udbgen, ["--udb", url, "--create", str(classic)]).exit_code == 0
+    args = ["--udb", url, "-l", "--now", "1700000000"]
+    p = CliRunner().invoke(shrtree, [*args, "-P"])
+    j = CliRunner().invoke(shrtree, [*args, "--json"])
+    assert p.exit_code == j.exit_code == 0, p.output
+    lines = p.output.splitlines()
+    head = lines[0].split("|")
+    assert head[:7] == [
+        "Account", "User", "RawShares", "NormShares", "NormUsage", "EffectvUsage", "FairShare",
+    ]  # fmt: skip
+    rows = {
+        tuple(line.split("|")[:2]): dict(zip(head, line.split("|"), strict=True))
+        for line in lines[1:]
+    }
+    nodes = {n["name"]: n for n in json.loads(j.output)["nodes"]}
+    user1 = rows[("B", "user1")]
+    assert float(user1["FairShare"]) == nodes["user1"]["fairshare_factor"]
+    assert float(user1["NormShares"]) == nodes["user1"]["normalized_shares"]
+    assert float(user1["EffectvUsage"]) == nodes["user1"]["effective_usage"]
+    assert int(rows[("A", "")]["RawShares"]) == 40
+    assert len(lines) == 1 + len(nodes)
+    r = CliRunner().invoke(shrtree, [*args, "-P", "--json"])
+    assert r.exit_code == 2
