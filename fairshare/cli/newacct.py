@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import click
 
-from udb.cli.common import HELP, Command, handle_errors
+from udb.cli.common import HELP, Command, handle_errors, version_option
 from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.remote import call, socket_option, socket_path
 
 
 @click.command(cls=Command, context_settings=HELP)
+@version_option
 @socket_option
 @click.argument("account", required=False)
 @click.option(

@@ -15,7 +15,7 @@ from fairshare.admin.shradmin import (
     set_schedule,
 )
 from fairshare.admin.shrdist import current_caller
-from fairshare.core.consts import from_user, policy_names
+from fairshare.core.consts import CHOICES, FLAG_NAMES, from_user, policy_names
 from fairshare.display.settings import (
     history_json,
     history_lines,
@@ -23,7 +23,15 @@ from fairshare.display.settings import (
     settings_json,
 )
 from fairshare.store.config import history, load_consts, load_effective_consts, schedules
-from udb.cli.common import HELP, Command, handle_errors, last_option, udb_option
+from udb.cli.common import (
+    HELP,
+    Command,
+    complete_values,
+    handle_errors,
+    last_option,
+    udb_option,
+    version_option,
+)
 from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.session import open_udb, read_session, write_session
@@ -112,10 +120,19 @@ SETTINGS = (
 )
 
 
+#: What the shell completes for the settings that take names (-F, --policy, --idle-share).
+COMPLETE = {const: complete_values(dict.fromkeys(values, "")) for const, values in CHOICES.items()}
+COMPLETE["flags"] = complete_values(
+    {n: f"{bit:#05o}" for n, bit in FLAG_NAMES.items()}, separator=","
+)
+
+
 def _settings_options(func):
     for short, long, const, help_ in reversed(SETTINGS):
         names = [n for n in (short, long) if n]
-        func = click.option(*names, const, metavar="VALUE", help=help_)(func)
+        func = click.option(
+            *names, const, metavar="VALUE", help=help_, shell_complete=COMPLETE.get(const)
+        )(func)
     return func
 
 
@@ -128,6 +145,7 @@ def _local(epoch: float) -> str:
 
 
 @click.command(cls=Command, context_settings=HELP)
+@version_option
 @udb_option
 @_settings_options
 @click.argument("percent", required=False)

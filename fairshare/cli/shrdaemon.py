@@ -21,7 +21,9 @@ from pathlib import Path
 import click
 
 from fairshare.admin.shrdist import auth_path
+from fairshare.daemon import background
 from fairshare.daemon.daemon import Daemon, Options
+from fairshare.daemon.enrol import parse_new_uids
 from fairshare.daemon.lock import AlreadyRunning, DaemonLock
 from fairshare.daemon.service import Notifier, log_formatter
 from fairshare.daemon.spool import Spool, default_spool
@@ -31,7 +33,7 @@ from fairshare.server.server import Limits, Server
 from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store.config import load_consts
 from fairshare.store.published import LnodeStore
-from udb.cli.common import HELP, Command, handle_errors, udb_option
+from udb.cli.common import HELP, Command, handle_errors, udb_option, version_option
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
 from udb.remote import DEFAULT_SOCKET
@@ -70,20 +72,8 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
         pass
 
 
-def detach() -> None:
-    """Become a background daemon: double fork, new session, stdio on /dev/null."""
-    if os.fork():
-        os._exit(0)
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    os.chdir("/")
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-
-
 @click.command(cls=Command, context_settings=HELP)
+@version_option
 @udb_option
 @click.option(
     "--enforcer",
@@ -106,7 +96,25 @@ def detach() -> None:
     default=True,
     show_default=True,
     help="Stay attached to the terminal (the default, what systemd wants) or fork into "
-    "the background (then log with --log-file).",
+    "the background with a pid file and a log (it prints where they are).",
+)
+@click.option(
+    "--pid-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --detach, --status, --stop: the pid file (default /run/fairshare/shrdaemon.pid "
+    "for root, else ~/.local/state/fairshare/shrdaemon.pid).",
+)
+@click.option(
+    "--status",
+    "control",
+    flag_value="status",
+    help="Say whether the daemon of the pid file runs (exit 0) or not (exit 3).",
+)
+@click.option(
+    "--stop",
+    "control",
+    flag_value="stop",
+    help="Stop the daemon of the pid file (SIGTERM) and wait until it has exited.",
 )
 @click.option(
     "--simulate",
@@ -124,6 +132,14 @@ def detach() -> None:
     show_default=True,
     metavar="UID",
     help="Processes of lower uids (root, system daemons) are charged but never moved or reniced.",
+)
+@click.option(
+    "--new-uids",
+    default="enrol:Users:100",
+    show_default=True,
+    metavar="enrol[:GROUP[:SHARES]]|unknown",
+    help="Processes of a uid without an entry (at or above --enforce-min-uid): enrol the "
+    "uid under GROUP with SHARES, scheduled from the next cycle, or charge it to unknown.",
 )
 @click.option(
     "--host",
@@ -214,6 +230,9 @@ def main(
     metrics_lnodes,
     site_hooks,
     verbose,
+    pid_file,
+    control,
+    new_uids,
 ):
     """The fair-share daemon: every delta seconds, charge each active lnode for what
     its processes used, run the UNICOS fair-share cycle, make the kernel deliver the
@@ -225,10 +244,18 @@ def main(
         if cycles:
             raise OptionError("--once and --cycles: give one of them")
         cycles = 1
+    where = background.default_where()
+    where = background.Where(pid_file or where.pid_file, Path(log_file or where.log_file))
+    new_uids = parse_new_uids(new_uids)
+    if control:
+        code, line = (background.status if control == "status" else background.stop)(where)
+        click.echo(line)
+        sys.exit(code)
     if not foreground:
         if scenario:
             raise OptionError("--detach and --simulate: a simulation runs in the foreground")
-        detach()
+        background.detach(where)  # stderr is the log from here on
+        log_file = None
     setup_logging(verbose, log_file)
     observers = [Notifier()]
     if metrics_at:
@@ -254,7 +281,9 @@ def main(
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
-    options = Options(enforce_min_uid=enforce_min_uid, site_exits=site_exits(site_hooks))
+    options = Options(
+        enforce_min_uid=enforce_min_uid, site_exits=site_exits(site_hooks), new_uids=new_uids
+    )
     spool = Spool(None if spool_at == "" else Path(spool_at or default_spool(url, host)), host)
     args = (observers, enforcer, options, socket_, auth, cycles, spool)
     store = run_real(engine, lock, consts, *args)
@@ -290,6 +319,7 @@ def run_real(
         log.info("UDB %s, host %s, lock %s", display_name(lock.url), lock.host, lock.where)
         daemon = make_daemon(engine, choice, lock.host, options, consts.share_by_account)
         daemon.lock, daemon.ledger.spool = lock, spool
+        log.info("uids without an entry: --new-uids %s", options.new_uids or "unknown")
         daemon.observers.extend(observers)
         serve(observers)
         server = None

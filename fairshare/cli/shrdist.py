@@ -21,7 +21,7 @@ from fairshare.admin.shrdist import (
 )
 from fairshare.core.dist import Distribution
 from fairshare.display.dist import change_json, change_lines, render_distribution
-from udb.cli.common import HELP, Command, handle_errors, last_option, udb_option
+from udb.cli.common import HELP, Command, handle_errors, last_option, udb_option, version_option
 from udb.cli.progress import status
 from udb.errors import OptionError
 from udb.jsonout import echo_json
@@ -30,6 +30,7 @@ from udb.session import open_udb, read_session, write_session
 
 
 @click.command(cls=Command, context_settings=HELP)
+@version_option
 @udb_option
 @socket_option
 @click.option("-g", "--group", metavar="GROUP", help="The resource group ('/' = the top).")

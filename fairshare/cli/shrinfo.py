@@ -26,7 +26,15 @@ from fairshare.report.info import (
 )
 from fairshare.report.profile import every_leaf
 from fairshare.report.published import share_tree
-from udb.cli.common import HELP, Command, FiniteFloat, echo_lines, handle_errors, udb_option
+from udb.cli.common import (
+    HELP,
+    Command,
+    FiniteFloat,
+    echo_lines,
+    handle_errors,
+    udb_option,
+    version_option,
+)
 from udb.errors import NotFound, OptionError
 from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
@@ -34,6 +42,7 @@ from udb.rules import MAX_EPOCH
 
 
 @click.command(cls=Command, context_settings=HELP)
+@version_option
 @udb_option
 @socket_option
 @click.argument("user", required=False)

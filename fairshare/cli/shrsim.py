@@ -16,7 +16,7 @@ from fairshare.sim.plot import plot, plot_compare
 from fairshare.sim.record import Measured, SimResult
 from fairshare.sim.run import run_scenario
 from fairshare.sim.scenario import load_scenario
-from udb.cli.common import HELP, Command, handle_errors, udb_option
+from udb.cli.common import HELP, Command, handle_errors, udb_option, version_option
 from udb.cli.progress import track
 from udb.errors import OptionError
 from udb.jsonout import echo_json
@@ -25,6 +25,7 @@ PLOT_FORMATS = (".png", ".svg")
 
 
 @click.command("shrsim", cls=Command, context_settings=HELP)
+@version_option
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @udb_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the tables.")

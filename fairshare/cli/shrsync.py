@@ -10,7 +10,7 @@ import click
 from fairshare.admin.shrdist import current_caller
 from fairshare.admin.shrsync import Done, submit, wait
 from fairshare.daemon.sync import QUOTA, UPDATE
-from udb.cli.common import HELP, Command, FiniteFloat, handle_errors, udb_option
+from udb.cli.common import HELP, Command, FiniteFloat, handle_errors, udb_option, version_option
 from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.remote import call, reach, socket_option
@@ -22,6 +22,7 @@ MARGIN = 2.0
 
 
 @click.command(cls=Command, context_settings=HELP)
+@version_option
 @udb_option
 @socket_option
 @click.option(

@@ -8,15 +8,25 @@ import time
 
 import click
 
-from fairshare.display.shrtree import display_lines, render_problems, report_json
+from fairshare.display.shrtree import display_lines, parsable_lines, render_problems, report_json
 from fairshare.report.sharetree import load_tree_report
-from udb.cli.common import HELP, Command, FiniteFloat, echo_lines, handle_errors, udb_option
+from udb.cli.common import (
+    HELP,
+    Command,
+    FiniteFloat,
+    echo_lines,
+    handle_errors,
+    udb_option,
+    version_option,
+)
+from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.remote import socket_option
 from udb.rules import MAX_EPOCH
 
 
 @click.command(cls=Command, context_settings=HELP)
+@version_option
 @udb_option
 @socket_option
 @click.option(
@@ -43,8 +53,15 @@ from udb.rules import MAX_EPOCH
     help="Age usage to this time, in seconds since the epoch, 0 to 1e11 (default: now).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the display.")
+@click.option(
+    "-P",
+    "--parsable",
+    is_flag=True,
+    help="Print one line a node, fields separated by |, under Slurm sshare's names "
+    "(RawShares, NormShares, EffectvUsage, FairShare) where the meaning is the same.",
+)
 @handle_errors
-def main(udb, socket_, long_, errors_only, by_account, node, now, as_json):
+def main(udb, socket_, long_, errors_only, by_account, node, now, as_json, parsable):
     """Display the share tree (fair-share hierarchy) in the UDB and report its problems.
 
     Each row shows a node's level, name, ID, static System Share (its machine
@@ -64,8 +81,12 @@ def main(udb, socket_, long_, errors_only, by_account, node, now, as_json):
         mode="account" if by_account else "user",
         node=node,
     )
+    if as_json and parsable:
+        raise OptionError("--json and -P: give one of them")
     if as_json:
         echo_json(report_json(report, long_, errors_only))
+    elif parsable:
+        echo_lines(parsable_lines(report, long_, errors_only))
     elif errors_only:
         from rich.console import Console  # -e colours its lines; the other outputs are plain
 

@@ -23,6 +23,7 @@ import click
 
 from fairshare.display.shrview import (
     DISPLAYS,
+    SORTS,
     check_select,
     display_json,
     display_lines,
@@ -36,7 +37,16 @@ from fairshare.display.shrview import (
 from fairshare.display.site import site_json, site_lines
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Snapshot, Source, caller_own, load_site, tree_leaves
-from udb.cli.common import HELP, Command, FiniteFloat, echo_lines, handle_errors, udb_option
+from udb.cli.common import (
+    HELP,
+    Command,
+    FiniteFloat,
+    complete_values,
+    echo_lines,
+    handle_errors,
+    udb_option,
+    version_option,
+)
 from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
@@ -63,6 +73,7 @@ def parse_display(value: str) -> str:
 
 
 @click.command(cls=Command, context_settings=HELP)
+@version_option
 @udb_option
 @socket_option
 @click.option(
@@ -71,6 +82,7 @@ def parse_display(value: str) -> str:
     default="m",
     show_default=True,
     metavar="D",
+    shell_complete=complete_values(DISPLAYS),
     help="m monitor, a adjgroup, s statistics, n nice tables, l limshare, g graph "
     "(Kay-Lauder Figure 6); the guide's -dm works.",
 )
@@ -89,6 +101,7 @@ def parse_display(value: str) -> str:
     default="tree",
     show_default=True,
     metavar="KEY",
+    shell_complete=complete_values({k: "" for k in SORTS if len(k) > 1}),
     help="Order siblings by tree (name), id, name, usage, rate or eshr (numbers "
     "descending); indentation keeps the tree.  First letters work (-oi).",
 )

@@ -11,7 +11,8 @@ module named after it (this is the one list of them):
    enforcer off and on (fairshare.enforce.switch).
 2. `charges`: the processes sampled (fairshare.collect) and each charged to its leaf
    lnode (Share by Account through `accounts`, with `sessions`, newacct's per-session
-   choices).
+   choices); `enrol` creates the entries of uids that have none (shrdaemon
+   --new-uids), scheduled from the next cycle's reload.
 3. `state`: the lnodes of new leaves created with their stored usage aged since
    shextime, then the pure cycle on the lnode table (fairshare.core.steps.advance:
    the policy's cycle; with GLOBALUSAGE the site factors adjust the effective shares,
@@ -30,5 +31,6 @@ module named after it (this is the one list of them):
 Around the loop: `loop` (timing and signals), `placing` (new sessions placed between
 cycles), `lock` (one daemon per UDB and host, in a directory `trust` accepts, checked
 before every cycle's writes), `spool` (what the UDB did not take, in a local file),
-`service` (systemd readiness, watchdog and logs), `metrics` (Prometheus).
+`service` (systemd readiness, watchdog and logs), `background` (--detach's pid file and
+log, --status, --stop, without systemd), `metrics` (Prometheus).
 """

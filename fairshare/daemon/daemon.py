@@ -49,6 +49,7 @@ from fairshare.core.tree import ShareTree
 from fairshare.daemon.accounts import AccountLookup
 from fairshare.daemon.charges import charge, resources_charged
 from fairshare.daemon.decisions import enforcer_targets, send_quota_signals
+from fairshare.daemon.enrol import Enrolment, NewUids
 from fairshare.daemon.lock import HostLock, keep_lock
 from fairshare.daemon.loop import Loop
 from fairshare.daemon.outage import UdbCalls
@@ -168,14 +169,16 @@ class SystemClock:
 @dataclass(frozen=True)
 class Options:
     """How the daemon runs.  `enforce_min_uid`: processes of lower uids (root, system
-    daemons) are charged but never moved or reniced.  `cpus`: the host's CPUs (default
-    os.cpu_count()), published for a site's displays and GLOBALUSAGE.  `site_exits`:
-    the site's hooks (shrdaemon --site-hook)."""
+    daemons) are charged but never moved or reniced (nor enrolled).  `cpus`: the host's
+    CPUs (default os.cpu_count()), published for a site's displays and GLOBALUSAGE.
+    `site_exits`: the site's hooks (shrdaemon --site-hook)."""
 
     enforce_min_uid: int = 1000
     cpus: float | None = None
     #: The site's hooks run every cycle before the enforcer (fairshare.core.exits).
     site_exits: tuple[SiteExit, ...] = ()
+    #: Uids without an entry (fairshare.daemon.enrol): None charges them to unknown.
+    new_uids: NewUids | None = None
 
 
 class Daemon:
@@ -208,6 +211,8 @@ class Daemon:
         self.account_of = account_of
         self.observers = list(observers)
         self.enforcement = Enforcement(enforcer, actions)
+        new_uids = self.options.new_uids
+        self.enrolment = Enrolment(new_uids, self.options.enforce_min_uid) if new_uids else None
         self.placing = Placing(
             process_events, self.enforcement, self.options.enforce_min_uid, account_of
         )
@@ -323,6 +328,7 @@ class Daemon:
         c, self._pids = charge(ln, sample, self.account_of, sets_nice, wanted)
         c.cpus = self.cpus
         add_counts(self.counts, c)
+        self._enrol(ln, sample)
         # state: the arriving leaves' lnodes, then the cycle on the lnode table
         read = partial(self.udb.read, "read the new lnodes' entries", self.store.entry_states)
         activate_arriving(ln, c, read, sample.time, consts)
@@ -368,6 +374,12 @@ class Daemon:
         return self.udb.fenced is not None
 
     # -- the pieces -------------------------------------------------------------------------
+
+    def _enrol(self, ln: Lnodes, sample) -> None:
+        """Enrol the sample's uids without an entry (fairshare.daemon.enrol); the next
+        cycle's poll sees the new entries and schedules them under their group."""
+        if self.enrolment is not None and (new := self.enrolment.unseen(ln, sample, self.cycle)):
+            self.udb.call("enrol new uids", self.enrolment.enrol, self.engine, new, self.cycle)
 
     def _reload(self) -> Consts:
         """The reload step's reads (fairshare.daemon.reload): the constants in force, and

@@ -33,8 +33,12 @@ exactly (rate over fairshare_cpus).
 Per daemon:
   fairshare_cycle_duration_seconds    histogram of the wall-clock time of a cycle
   fairshare_cycles_total, fairshare_writebacks_total (lnodes written back),
-  fairshare_checkpoints_total, fairshare_errors_total{level} (log records at
-  warning and worse), fairshare_enforcer_info{enforcer} (1 for the one in force),
+  fairshare_checkpoints_total, fairshare_errors_total{level} (the daemon's own
+  log records at warning and worse: what an alert should watch),
+  fairshare_client_errors_total{level} (requests on the socket refused or dropped:
+  users' mistakes, such as a refused shrdist or a mistyped newacct; the records logged
+  with ``extra=fairshare.daemon.service.CLIENT_FAULT``),
+  fairshare_enforcer_info{enforcer} (1 for the one in force),
   fairshare_lnodes (active), fairshare_lnodes_exported, fairshare_cpus (the
   machine's CPUs, which the ratios are fractions of),
   fairshare_last_cycle_timestamp_seconds.
@@ -225,15 +229,18 @@ def _numbers(a: np.ndarray) -> np.ndarray:
 
 
 class ErrorCount(logging.Handler):
-    """Counts the daemon's log records at warning and worse, by level."""
+    """Counts the log records at warning and worse, by level: the daemon's own
+    (`counts`) apart from its clients' mistakes (`client`, records marked CLIENT_FAULT)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.counts = {"warning": 0, "error": 0, "critical": 0}
+        self.client = {"warning": 0, "error": 0, "critical": 0}
 
     def emit(self, record: logging.LogRecord) -> None:
         level = record.levelname.lower()
-        self.counts[level] = self.counts.get(level, 0) + 1
+        counts = self.client if getattr(record, "fault", None) == "client" else self.counts
+        counts[level] = counts.get(level, 0) + 1
 
 
 def _escape(value: str) -> str:
@@ -286,12 +293,17 @@ class SnapshotCollector(Collector):
 
     def collect(self):
         s = self.snapshot  # one reference read: the cycle may swap it meanwhile
-        errors = CounterMetricFamily(
-            "fairshare_errors", "Log records at warning and worse.", labels=["level"]
-        )
-        for level, n in self.errors.counts.items():
-            errors.add_metric([level], n)
-        yield errors
+        for name, doc, counts in (
+            ("fairshare_errors", "The daemon's own log records at warning and worse.",
+             self.errors.counts),
+            ("fairshare_client_errors",
+             "Requests on the socket refused or dropped (users' mistakes), by log level.",
+             self.errors.client),
+        ):  # fmt: skip
+            family = CounterMetricFamily(name, doc, labels=["level"])
+            for level, n in counts.items():
+                family.add_metric([level], n)
+            yield family
         if s is None:
             return
         for name, doc, value in (

@@ -22,6 +22,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fairshare.daemon.daemon import DaemonView
 
+#: The `extra` of a log record about a client's mistake (fairshare.server: a request
+#: refused or dropped): fairshare.daemon.metrics counts it in
+#: fairshare_client_errors_total, not in the daemon's own fairshare_errors_total.
+CLIENT_FAULT = {"fault": "client"}
+
 log = logging.getLogger("shrdaemon")
 
 #: logging level -> syslog priority (journald's PRIORITY=).

@@ -147,3 +147,37 @@ def report_json(report: TreeReport, long: bool = False, errors: bool = False) ->
         "warnings": report.warnings,
         "errors": report.errors,
     }
+
+
+#: shrtree -P's columns: Slurm sshare's names where the meaning is the same (sshare -P
+#: sites' scripts read them), then this suite's own.  (heading, the --json node key)
+PARSABLE = (
+    ("RawShares", "shares"),
+    ("NormShares", "normalized_shares"),
+    ("NormUsage", "normalized_usage"),
+    ("EffectvUsage", "effective_usage"),
+    ("FairShare", "fairshare_factor"),
+    ("GroupShare", "group_share"),
+    ("Kind", "kind"),
+    ("Level", "level"),
+)
+
+
+def parsable_lines(report: TreeReport, long: bool = False, errors: bool = False) -> list[str]:
+    """The --json document's nodes as sshare -P prints its rows: a heading, then one
+    line a node, fields separated by ``|``; a group's name under Account (its parent's
+    for a user or account, whose name goes under User)."""
+    lines = ["|".join(["Account", "User", *(h for h, _k in PARSABLE)])]
+    for n in visible_nodes(report, long, errors):
+        group = n.kind == "group"
+        account = n.name if group else (n.parent or "")
+        user = "" if group else n.name
+        values = [_plain(getattr(n, k)) for _h, k in PARSABLE]
+        lines.append("|".join([account, user, *values]))
+    return lines
+
+
+def _plain(value) -> str:
+    if value is None:
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)

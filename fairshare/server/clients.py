@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from fairshare.daemon.service import CLIENT_FAULT
 from fairshare.server.answers import Peer
 
 
@@ -155,7 +156,8 @@ class Pace:
 
 class PeerLog:
     """Warnings about one uid's clients: at most `burst` lines per uid in `interval` s,
-    then one line saying how many were left out (any thread)."""
+    then one line saying how many were left out (any thread).  Each is marked as the
+    client's fault (fairshare.daemon.service.CLIENT_FAULT), not the daemon's."""
 
     def __init__(self, log: logging.Logger, burst: int, interval: float) -> None:
         self.log, self.burst, self.interval = log, burst, interval
@@ -174,7 +176,7 @@ class PeerLog:
             if w[1] > self.burst:
                 w[2] += 1
                 return
-        self.log.warning(message, *args)
+        self.log.warning(message, *args, extra=CLIENT_FAULT)
 
     def flush(self) -> None:
         """Say what was left out in the windows that have ended (the selector thread
@@ -191,6 +193,7 @@ class PeerLog:
                 uid,
                 w[2],
                 self.interval,
+                extra=CLIENT_FAULT,
             )
 
 

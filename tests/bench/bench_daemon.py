@@ -36,8 +36,8 @@ alternating between main at f67afd6 and this code): one cycle back to back 6.8
 [6.8..6.9] -> 6.6 [6.5..6.8] ms CPU (target < 10 ms); the loop as shrdaemon runs it
 0.51 [0.50..0.55] -> 0.27 [0.27..0.27]% of one core (target < 0.3%), per cycle 17.9
 -> 7.9 ms (the idle threads no longer wake every 0.2 s; /proc is listed every 15
-cycles while the process events place new sessions).  Where it went: README's
-development notes.
+cycles while the process events place new sessions).  Where it went: docs/benchmarks.md
+(from the README's development notes).
 """
 
 from __future__ import annotations

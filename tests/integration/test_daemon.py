@@ -113,8 +113,7 @@ def make(engine, plan, idle=0.0, actions=None, udb_nice=False, **kw):
         LnodeStore(engine, host="test"),
         actions,
         clock=clock,
-        options=Options(enforce_min_uid=1000),
-        **kw,
+        **{"options": Options(enforce_min_uid=1000), **kw},
     )
     return d, clock, col, enf, actions.sent
 

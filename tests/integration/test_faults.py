@@ -213,6 +213,12 @@ def test_only_udbgen_creates_a_udb(tmp_path, empty):
         one_line_exit_2(r, f"no UDB at {path}", "create one with udbgen")
         assert path.exists() == empty and (not empty or path.stat().st_size == 0), name
     r = invoke(udbgen, ["-c", "create:a:uid:5:"], str(path), tmp_path)
+    one_line_exit_2(r, f"no UDB at {path}; udbgen --init creates one", "--create")
+    assert path.exists() == empty
+    r = invoke(udbgen, ["-p", "--create", "-c", "create:a:uid:5:"], str(path), tmp_path)
+    one_line_exit_2(r, f"no UDB at {path}: test mode (-p) does not create one")
+    assert path.exists() == empty
+    r = invoke(udbgen, ["--create", "-c", "create:a:uid:5:"], str(path), tmp_path)
     assert r.exit_code == 0, r.output
     assert r.stderr.strip() == f"udbgen: created a new UDB at {path}"
     r = invoke(udbgen, ["-c", "create:b:uid:6:"], str(path), tmp_path)
@@ -221,7 +227,7 @@ def test_only_udbgen_creates_a_udb(tmp_path, empty):
 
 def test_a_refused_first_run_of_udbgen_leaves_no_udb(tmp_path):
     path = tmp_path / "new.sqlite"
-    r = invoke(udbgen, ["-c", "update:nobody:shares:1:"], str(path), tmp_path)
+    r = invoke(udbgen, ["--create", "-c", "update:nobody:shares:1:"], str(path), tmp_path)
     one_line_exit_2(r, "no entry named nobody")
     assert sorted(os.listdir(tmp_path)) == ["scenario.toml"]
 
@@ -229,6 +235,14 @@ def test_a_refused_first_run_of_udbgen_leaves_no_udb(tmp_path):
 def test_a_missing_parent_directory_is_not_made_by_a_reader(tmp_path):
     path = tmp_path / "no" / "such" / "udb.sqlite"
     one_line_exit_2(invoke(udbsee, ["-a"], str(path), tmp_path), f"no UDB at {path}")
+    assert not (tmp_path / "no").exists()
+
+
+def test_udbgen_makes_no_directory_for_a_udb_at_a_mistyped_path(tmp_path):
+    path = tmp_path / "no" / "such" / "udb.sqlite"
+    for args in (["--init"], ["--create", "-c", "create:a:uid:5:"]):
+        r = invoke(udbgen, args, str(path), tmp_path)
+        one_line_exit_2(r, f"no directory {path.parent} for the UDB")
     assert not (tmp_path / "no").exists()
 
 

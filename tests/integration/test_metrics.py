@@ -330,3 +330,105 @@ def test_clients_holding_half_sent_requests_get_few_threads_and_are_timed_out(mo
         for s in held:
             s.close()
         m.stopping(None)
+
+
+def test_users_mistakes_on_the_socket_are_counted_apart_from_the_daemons_errors(tmp_path):
+    from fairshare.server.server import Server
+    from integration.test_server import _ask
+
+    engine = open_udb(f"sqlite:///{tmp_path / 'u.sqlite'}", create=True)
+    m = Metrics(("127.0.0.1", 0))
+    m.started(None)
+    sock = tmp_path / "s.sock"
+    srv = Server(str(sock), engine, "h", None, tmp_path / "auth")
+    srv.start()
+    try:
+        for request in ("no-such-request", "newacct", "shrviews"):  # refused: users' mistakes
+            assert _ask(str(sock), request)["ok"] is False
+        logging.getLogger("shrdaemon").error("lost the database")  # the daemon's own
+    finally:
+        srv.stop()
+        m.stopping(None)
+    fam = families(generate_latest(m.registry).decode())
+    assert fam["fairshare_client_errors_total"][(("level", "warning"),)] == 3
+    assert fam["fairshare_errors_total"][(("level", "warning"),)] == 0
+    assert fam["fairshare_errors_total"][(("level", "error"),)] == 1
+    assert fam["fairshare_client_errors_total"][(("level", "error"),)] == 0
+
+
+#: Zero shares everywhere a user may have them, Idle's 0 shares, an empty group (no
+#: member at all) and a group whose members have no shares between them.
+DEGENERATE = """
+cpus = 2
+duration = "2m"
+delta = "4s"
+
+directives = \"\"\"
+create:Idle:uid:11:shares:0:resgrp:0:
+create:unknown:uid:12:shares:0:resgrp:0:
+create:Zero:uid:500:shflags:040000:shares:0:
+create:Empty:uid:600:shflags:040000:shares:5:
+create:Nobody:uid:700:shflags:040000:shares:1:
+create:z1:uid:1001:resgrp:Zero:shares:0:
+create:z2:uid:1002:resgrp:Nobody:shares:0:
+create:z3:uid:1003:resgrp:Nobody:shares:0:
+\"\"\"
+
+[consts]
+flags = "006"
+
+[[workload]]
+name = "z1"
+procs = 2
+
+[[workload]]
+name = "z2"
+procs = 1
+"""
+
+
+@pytest.mark.parametrize("policy", ["unicos", "feedback", "slurm"])
+def test_no_nan_or_inf_is_ever_exported_with_zero_shares_idle_and_empty_groups(tmp_path, policy):
+    scenario = tmp_path / "zero.toml"
+    scenario.write_text(DEGENERATE.replace('flags = "006"', f'flags = "006"\npolicy = "{policy}"'))
+    engine = open_udb(f"sqlite:///{tmp_path / 'sim.sqlite'}", create=True)
+    daemon, _model, _n = simulated_daemon(engine, str(scenario), cycles=30)
+    m = Metrics(("127.0.0.1", 0))
+    daemon.observers.append(m)
+    seen = set()
+    for _tree, _t, _seconds, fam in scrapes(daemon, m, 30):
+        for name, series in fam.items():
+            for labels, value in series.items():
+                assert math.isfinite(value), (name, dict(labels), value)
+                seen.add(dict(labels).get("name"))
+    daemon.shutdown()
+    assert {"z1", "z2", "Zero", "Nobody", "root"} <= seen
+
+
+def test_the_grafana_dashboard_uses_only_metrics_and_labels_the_daemon_exports(tmp_path):
+    import json
+    import re
+
+    engine = open_udb(f"sqlite:///{tmp_path / 'sim.sqlite'}", create=True)
+    scenario = ROOT_DIR / "examples" / "scenarios" / "14_interactive_member.toml"
+    daemon, _model, _n = simulated_daemon(engine, str(scenario), cycles=3)
+    m = Metrics(("127.0.0.1", 0))
+    m.started(None)
+    daemon.observers.append(m)
+    try:
+        *_, (_tree, _t, _s, fam) = scrapes(daemon, m, 3)
+        daemon.shutdown()
+    finally:
+        m.stopping(None)
+    exported = set(fam)
+    labels = {k for series in fam.values() for key in series for k, _v in key}
+    dashboard = json.loads((ROOT_DIR / "examples" / "grafana" / "fairshare.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    used = {name for e in exprs for name in re.findall(r"\bfairshare_[a-z_]+", e)}
+    assert used and used <= exported, used - exported
+    matched = {lab for e in exprs for lab in re.findall(r"[{,]\s*([a-z_]+)\s*=~?", e)}
+    assert matched <= labels | {"instance"}, matched - labels
+    panels = " ".join(p["title"] for p in dashboard["panels"]).lower()
+    for what in ("delivered", "fair", "entitled", "cycle duration", "write-backs", "errors"):
+        assert what in panels

@@ -70,12 +70,12 @@ def big_file(tmp_path: Path, n: int = 3000) -> Path:
 
 def test_udbgen_shows_progress_on_a_terminal_only(tmp_path, env):
     path = big_file(tmp_path)
-    code, out, term = run_on_terminal(["udb.cli.udbgen", "-v", str(path)], env)
+    code, out, term = run_on_terminal(["udb.cli.udbgen", "--create", "-v", str(path)], env)
     assert code == 0, term
     assert "udbgen: applying" in term and "3001 created" in term
     env["UDB_URL"] = f"sqlite:///{tmp_path / 'piped.sqlite'}"
     r = subprocess.run(
-        [sys.executable, "-m", "udb.cli.udbgen", "-v", str(path)],
+        [sys.executable, "-m", "udb.cli.udbgen", "--create", "-v", str(path)],
         capture_output=True,
         text=True,
         env=env,

@@ -357,7 +357,7 @@ SEED_TIME = "1700000000"  # the example's shextime: its usage aged by nothing
 @pytest.fixture
 def classic(tmp_path):
     url = str(tmp_path / "classic.sqlite")
-    r = CliRunner().invoke(udbgen.main, ["--udb", url, str(CLASSIC)])
+    r = CliRunner().invoke(udbgen.main, ["--udb", url, "--create", str(CLASSIC)])
     assert r.exit_code == 0, r.output
     yield url
     dispose_all()

@@ -126,7 +126,9 @@ def test_option_misuse_is_exit_2(udb_url):
         ["-a", "-c", "create:a:uid:1:"],
         ["-G", "5", "-c", "create:a:uid:1:"],
         ["--resgrp", "G", "-c", "create:a:uid:1:"],
-        ["--passwd", "/etc/passwd"],
+        ["--passwd", "/etc/passwd", "--nss"],
+        ["--map", "staff=Proj1", "-c", "create:a:uid:1:"],
+        ["--map", "staff", "--nss"],
     ):
         r = cli("--udb", udb_url, *args)
         assert r.exit_code == 2, args
@@ -203,19 +205,86 @@ def test_passwd_import_creates_the_missing_accounts(acme, tmp_path):
     assert "2 created" in r.stderr
 
 
-def test_passwd_import_into_an_empty_udb_checks_the_group(udb_url, tmp_path):
+def test_the_documented_one_liner_works_on_a_fresh_udb(udb_url, tmp_path):
     f = tmp_path / "passwd"
-    f.write_text(PASSWD)
-    r = cli("--udb", udb_url, "--passwd", str(f), "--resgrp", "Users")
-    assert r.exit_code == 2
-    assert "resgrp: no entry named Users" in r.stderr
-    r = cli(
-        "--udb", udb_url, "-c", "create:Users:uid:50000:shflags:040000:shares:1:passwd:*:",
-        "--passwd", str(f), "--resgrp", "Users", "--min-uid", "1000",
-    )  # fmt: skip
+    f.write_text(PASSWD + "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+    r = cli("--udb", udb_url, "-v", "--passwd", str(f), "--resgrp", "Users", "--min-uid", "1000")
     assert r.exit_code == 0, r.output
-    assert sorted(entries(udb_url)) == ["Users", "alice", "bob", "carol"]
-    assert entries(udb_url)["alice"].comment == "Alice Example,,,"
+    got = entries(udb_url)
+    # The system entries a tree needs, then the users in Users: not nobody, not root's
+    # passwd line (uid 0 is the skeleton's root, in System).
+    assert sorted(got) == sorted(
+        ["System", "Users", "Idle", "unknown", "root", "alice", "bob", "carol"]
+    )
+    assert got["alice"].resgrp == got["Users"].uid and got["Users"].shflags == 0o40000
+    assert got["unknown"].resgrp == got["root"].resgrp == got["System"].uid
+    assert "skipping nobody: the unprivileged nobody account is never imported" in r.stderr
+    a = cli("--udb", udb_url, "-a")
+    assert a.exit_code == 0 and "0 errors" in a.stderr, a.output
+
+
+def test_an_import_creates_the_group_it_names_when_missing(acme, tmp_path):
+    f = tmp_path / "passwd"
+    f.write_text("dora:x:3001:100::/:/bin/sh\n")
+    r = cli("--udb", acme, "--passwd", str(f), "--resgrp", "Staff", "--shares", "7")
+    assert r.exit_code == 0, r.output
+    got = entries(acme)
+    assert (got["Staff"].shflags, got["Staff"].resgrp, got["Staff"].shares) == (0o40000, 0, 100)
+    assert (got["dora"].resgrp, got["dora"].shares) == (got["Staff"].uid, 7)
+    assert "System" not in got  # ACME has its system entries: no skeleton is added
+
+
+def test_unix_groups_map_to_resource_groups(udb_url, tmp_path):
+    from udb.passwd import GroupMap, PasswdUser, passwd_directives
+
+    groups = GroupMap([("physics", "Phys"), ("staff", "Staff")])
+    groups._by_gid.update({100: "users", 200: "physics"})
+    groups._members.update({"staff": {"bob", "carol"}, "physics": set()})
+    users = [
+        PasswdUser("alice", "x", 1001, 200, "", 1),  # primary group physics
+        PasswdUser("bob", "x", 1002, 100, "", 2),  # a member of staff
+        PasswdUser("carol", "x", 1003, 200, "", 3),  # both: the first rule wins
+        PasswdUser("dan", "x", 1004, 100, "", 4),  # neither: the default
+    ]
+    out = passwd_directives(
+        users, "nss", resgrp="Users", shares=1, existing_names=set(), existing_uids=set(),
+        groups=groups,
+    )  # fmt: skip
+    got = {d.name: dict((f, v) for f, v, _ in d.fields)["resgrp"] for d in out.directives}
+    assert got == {"alice": "Phys", "bob": "Staff", "carol": "Phys", "dan": "Users"}
+
+
+def test_nss_enrols_the_name_service_accounts_above_min_uid(udb_url, monkeypatch):
+    import pwd
+
+    fake = [
+        pwd.struct_passwd(("root", "x", 0, 0, "root", "/root", "/bin/sh")),
+        pwd.struct_passwd(("svc", "x", 999, 999, "", "/", "/bin/false")),
+        pwd.struct_passwd(("ldapuser", "*", 70001, 100, "From LDAP", "/h", "/bin/sh")),
+        pwd.struct_passwd(("nobody", "x", 65534, 65534, "", "/", "/bin/false")),
+    ]
+    monkeypatch.setattr(pwd, "getpwall", lambda: fake)
+    r = cli("--udb", udb_url, "--nss")
+    assert r.exit_code == 0, r.output
+    got = entries(udb_url)
+    assert "ldapuser" in got and got["ldapuser"].resgrp == got["Users"].uid
+    assert got["ldapuser"].comment == "From LDAP" and got["ldapuser"].passwd == "*"
+    assert "svc" not in got and "nobody" not in got
+    assert cli("--udb", udb_url, "-a").exit_code == 0
+
+
+def test_init_lays_the_skeleton_once_and_makes_a_udb_only_when_asked(tmp_path):
+    url = f"sqlite:///{tmp_path / 'new.sqlite'}"
+    r = cli("--udb", url, "-c", "create:a:uid:5:")
+    assert r.exit_code == 2 and "udbgen --init creates one" in r.stderr
+    assert not (tmp_path / "new.sqlite").exists()
+    r = cli("--udb", url, "--init")
+    assert r.exit_code == 0 and "created a new UDB" in r.stderr
+    first = entries(url)
+    assert sorted(first) == sorted(["System", "Users", "Idle", "unknown", "root"])
+    r = cli("--udb", url, "--init", "-v")
+    assert r.exit_code == 0 and "0 created" in r.stderr  # nothing missing: nothing changed
+    assert cli("--udb", url, "-a").exit_code == 0
 
 
 def test_passwd_file_errors(udb_url, tmp_path):

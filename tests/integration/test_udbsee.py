@@ -24,7 +24,8 @@ def see(*args: str):
 
 
 def gen(*args: str, stdin: str | None = None):
-    return CliRunner().invoke(udbgen, list(args), input=stdin, catch_exceptions=False)
+    """udbgen, creating the UDB named by --udb when it is missing (--create)."""
+    return CliRunner().invoke(udbgen, ["--create", *args], input=stdin, catch_exceptions=False)
 
 
 def snapshot(url: str) -> tuple[list[tuple], list[tuple]]:

@@ -14,8 +14,10 @@ import sys
 from collections.abc import Sequence
 
 import click
+import click.shell_completion
 from sqlalchemy.exc import DBAPIError
 
+from udb import __version__
 from udb.errors import UdbError
 from udb.session import database_problem, last_opened
 
@@ -28,6 +30,33 @@ udb_option = click.option(
     help="The UDB: a SQLite file or a PostgreSQL URL "
     "(default ~/.local/share/fairshare/udb.sqlite; udbgen creates it).",
 )
+
+
+def version_option(func):
+    """-V/--version on every command: the suite's version, the same for all of them.
+    (One click.version_option per command: it keeps the first name it printed.)"""
+    return click.version_option(
+        __version__, "-V", "--version", message="%(prog)s (fairshare) %(version)s"
+    )(func)
+
+
+def complete_values(values: dict[str, str], *, separator: str | None = None):
+    """A click ``shell_complete`` callback offering `values` (value -> what it means) that
+    start with what was typed; with `separator` (``,`` for -F's flag names), the part
+    after the last one is completed and the parts before it are kept."""
+
+    def complete(ctx, param, incomplete: str) -> list[click.shell_completion.CompletionItem]:
+        head, tail = "", incomplete
+        if separator is not None and separator in incomplete:
+            cut = incomplete.rindex(separator) + 1
+            head, tail = incomplete[:cut], incomplete[cut:]
+        return [
+            click.shell_completion.CompletionItem(head + value, help=meaning or None)
+            for value, meaning in values.items()
+            if value.startswith(tail)
+        ]
+
+    return complete
 
 
 def echo_lines(lines: Sequence[str]) -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import stat
 import sys
 
 import click
 
 from udb import directives as udbdir
+from udb import slurm
 from udb.check import check_stored, configured_maxlevels, load_entry_columns
-from udb.cli.common import HELP, Command, echo_lines, handle_errors, udb_option
+from udb.cli.common import HELP, Command, echo_lines, handle_errors, udb_option, version_option
 from udb.cli.progress import status, track
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
-from udb.passwd import passwd_directives, read_passwd
+from udb.passwd import GroupMap, passwd_directives, read_nss, read_passwd
 from udb.rules import MAX_ID, MAX_SHARES
 from udb.session import (
     created,
@@ -21,7 +23,9 @@ from udb.session import (
     open_udb,
     read_session,
     resolve_url,
+    sqlite_file,
 )
+from udb.skeleton import DEFAULT_GROUP, group_directive, missing_skeleton
 
 
 def _read(path: str) -> tuple[str, str]:
@@ -38,6 +42,7 @@ def _read(path: str) -> tuple[str, str]:
 
 
 @click.command("udbgen", cls=Command, context_settings=HELP)
+@version_option
 @click.argument("files", nargs=-1, metavar="[FILE|-]...")
 @click.option(
     "-c",
@@ -90,40 +95,78 @@ def _read(path: str) -> tuple[str, str]:
     help="With -a: levels allowed, root included (default: shradmin -G, else 4).",
 )
 @click.option(
+    "--init",
+    is_flag=True,
+    help="Add the system entries a UDB needs (System, Users, Idle, unknown, root) where "
+    "missing; creates the UDB if there is none.",
+)
+@click.option(
+    "--create",
+    "create_",
+    is_flag=True,
+    help="Create the UDB if there is none (udbgen creates one at a path named by --udb or "
+    "UDB_URL only with --init or --create).",
+)
+@click.option(
     "--passwd",
     "passwd_file",
     metavar="FILE",
-    help="Create entries for the accounts in FILE (passwd format) not in the UDB.",
+    help="Create entries for the accounts in FILE (passwd format, - for stdin) not in the UDB.",
 )
 @click.option(
-    "--resgrp", metavar="GROUP", help="With --passwd: their resource group (uid or name)."
+    "--nss",
+    is_flag=True,
+    help="Create entries for the accounts the name service lists (getent passwd: LDAP, "
+    "SSSD) not in the UDB.",
+)
+@click.option(
+    "--resgrp",
+    metavar="GROUP",
+    help=f"With --passwd/--nss: their resource group, uid or name (default {DEFAULT_GROUP}; "
+    "a name not in the UDB is created as a group).",
+)
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    metavar="UNIXGROUP=RESGRP",
+    help="With --passwd/--nss: members of UNIXGROUP go in RESGRP instead (repeatable; the "
+    "first that matches wins).",
 )
 @click.option(
     "--shares",
     type=click.IntRange(0, MAX_SHARES),
     default=100,
     show_default=True,
-    help="With --passwd: their shares.",
+    help="With --passwd/--nss: their shares.",
 )
 @click.option(
     "--min-uid",
     type=click.IntRange(0, MAX_ID),
-    default=0,
+    default=1000,
     show_default=True,
-    help="With --passwd: skip accounts with a smaller uid.",
+    help="With --passwd/--nss: skip accounts with a smaller uid (system accounts).",
 )
 @click.option(
     "--max-uid",
     type=click.IntRange(0, MAX_ID),
     default=None,
-    help="With --passwd: skip accounts with a larger uid.",
+    help="With --passwd/--nss: skip accounts with a larger uid.",
+)
+@click.option(
+    "--sacctmgr",
+    "sacctmgr_file",
+    metavar="FILE",
+    help="Apply a Slurm `sacctmgr dump` file (- for stdin): accounts become resource "
+    "groups, users entries under them, Fairshare their shares.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Say what was changed.")
 @click.option("--json", "as_json", is_flag=True, help="With -a or -p: print JSON.")
 @udb_option
 @handle_errors
-def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd_file, resgrp,
-         shares, min_uid, max_uid, verbose, as_json, udb):  # fmt: skip
+def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, create_,
+         passwd_file, nss, resgrp, maps, shares, min_uid, max_uid, sacctmgr_file, verbose,
+         as_json, udb):  # fmt: skip
     """Create, update and delete UDB entries from udbgen DIRECTIVES.
 
     Directives come from FILEs ("-" is standard input) and -c options, in
@@ -144,17 +187,24 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
     exit 1 when any is an error.
     """
     if analyze:
-        if files or commands or passwd_file or test or replace:
-            raise OptionError("-a analyses the UDB; it takes no directives, -p, -r or --passwd")
+        if files or commands or passwd_file or nss or test or replace or init:
+            raise OptionError(
+                "-a analyses the UDB; it takes no directives, -p, -r, --init, --passwd or --nss"
+            )
         sys.exit(_analyze(open_udb(udb), mode, maxlevels, as_json))
     if maxlevels is not None:
         raise OptionError("-G only goes with -a")
-    if resgrp is not None and not passwd_file:
-        raise OptionError("--resgrp only goes with --passwd")
-    if passwd_file and resgrp is None:
-        raise OptionError("--passwd needs --resgrp GROUP (the group the new entries go in)")
-    if not files and not commands and not passwd_file:
-        raise OptionError("no directives: give a FILE, - for stdin, -c DIRECTIVES or --passwd")
+    if passwd_file and nss:
+        raise OptionError("--passwd and --nss: give one of them")
+    importing = passwd_file is not None or nss
+    if (resgrp is not None or maps) and not importing:
+        raise OptionError("--resgrp and --map only go with --passwd or --nss")
+    if not files and not commands and not importing and not init and not sacctmgr_file:
+        raise OptionError(
+            "no directives: give a FILE, - for stdin, -c DIRECTIVES, --passwd, --nss, "
+            "--sacctmgr or --init"
+        )
+    rules = [_map_rule(m) for m in maps]
 
     parsed: list[udbdir.Directive] = []
     for path in files:
@@ -164,12 +214,18 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
     for text in commands:
         parsed += udbdir.parse(text, "-c")
     # Only once the input parses: bad input creates no UDB.  udbgen alone creates one.
-    engine = open_udb(udb, create=not test)
+    engine = open_udb(udb, create=_may_create(udb, test, init or create_))
     try:
-        if passwd_file:
-            parsed += _passwd(
-                engine, passwd_file, resgrp, shares, min_uid, max_uid, verbose, replace
-            )
+        first = _system_entries(engine, parsed, replace, init, importing)
+        if importing:
+            users, source = _accounts(nss, passwd_file)
+            parsed += _imported(
+                engine, first, users, source, resgrp or DEFAULT_GROUP, GroupMap(rules),
+                shares, min_uid, max_uid, verbose, replace,
+            )  # fmt: skip
+        parsed = first + parsed
+        if sacctmgr_file:
+            parsed += _from_slurm(engine, sacctmgr_file, parsed, replace)
         # The bar follows the directives as they are checked; writing them follows.
         todo = (
             track(parsed, "udbgen: applying", total=len(parsed)) if len(parsed) > 1000 else parsed
@@ -190,23 +246,110 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
         click.echo(f"udbgen: {display_name(resolve_url(udb))}: {changes.summary()}", err=True)
 
 
-def _passwd(engine, path, resgrp, shares, min_uid, max_uid, verbose, replace):
+def _accounts(nss: bool, passwd_file: str | None):
+    """(the accounts to import, their source's name): the name service's or a file's."""
+    if nss:
+        return read_nss(), "nss"
+    text, source = _read(passwd_file)
+    return read_passwd(text, source), source
+
+
+def _from_slurm(engine, path: str, parsed, replace: bool):
+    """The directives of a sacctmgr dump (udb.slurm), after the run's others."""
     text, source = _read(path)
-    users = read_passwd(text, source)
+    existing: dict[str, int] = {}
+    if not replace:
+        with read_session(engine) as s:
+            taken = load_entry_columns(s)
+        existing = dict(zip(taken.name, taken.uid, strict=True))
+    created = {
+        d.name: v for d in parsed if d.verb == "create" for f, v, _ in d.fields if f == "uid"
+    }
+    names = {**existing, **created}
+    return slurm.dump_directives(slurm.read_dump(text, source), source, names, set(names.values()))
+
+
+def _map_rule(text: str) -> tuple[str, str]:
+    unix, sep, resgrp = text.partition("=")
+    if not sep or not unix or not resgrp:
+        raise OptionError(f"--map {text}: expected UNIXGROUP=RESGRP")
+    return unix, resgrp
+
+
+def _may_create(udb: str | None, test: bool, asked: bool) -> bool:
+    """Whether this run may create the UDB, refusing (one line, exit 2) a missing SQLite
+    UDB it may not create: in test mode; at a path named by --udb or UDB_URL without
+    --init or --create (a mistyped path makes no UDB); in a directory that does not exist
+    (only the default path's directories are made)."""
+    url = resolve_url(udb)
+    path = sqlite_file(url)
+    if path is None:
+        return not test  # a server's database exists already; its schema is laid
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        st = None
+    if st is not None and (st.st_size > 0 or not stat.S_ISREG(st.st_mode)):
+        return False  # open_udb says what is wrong with a path that is not a UDB
+    if test:
+        raise OptionError(f"no UDB at {path}: test mode (-p) does not create one")
+    if udb is None:
+        return True  # the default path (no --udb, no UDB_URL): nothing was mistyped
+    if not asked:
+        raise OptionError(
+            f"no UDB at {path}; udbgen --init creates one with the system entries "
+            "(--create: an empty one)"
+        )
+    if not path.parent.is_dir():
+        raise OptionError(f"no directory {path.parent} for the UDB; udbgen does not make one")
+    return True
+
+
+def _taken(engine, replace: bool, parsed) -> tuple[set[str], set[int]]:
+    """The names and uids the UDB's entries and the run's create directives hold."""
     names: set[str] = set()
     uids: set[int] = set()
     if not replace:
         with read_session(engine) as s:
             taken = load_entry_columns(s)
         names, uids = set(taken.name), set(taken.uid)
+    for d in parsed:
+        if d.verb == "create":
+            names.add(d.name)
+            uids.update(v for f, v, _ in d.fields if f == "uid")
+    return names, uids
+
+
+def _system_entries(engine, parsed, replace: bool, init: bool, importing: bool):
+    """The skeleton's missing entries (udb.skeleton): with --init, or for an import into
+    a UDB with no entries, so that what it leaves passes udbgen -a."""
+    names, uids = _taken(engine, replace, [])
+    if not init and not (importing and not names):
+        return []
+    more_names, more_uids = _taken(engine, True, parsed)
+    return missing_skeleton(names | more_names, uids | more_uids)
+
+
+def _imported(engine, first, users, source, resgrp, groups, shares, min_uid, max_uid,
+              verbose, replace):  # fmt: skip
+    """The create directives of an import (--passwd, --nss), after a group for each
+    resource group it names that neither the UDB nor the run holds."""
+    names, uids = _taken(engine, replace, first)
     imported = passwd_directives(
         users, source, resgrp=resgrp, shares=shares, existing_names=names,
-        existing_uids=uids, min_uid=min_uid, max_uid=max_uid,
+        existing_uids=uids, min_uid=min_uid, max_uid=max_uid, groups=groups,
     )  # fmt: skip
     if verbose:
         for name, reason in imported.skipped:
             click.echo(f"udbgen: {source}: skipping {name}: {reason}", err=True)
-    return imported.directives
+    wanted = [resgrp, *(r for _, r in groups.rules)]
+    new_groups = []
+    for name in dict.fromkeys(wanted):
+        if not name.isdigit() and name not in names:
+            new_groups.append(group_directive(name, uids, source))
+            names.add(name)
+            uids.add(dict((f, v) for f, v, _ in new_groups[-1].fields)["uid"])
+    return new_groups + imported.directives
 
 
 def _analyze(engine, mode: str, maxlevels: int | None, as_json: bool) -> int:

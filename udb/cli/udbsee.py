@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 
 import click
 
 from udb import listing
-from udb.cli.common import HELP, Command, echo_lines, handle_errors, udb_option
+from udb.cli.common import HELP, Command, echo_lines, handle_errors, udb_option, version_option
 from udb.errors import NotFound, OptionError
 from udb.fields import FIELDS
 from udb.image import shown_fields
@@ -19,6 +20,7 @@ from udb.session import read_session
 
 
 @click.command("udbsee", cls=Command, context_settings=HELP)
+@version_option
 @click.argument("names", nargs=-1, metavar="[NAME]...")
 @click.option(
     "-a",
@@ -35,11 +37,24 @@ from udb.session import read_session
     help="Only these fields; a leading create or update sets the directive verb.",
 )
 @click.option("--accounts", is_flag=True, help="Only the account registry.")
+@click.option(
+    "--sacctmgr",
+    is_flag=True,
+    help="The share tree as a Slurm `sacctmgr dump` file (groups as accounts, Fairshare "
+    "their shares), which udbgen --sacctmgr reads back.",
+)
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="NAME",
+    help="With --sacctmgr: the Cluster line's name (default this host's name).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of directives.")
 @udb_option
 @socket_option
 @handle_errors
-def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: skip
+def main(names, show_all, field_list, accounts, sacctmgr, cluster, as_json, udb,
+         socket_):  # fmt: skip
     """Show UDB entries as udbgen directives.
 
     With no NAME and no -a, show the entry whose uid is the caller's.  The
@@ -56,6 +71,14 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
             raise OptionError(f"-f: {err}") from None
     if show_all and names:
         raise OptionError("give NAMEs or -a, not both")
+    if cluster is not None and not sacctmgr:
+        raise OptionError("--cluster only goes with --sacctmgr")
+    if sacctmgr:
+        if names or show_all or field_list or accounts or as_json:
+            raise OptionError(
+                "--sacctmgr shows the whole tree: no NAME, -a, -f, --accounts, --json"
+            )
+        return _sacctmgr(Reader(udb, socket_), cluster or socket.gethostname())
     reader = Reader(udb, socket_)
     with read_session(reader.engine) as s:
         registry = listing.select_accounts(s) if (show_all or accounts) else []
@@ -79,6 +102,17 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
             return
         lines = [listing.format_account(name, acid) for name, acid in registry]
         echo_lines(lines + [listing.format_entry(e, shown(e), verb) for e in entries])
+
+
+def _sacctmgr(reader: Reader, cluster: str) -> None:
+    from udb.slurm import TreeEntry, tree_dump
+
+    with read_session(reader.engine) as s:
+        entries = [
+            TreeEntry(e.name, e.uid, e.resgrp, e.shares, e.shflags, e.comment or "")
+            for e in listing.select_entries(s)
+        ]
+    click.echo(tree_dump(entries, cluster), nl=False)
 
 
 def fields_for(reader: Reader, fields: list[str] | None) -> Callable[[Entry], list[str] | None]:
