@@ -174,7 +174,25 @@ FIELDS: dict[str, Field] = {
 #: Other spellings the guide uses for a field.
 ALIASES = {"gid": "gids"}
 
-FIELD_OF = {**{n: n for n in FIELDS}, **ALIASES}
+#: The guide's set, add and remove operators (4.3.1: ``acids = + - :n1,n2:``, ``shflags =
+#: + - :octal:``): ``FIELD=`` sets like ``FIELD``, ``FIELD+`` adds the listed acids (or
+#: ORs the flag bits in), ``FIELD-`` removes them (clears the bits).
+OPERATOR_FIELDS = ("acids", "shflags")
+
+#: A directive token's field: a field name, an alias, or ``FIELD=``/``FIELD+``/``FIELD-``
+#: (``acids=`` is ``acids``; ``acids+`` and ``acids-`` stay as they are, applied by udb.plan).
+FIELD_OF = {
+    **{n: n for n in FIELDS},
+    **ALIASES,
+    **{f"{n}=": n for n in OPERATOR_FIELDS},
+    **{f"{n}{op}": f"{n}{op}" for n in OPERATOR_FIELDS for op in "+-"},
+}
+
+#: The UDB field each FIELD_OF value changes (``acids+`` changes ``acids``).
+BASE_FIELD = {v: v.rstrip("+-") for v in FIELD_OF.values()}
+
+#: How each FIELD_OF value's text is parsed (an operator parses as its field does).
+PARSERS = {v: FIELDS[b].parse for v, b in BASE_FIELD.items()}
 
 DEFAULTS = {n: f.default for n, f in FIELDS.items() if n != "uid"}
 

@@ -66,6 +66,18 @@ def parse_field_list(text: str) -> tuple[str, list[str]]:
     return verb, fields
 
 
+def join_field_list(text: str, words: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """udbsee's ``-f`` list as the guide prints it, with blanks after the commas (4.4.9:
+    ``udbsee -a -fupdate, uid, resgrp, shares, shusage, shcharge``): the shell splits it
+    into ``-fupdate,`` and the words ``uid,`` ``resgrp,`` ...  While the list ends with a
+    comma (or the next word starts with one) the next word continues it; no entry name
+    holds a comma, so the words left are names.  Returns (the list, the names left)."""
+    rest = list(words)
+    while rest and (text.rstrip().endswith(",") or rest[0].startswith(",")):
+        text += rest.pop(0)
+    return text, tuple(rest)
+
+
 def select_entries(session: Session, names: Sequence[str] | None = None) -> list[Entry]:
     """The entries called `names`, in that order (all entries, in UDB order, for None).
 

@@ -132,7 +132,7 @@ def test_values_keep_their_text():
         ("create:a:resgrp:a b:", 17, "expected a resource group's uid or name"),
         ("create:a:uid:1", 10, "uid: expected a value followed by ':'"),
         ("create:a", 1, "expected NAME followed by ':'"),
-        ("create:a b:uid:1:", 8, "expected a name"),
+        ("create:a b:uid:1:", 8, "expected ':' after the name a, found a blank before 'b'"),
         ("acid:p:x:", 8, "expected an account number"),
         ("acid:p:", 8, "expected the account NUMBER"),
     ],

@@ -180,6 +180,7 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
         raise
     if created(engine):
         click.echo(f"udbgen: created a new UDB at {display_name(resolve_url(udb))}", err=True)
+    _warn(changes.warnings)
     if test:
         if as_json:
             echo_json(changes.as_json(), indent=True)
@@ -188,6 +189,17 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
             click.echo(f"udbgen: test mode, nothing written: {changes.summary()}", err=True)
     elif verbose:
         click.echo(f"udbgen: {display_name(resolve_url(udb))}: {changes.summary()}", err=True)
+
+
+#: The most warnings printed one per line; the rest are counted.
+_MAX_WARNINGS = 10
+
+
+def _warn(warnings: list[str]) -> None:
+    for w in warnings[:_MAX_WARNINGS]:
+        click.echo(f"udbgen: warning: {w}", err=True)
+    if len(warnings) > _MAX_WARNINGS:
+        click.echo(f"udbgen: warning: {len(warnings) - _MAX_WARNINGS} more like these", err=True)
 
 
 def _passwd(engine, path, resgrp, shares, min_uid, max_uid, verbose, replace):

@@ -50,6 +50,7 @@ def main(names, show_all, field_list, accounts, as_json, udb, socket_):  # fmt: 
     """
     verb, fields = "create", None
     if field_list is not None:
+        field_list, names = listing.join_field_list(field_list, names)
         try:
             verb, fields = listing.parse_field_list(field_list)
         except ValueError as err:
