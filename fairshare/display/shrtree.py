@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fairshare.display import columns, octal, percent
-from fairshare.report.sharetree import STATUS_LETTER, NodeReport, TreeReport, visible_nodes
+from fairshare.report.sharetree import (
+    STATUS_LETTER,
+    NodeReport,
+    TreeReport,
+    status_number,
+    visible_nodes,
+)
 from udb.check import ERROR, WARNING, count_by_kind
 
 if TYPE_CHECKING:  # only -e draws with rich (fairshare.cli.shrtree imports it then)
@@ -80,7 +86,8 @@ def problem_lines(report: TreeReport) -> list[tuple[str, str]]:
     rows = []
     for p in report.problems:
         n = by_name.get(p.name)
-        status = STATUS_LETTER[n.kind] if n else "-"
+        # The guide's number (4.4.11.3), then the kind's letter as the tree shows it.
+        status = f"{status_number(n.kind, n.codes)} {STATUS_LETTER[n.kind]}" if n else "-"
         text = f"{p.code}: {p.message}" + (f" ({p.detail})" if p.detail else "")
         kind = "**WARN***" if p.severity == WARNING else "**ERROR**"
         rows.append((kind, p.name, "-" if p.uid is None else str(p.uid), status, text))

@@ -208,8 +208,9 @@ def test_errors_exit_1_and_the_error_listing(tmp_path):
     assert "Errors:        6" in lines and "Warnings:      3" in lines
     table = lines[lines.index(next(x for x in lines if x.startswith("Type"))) :]
     assert table[0].split() == ["Type", "Name", "ID", "Status", "Description"]
-    rows = [line.split(None, 4) for line in table[1:]]
-    got = {(r[1], r[4].split(":")[0]) for r in rows}
+    rows = [line.split(None, 5) for line in table[1:]]
+    rows = [r if r[3] != "-" else r[:4] + [""] + [" ".join(r[4:])] for r in rows]
+    got = {(r[1], r[5].split(":")[0]) for r in rows}
     assert got == {
         ("Idle", "Id"),
         ("Loop1", "Cy"),
@@ -420,3 +421,30 @@ def test_problems_are_shown_udb_wide_first_then_by_row_then_by_name(found, rows)
     assert [id(p) for p in shown] == [
         id(p) for p in expected if p.uid is not None and p.name in position
     ]
+
+
+def test_the_error_listing_shows_the_guides_status_numbers(tmp_path):
+    """4.4.11.3's shrtree -e: Serv (a group with Nc) is 10, the group Unknown with Zs
+    1000, the user unknown with Zs 1001, Country (a group, Nc and Zs) 1010."""
+    rows = [
+        entry("Idle", 11, 0, 0, passwd="*", gids=[0]),
+        entry("Demos", 8367, 0, 100, SHF_GROUP, "*"),
+        entry("Serv", 8001, 8367, 100, SHF_GROUP, "*"),
+        entry("Unknown", 8393, 0, 0, SHF_GROUP, "*"),
+        entry("unknown", 12, 8393, 0, passwd="*"),
+        entry("Users", 8395, 0, 100, SHF_GROUP, "*"),
+        entry("Country", 8359, 8395, 0, SHF_GROUP, "*"),
+        entry("u1", 1001, 8367, 10),
+    ]
+    lines = run(make_udb(tmp_path / "guide.sqlite", rows), "-e").stdout.splitlines()
+    status = {}
+    for line in lines[lines.index(next(x for x in lines if x.startswith("Type"))) + 1 :]:
+        kind, name, uid, number, letter, text = line.split(None, 5)
+        status[(name, text.split(":")[0])] = (number, letter)
+    assert status == {
+        ("Serv", "Nc"): ("10", "G"),
+        ("Unknown", "Zs"): ("1000", "G"),
+        ("unknown", "Zs"): ("1001", "U"),
+        ("Country", "Nc"): ("1010", "G"),
+        ("Country", "Zs"): ("1010", "G"),
+    }
