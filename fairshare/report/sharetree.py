@@ -55,7 +55,7 @@ from udb.check import (
 from udb.errors import NotFound
 from udb.remote import Reader
 from udb.rules import ROOT_UID, SHF_ACCOUNT, SHF_GROUP
-from udb.session import display_name, read_connection, resolve_url
+from udb.session import read_connection, resolve_url
 
 #: The name the root of the share tree goes by in displays and JSON.
 ROOT_NAME = "ROOT"
@@ -355,8 +355,8 @@ def load_tree_report(
     """shrtree's analysis (fairshare.report.sharetree.analyse_tree) of the UDB `udb`
     (or the daemon's copy through `socket_`), usage aged to `now` (epoch s), in `mode`,
     of the subtree under `node`."""
-    url = resolve_url(udb)
-    engine = Reader(url, socket_).engine  # a missing file: "no UDB at PATH"
+    reader = Reader(resolve_url(udb), socket_)  # a missing file: "no UDB at PATH"
+    engine = reader.engine
     with read_connection(engine) as session:
         cols = load_entry_columns(session)
         accounts = load_accounts(session)
@@ -371,5 +371,5 @@ def load_tree_report(
         halflife=consts.halflife,
         dampening=consts.dampening,
         node=node,
-        udb=display_name(url),
+        udb=reader.name,
     )

@@ -219,6 +219,16 @@ def test_an_ordinary_uid_reads_everything_through_the_daemon(site):
     assert "stored state" not in out
 
 
+def test_shrtree_through_the_daemon_names_its_udb_and_sees_the_groups_star(site):
+    """Without --udb an ordinary user's shrtree -l reads the daemon's copy: the header
+    names the daemon's UDB (not the caller's default), and no group is flagged Pw
+    (the copy keeps a group's passwd *)."""
+    code, out = run_as(ME, shrtree, ["--socket", site.sock, "-l"])
+    assert code == 0, out
+    assert f"UDB path:      {site.db}" in out.splitlines()
+    assert "Pw" not in out and "Proj3" in out
+
+
 def test_every_shrview_display_and_continuous_mode_through_the_daemon(site):
     for letter in "maslng":
         code, out = run_as(ME, shrview, [*site.udb, f"-d{letter}"])
