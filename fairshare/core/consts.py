@@ -151,10 +151,14 @@ DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint", "feedback_per
 def decay(elapsed, halflife: float):
     """The factor usage decays by over `elapsed` seconds: 0.5 ** (elapsed / halflife).
 
-    `elapsed` may be a number or a numpy array (element-wise); a negative age counts as 0.
+    `elapsed` and `halflife` may be numbers or numpy arrays (element-wise); a negative age
+    counts as 0.
     """
     age = np.maximum(elapsed, 0.0)
-    factor = age * 0.0 if halflife <= 0 else 0.5 ** (age / halflife)
+    if np.ndim(halflife):  # one half-life per node (or entry): every one positive
+        factor = 0.5 ** (age / np.asarray(halflife, dtype=float))
+    else:
+        factor = age * 0.0 if halflife <= 0 else 0.5 ** (age / halflife)
     return float(factor) if np.ndim(factor) == 0 else factor  # a number stays a float
 
 

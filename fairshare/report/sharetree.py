@@ -109,6 +109,7 @@ class NodeReport:
     fairshare_factor: float
     shflags: int
     codes: tuple[str, ...]
+    halflife: float  # s: the node's usage half-life, its own or inherited (or the global)
 
     @property
     def status(self) -> str:
@@ -129,6 +130,7 @@ class TreeReport:
     group_count: int
     account_count: int
     user_count: int
+    own_halflives: bool = False  # some group sets its own half-life: shrtree shows them
 
     @cached_property  # asked by the header, the JSON document and the exit status
     def warnings(self) -> int:
@@ -163,11 +165,14 @@ def analyse_tree(
     (rows, counts and problems) to the subtree under that entry; NotFound if no node
     of the tree has that name.
     """
-    tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
+    tree = build_tree_columns(
+        cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode,
+        halflives=cols.halflife or None,
+    )  # fmt: skip
     problems = check_columns(cols, accounts, mode, maxlevels)
     top, node = _top_node(tree, node, mode)
     detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
-    aged = decayed_usage(cols.shusage, cols.shextime, now, halflife)
+    aged = decayed_usage(cols.shusage, cols.shextime, now, entry_halflives(tree, cols, halflife))
     slurm, total = stored_sshare(tree, cols, aged, detached, dampening)
     # Each problem's entry (its index in cols; -1 for a problem of the whole UDB), and
     # each entry's problems' codes.
@@ -179,9 +184,9 @@ def analyse_tree(
         if e >= 0:
             codes[e] = (*codes[e], p.code)
     order = tree.preorder(top)
-    nodes = _tree_rows(tree, cols, order, slurm, codes)
+    nodes = _tree_rows(tree, cols, order, slurm, codes, tree.halflives(halflife))
     usage_of = (lambda e: float(aged[e]) / total) if total > 0 else (lambda e: 0.0)
-    nodes += _detached_rows(cols, detached.tolist(), usage_of, codes)
+    nodes += _detached_rows(cols, detached.tolist(), usage_of, codes, halflife)
     # Each entry's row, len(nodes) for none (and in the extra last place, for no entry):
     # what orders the problems, and counts Share by Account's users.
     row_of = np.full(len(cols) + 1, len(nodes), np.int64)
@@ -198,6 +203,7 @@ def analyse_tree(
         group_count=kind_count["group"],
         account_count=kind_count["account"],
         user_count=_user_count(cols, nodes, kind_count, row_of[:-1] < len(nodes), mode, node),
+        own_halflives=tree.own_halflives,
     )
 
 
@@ -232,8 +238,25 @@ def _top_node(tree: ShareTree, node: str | None, mode: str) -> tuple[int, str | 
     return top, node
 
 
+def entry_halflives(tree: ShareTree, cols: EntryColumns, default: float) -> float | np.ndarray:
+    """Each entry's usage half-life (s) to age its stored usage with: its node's (its own
+    or its group's, `ShareTree.halflives`), a detached entry's own or `default`; one
+    number when no entry sets one."""
+    if not tree.own_halflives:
+        return default
+    out = np.asarray(cols.halflife, dtype=float)
+    out = np.where(out > 0, out, default)
+    out[tree.source[1:]] = tree.halflives(default)[1:]
+    return out
+
+
 def _tree_rows(
-    tree: ShareTree, cols: EntryColumns, order: np.ndarray, slurm: Sshare, codes: Sequence
+    tree: ShareTree,
+    cols: EntryColumns,
+    order: np.ndarray,
+    slurm: Sshare,
+    codes: Sequence,
+    halflives: np.ndarray,
 ) -> list[NodeReport]:
     """One NodeReport per node of `order` (a subtree depth first: ShareTree.preorder);
     `slurm`: the sshare figures by node, whose normalized usage is the system usage;
@@ -264,6 +287,7 @@ def _tree_rows(
             slurm.fairshare_factor[order].tolist(),
             np.append(np.asarray(cols.shflags, np.int64), SHF_GROUP)[entry].tolist(),
             by_entry([*codes, ()]),
+            halflives[order].tolist(),
         )
     )
 
@@ -276,9 +300,11 @@ def _picker(at: Sequence[int]):
     return lambda seq: tuple(seq[i] for i in at)
 
 
-def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes: Sequence):
+def _detached_rows(
+    cols: EntryColumns, detached: Sequence[int], usage_of, codes: Sequence, halflife: float
+):
     """One NodeReport (level None) per detached entry index; `usage_of(e)`: its system usage;
-    `codes`: each entry's problems' codes."""
+    `codes`: each entry's problems' codes; `halflife`: the global half-life (s)."""
     return [
         NodeReport(
             cols.name[e],
@@ -297,6 +323,7 @@ def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes:
             0.0,
             cols.shflags[e],
             codes[e],
+            (cols.halflife[e] if cols.halflife else 0.0) or halflife,
         )
         for e in detached
     ]

@@ -286,7 +286,9 @@ class LnodeStore:
             uids, shusage, shextime = (np.array(c, dtype=float) for c in zip(*stored, strict=True))
             nodes = _nodes_of(tree, uids)
             ok = nodes >= 0
-            usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], halflife)
+            # each node's own half-life where a group sets one (fairshare.core.tree)
+            hl = tree.halflives(halflife)[nodes[ok]] if tree.own_halflives else halflife
+            usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], hl)
         view.usage = usage * view.active
         return view, usage
 

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.core import fair
-from fairshare.core.consts import Consts, decay
+from fairshare.core.consts import Consts
 from fairshare.core.cycle import (
     USAGE_FLOOR,
     Consumption,
@@ -70,6 +70,7 @@ from fairshare.core.cycle import (
     decay_usage,
     leaf_charges,
     lnode_table,
+    node_decay,
 )
 from fairshare.core.index import Memo, TreeIndex
 from fairshare.core.lnode import LnodeTable, NodeState
@@ -363,7 +364,7 @@ class FeedbackPolicy:
         c = consumption
         idx, wants, leaves, active, m = cycle_lnodes(tree, table, c, consts)
         billed, charges = feedback_charges(c, consts, leaves)
-        k = decay(elapsed, consts.halflife)
+        k = node_decay(tree, elapsed, consts)
         leaf_usage = decay_usage(table.usage, charges, k) * leaves
         background = background_leaves(leaves, leaf_usage, m, consts.maxusage)
         demand_leaf = leaves & wants & ~background
