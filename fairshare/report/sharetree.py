@@ -131,6 +131,7 @@ class TreeReport:
     account_count: int
     user_count: int
     own_halflives: bool = False  # some group sets its own half-life: shrtree shows them
+    delta: float = 4.0  # s, the share cycle (shradmin -R): repeat and continuous modes' pace
 
     @cached_property  # asked by the header, the JSON document and the exit status
     def warnings(self) -> int:
@@ -156,6 +157,7 @@ def analyse_tree(
     dampening: float = 1.0,
     node: str | None = None,
     udb: str = "",
+    delta: float = 4.0,
 ) -> TreeReport:
     """The static analysis of the share tree of the entries `cols` (see the module docstring).
 
@@ -204,6 +206,7 @@ def analyse_tree(
         account_count=kind_count["account"],
         user_count=_user_count(cols, nodes, kind_count, row_of[:-1] < len(nodes), mode, node),
         own_halflives=tree.own_halflives,
+        delta=delta,
     )
 
 
@@ -399,4 +402,5 @@ def load_tree_report(
         dampening=consts.dampening,
         node=node,
         udb=reader.name,
+        delta=consts.delta,
     )

@@ -12,7 +12,7 @@ from fairshare.cli.shrinfo import main as shrinfo
 from fairshare.cli.shrtree import main as shrtree
 from udb.cli.udbgen import main as udbgen
 from udb.cli.udbsee import main as udbsee
-from udb.session import current_revision, make_engine, open_udb, upgrade
+from udb.session import current_revision, head_revision, make_engine, open_udb, upgrade
 
 NOW = 1_700_000_000.0
 
@@ -64,7 +64,7 @@ def test_migration_0016_adds_the_column_keeping_every_row(tmp_path):
         )
     engine.dispose()
     upgraded = open_udb(url)
-    assert current_revision(upgraded) == "0016"
+    assert current_revision(upgraded) == head_revision()
     with upgraded.connect() as conn:
         row = conn.execute(text("SELECT name, shares, halflife FROM entries")).one()
     assert tuple(row) == ("Grp", 7, 0.0)

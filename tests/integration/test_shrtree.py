@@ -448,3 +448,55 @@ def test_the_error_listing_shows_the_guides_status_numbers(tmp_path):
         ("Country", "Nc"): ("1010", "G"),
         ("Country", "Zs"): ("1010", "G"),
     }
+
+
+def test_repeat_mode_prints_n_displays_one_share_cycle_apart(acme):
+    """4.4.11: every display command has line, repeat and continuous modes, paced by the
+    share cycle (shradmin -R): -r 3 prints three displays separated by form feeds."""
+    from fairshare.cli.shradmin import main as shradmin
+
+    assert CliRunner().invoke(shradmin, ["--udb", str(acme), "-R", "0.2"]).exit_code == 0
+    r = run(acme, "-r", "3")
+    assert r.exit_code == 0, r.output
+    shows = r.stdout.split("\f")
+    assert len(shows) == 3 and all(s.startswith("DISPLAY OF SHARE TREE") for s in shows)
+    assert run(acme, "-r", "2", "-c").exit_code == 2
+
+
+def test_continuous_mode_needs_a_terminal_and_has_a_monitors_keys(acme):
+    import asyncio
+
+    from textual.widgets import Static
+
+    from fairshare.report.sharetree import load_tree_report
+    from fairshare.tui.monitor import Monitor
+    from fairshare.tui.views import ShrtreeView
+
+    r = run(acme, "-c")
+    assert r.exit_code == 2 and "shrtree -c: continuous mode is a full-screen display" in r.stderr
+
+    def load(node):
+        return load_tree_report(str(acme), None, now=NOW, mode="user", node=node)
+
+    app = Monitor(ShrtreeView(load), 4.0)
+    seen = {}
+
+    def frame() -> str:
+        return str(app.query_one("#frame", Static).content)
+
+    async def drive():
+        async with app.run_test(size=(140, 60)) as pilot:
+            seen["groups"] = frame()
+            await pilot.press("l")
+            seen["long"] = frame()
+            await pilot.press("/", *"Proj1A", "enter")
+            seen["node"] = (frame(), str(app.query_one("#status", Static).content))
+            await pilot.press("e")
+            seen["errors"] = frame()
+            await pilot.press("q")
+
+    asyncio.run(drive())
+    assert "u5" not in seen["groups"] and "Proj2" in seen["groups"]
+    assert "u5" in seen["long"] and "Format:        Groups and users" in seen["long"]
+    assert "Proj2" not in seen["node"][0] and "node Proj1A" in seen["node"][1]
+    assert "Type" in seen["errors"] and "Lv" not in seen["errors"]
