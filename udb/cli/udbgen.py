@@ -137,7 +137,8 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, passwd
       delacid:NAME:                  remove an account from the registry
 
     Fields: uid gids acids resgrp shares shflags shusage shcharge shextime
-    cpuquota cpuquotaused nice passwd comment (see udbgen(8)).  Any error
+    cpuquota cpuquotaused nice halflife passwd comment (see udbgen(8));
+    acids and shflags also take = + - (set, add, remove).  Any error
     prints FILE:LINE:COL: message, exits 2 and leaves the UDB unchanged.
 
     With -a, report share-setup problems instead (-R by resgrp, -A by acids);
