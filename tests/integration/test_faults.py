@@ -212,10 +212,10 @@ def test_only_udbgen_creates_a_udb(tmp_path, empty):
         r = invoke(cmd, args, str(path), tmp_path)
         one_line_exit_2(r, f"no UDB at {path}", "create one with udbgen")
         assert path.exists() == empty and (not empty or path.stat().st_size == 0), name
-    r = invoke(udbgen, ["-c", "create:a:uid:5:"], str(path), tmp_path)
+    r = invoke(udbgen, ["-c", "create:a:uid:5:gids:1:"], str(path), tmp_path)  # a gid: no warning
     assert r.exit_code == 0, r.output
     assert r.stderr.strip() == f"udbgen: created a new UDB at {path}"
-    r = invoke(udbgen, ["-c", "create:b:uid:6:"], str(path), tmp_path)
+    r = invoke(udbgen, ["-c", "create:b:uid:6:gids:1:"], str(path), tmp_path)
     assert r.exit_code == 0 and r.stderr == ""  # said once, when it was made
 
 
