@@ -61,7 +61,7 @@ def parse_field_list(text: str) -> tuple[str, list[str]]:
     fields = []
     for item in items:
         name = FIELD_OF.get(item)
-        if name is None:
+        if name not in FIELDS:  # unknown, or an operator (acids+): not a field to show
             raise ValueError(f"unknown field {item!r} (fields: {', '.join(FIELDS)})")
         if name not in fields:
             fields.append(name)

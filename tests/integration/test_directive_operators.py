@@ -46,6 +46,8 @@ def test_acids_plus_adds_minus_removes_equals_sets(u1):
     assert entry(u1, "u1").acids == [5002]
     assert gen("--udb", u1, "-c", "update:u1:acids=:5003,5001:").exit_code == 0
     assert entry(u1, "u1").acids == [5003, 5001]
+    r = see("--udb", u1, "-f", "acids+", "u1")  # an operator is no field to show
+    assert r.exit_code == 2 and "-f: unknown field 'acids+'" in r.stderr
 
 
 def test_shflags_plus_sets_bits_minus_clears_them(u1):
