@@ -232,14 +232,14 @@ def test_every_shrview_display_and_continuous_mode_through_the_daemon(site):
         assert code == 0, (letter, out)
         assert "stored state" not in out and "no daemon" not in out
 
+    import asyncio
+
+    from textual.widgets import Static
+
+    from fairshare.tui.monitor import Monitor
+    from fairshare.tui.views import ShrviewView
+
     def continuous():
-        import asyncio
-
-        from textual.widgets import Static
-
-        from fairshare.tui.monitor import Monitor
-        from fairshare.tui.views import ShrviewView
-
         source = Source(Reader(str(site.db), site.sock), None, None)
         app = Monitor(ShrviewView(source, ViewRequest(display="monitor")), 0.25)
 
@@ -253,6 +253,7 @@ def test_every_shrview_display_and_continuous_mode_through_the_daemon(site):
         screen = asyncio.run(drive())
         return app.return_value, source.reader.through_daemon, screen
 
+    continuous()  # as root first: Textual's lazily imported modules are loaded before the fork
     shown, through, screen = forked(continuous, uid=ME)
     assert shown >= 2 and through
     assert "SHRVIEW Type:monitor" in screen
