@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -211,14 +211,21 @@ class LnodeStore:
 
     # -- write-back, checkpoint, recovery ----------------------------------------------------
 
-    def write_back(self, released: Sequence[tuple[int, WriteBack]], halflife: float) -> int:
+    def write_back(
+        self,
+        released: Sequence[tuple[int, WriteBack]],
+        halflife: float,
+        by_uid: Mapping[int, float] | None = None,
+    ) -> int:
         """Add lnodes' increments (entry uid, WriteBack) to their entries and their
-        groups', in one transaction; `halflife` (s) ages the stored usage.  Returns how
-        many increments were written."""
+        groups', in one transaction; `halflife` (s) ages the stored usage, or `by_uid`'s
+        half-life for the entries it names (where groups set their own,
+        fairshare.core.tree.ShareTree.halflives).  Returns how many increments were
+        written."""
         if not released:
             return 0
         with write_connection(self.engine) as s:
-            _write_back(s, released, halflife)
+            _write_back(s, released, halflife, by_uid)
             uids = sorted({uid for uid, _wb in released})
             pg = self.engine.dialect.name == "postgresql"
             checkpoints = tables.lnode_checkpoints
@@ -389,7 +396,10 @@ def group_chains(conn: Connection) -> dict[int, list[int]]:
 
 
 def _write_back(
-    conn: Connection, released: Sequence[tuple[int, WriteBack]], halflife: float
+    conn: Connection,
+    released: Sequence[tuple[int, WriteBack]],
+    halflife: float,
+    by_uid: Mapping[int, float] | None = None,
 ) -> None:
     """Add the increments to the entries of their uids and of the groups above them:
     shusage by `add_usage`, shextime the later time, shcharge and cpuquotaused (+=); the
@@ -411,7 +421,13 @@ def _write_back(
     when_arr = np.array(when)
     latest = np.full(len(uids), -np.inf)
     np.maximum.at(latest, slot, when_arr)
-    aged = np.array(usage) * decay(latest[slot] - when_arr, halflife)
+
+    def halflives(entries) -> float | np.ndarray:  # each entry's, by uid
+        if not by_uid:
+            return halflife
+        return np.array([by_uid.get(u, halflife) for u in entries], dtype=float)
+
+    aged = np.array(usage) * decay(latest[slot] - when_arr, halflives(targets))
     inc_usage, inc_charge, inc_cpu = (
         np.bincount(slot, weights=w, minlength=len(uids)) for w in (aged, charge, cpu)
     )
@@ -428,7 +444,11 @@ def _write_back(
     have = np.array([r.uid for r in rows], dtype=np.int64)
     at = np.searchsorted(uids, have)
     new_usage, new_time = add_usage(
-        [r.shusage for r in rows], [r.shextime for r in rows], inc_usage[at], latest[at], halflife
+        [r.shusage for r in rows],
+        [r.shextime for r in rows],
+        inc_usage[at],
+        latest[at],
+        halflives(have.tolist()),
     )
     values = {
         "uids": have.tolist(),
