@@ -155,12 +155,11 @@ class WriteBacks:
         were written, 0 when the UDB did not take them (they are kept)."""
         out = leave(ln, now, mode)
         self.pending.extend(out)
-        by_uid = None
+        args: tuple = (self.pending, consts.halflife)
         if ln.tree.own_halflives:  # each entry's usage ages with its node's half-life
             hl = ln.tree.halflives(consts.halflife)
-            by_uid = dict(zip(ln.tree.ids[1:].tolist(), hl[1:].tolist(), strict=True))
-        wrote = udb.call("write back", self.store.write_back, self.pending, consts.halflife, by_uid)
-        if wrote is None:
+            args += (dict(zip(ln.tree.ids[1:].tolist(), hl[1:].tolist(), strict=True)),)
+        if udb.call("write back", self.store.write_back, *args) is None:
             return 0
         written, self.pending = len(self.pending), []
         self.writebacks += written
