@@ -171,6 +171,7 @@ class EntryColumns:
     passwd: Sequence[str]
     shusage: Sequence[float] = ()  # charge units; empty when not read
     shextime: Sequence[float] = ()  # seconds since the epoch; empty when not read
+    halflife: Sequence[float] = ()  # s, the entry's own usage half-life (0: inherited)
 
     def __len__(self) -> int:
         return len(self.name)
@@ -189,6 +190,7 @@ class EntryColumns:
             [e.passwd for e in entries],
             [getattr(e, "shusage", 0.0) for e in entries],
             [getattr(e, "shextime", 0.0) for e in entries],
+            [getattr(e, "halflife", 0.0) or 0.0 for e in entries],
         )
 
 
@@ -198,7 +200,7 @@ def load_entry_columns(session: Session | Connection) -> EntryColumns:
     query = select(*CHECK_COLUMNS[:5], raw_acids, *CHECK_COLUMNS[6:], *USAGE_COLUMNS)
     rows = core(session).execute(query.order_by(tables.entries.c.id)).all()  # Core rows
     if not rows:
-        return EntryColumns([], [], [], [], [], [], [], [], [])
+        return EntryColumns([], [], [], [], [], [], [], [], [], [])
     cols = list(zip(*rows, strict=True))
     cols[5] = [_acids(a) for a in cols[5]]
     return EntryColumns(*cols)
@@ -435,4 +437,4 @@ CHECK_COLUMNS = (
     tables.entries.c.passwd,
 )
 #: The stored usage columns (shusage, shextime) that shrtree adds to CHECK_COLUMNS.
-USAGE_COLUMNS = (tables.entries.c.shusage, tables.entries.c.shextime)
+USAGE_COLUMNS = (tables.entries.c.shusage, tables.entries.c.shextime, tables.entries.c.halflife)

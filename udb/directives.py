@@ -39,8 +39,18 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from udb.errors import DirectiveError
-from udb.fields import FIELD_OF, FIELDS, NAME_RE, VERBS, Directive, parse_uint, token_column
-from udb.plan import Changes, Plan, refuse_emptying
+from udb.fields import (
+    BASE_FIELD,
+    FIELD_OF,
+    FIELDS,
+    NAME_RE,
+    PARSERS,
+    VERBS,
+    Directive,
+    parse_uint,
+    token_column,
+)
+from udb.plan import Changes, Plan, no_gid_warnings, refuse_emptying
 from udb.rules import MAX_COMMENT, MAX_ID, MAX_PASSWD
 from udb.session import mark_entries_changed, write_session
 
@@ -52,7 +62,7 @@ _FIELD_LIST = "fields: " + ", ".join(FIELDS)
 #: Text fields: the value is the token itself.
 _TEXT = frozenset({"passwd", "comment"})
 _TEXT_LIMIT = {"passwd": MAX_PASSWD, "comment": MAX_COMMENT}
-_PARSERS = {n: f.parse for n, f in FIELDS.items()}
+_PARSERS = PARSERS
 #: Each distinct value text is parsed once per run, so value objects (lists too) are
 #: shared between directives and must never be mutated.
 _MISS = object()
@@ -89,7 +99,7 @@ def _parse(text: str, source: str) -> list[Directive]:
     out: list[Directive] = []
     field_of = FIELD_OF
     parsers = _PARSERS
-    caches: dict[str, dict[str, object]] = {n: {} for n in FIELDS if n not in _TEXT}
+    caches: dict[str, dict[str, object]] = {n: {} for n in PARSERS if n not in _TEXT}
     name_ok = NAME_RE.fullmatch
     # Only "\n" ends a line (splitlines would also split a comment at \x85 or \u2028).
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -119,7 +129,7 @@ def _parse(text: str, source: str) -> list[Directive]:
                 fields.append((fname, value, token + 1))
                 token += 2
             else:
-                if name_ok(parts[1]):
+                if name_ok(parts[1]) and (len(fields) < 2 or _distinct(fields)):
                     out.append(Directive(parts[0], parts[1], fields, source, lineno, 0, line))
                     continue
         stripped = line.lstrip()
@@ -153,7 +163,7 @@ def _parse_line(
             raise fail(i, f"{verb}: expected NAME followed by ':'")
         name = parts[i + 1].strip()
         if not NAME_RE.fullmatch(name):
-            raise fail(i + 1, f"{verb}: expected a name (letters, digits, _ . @ $ + -)")
+            raise fail(i + 1, _bad_name(verb, name))
         i += 2
         fields: list[tuple[str, object, int]] = []
         if verb == "acid":
@@ -166,6 +176,7 @@ def _parse_line(
                 raise fail(i, msg) from None
             i += 1
         elif verb != "delete" and verb != "delacid":
+            given: dict[str, int] = {}  # field -> the token that gave it
             while i < n:
                 tok = parts[i].strip()
                 fname = FIELD_OF.get(tok)
@@ -175,6 +186,15 @@ def _parse_line(
                     raise fail(i, f"{verb}:{name}: unknown field {tok!r} ({_FIELD_LIST})")
                 if i > n - 3:
                     raise fail(i, f"{verb}:{name}: {tok}: expected a value followed by ':'")
+                base = BASE_FIELD[fname]
+                if base in given:
+                    first = token_column(line, given[base])
+                    msg = (
+                        f"{verb}:{name}: {base} given twice in one directive "
+                        f"(columns {first} and {token_column(line, i)})"
+                    )
+                    raise fail(i, msg)
+                given[base] = i
                 raw = parts[i + 1]
                 if fname in _TEXT:
                     try:
@@ -187,11 +207,35 @@ def _parse_line(
                         try:
                             value = caches[fname][raw] = _PARSERS[fname](raw)
                         except ValueError as err:
-                            msg = f"{verb}:{name}: {tok}: {err}, not {raw!r}"
+                            msg = f"{verb}:{name}: {tok}: {err}, not {raw!r}{_colon_hint(raw)}"
                             raise fail(i + 1, msg) from None
                 fields.append((fname, value, i + 1))
                 i += 2
         out.append(Directive(verb, name, fields, source, lineno, start, line))
+
+
+def _distinct(fields: list[tuple[str, object, int]]) -> bool:
+    """Whether no UDB field is given twice (``acids`` and ``acids+`` are the same field)."""
+    return len({BASE_FIELD[f[0]] for f in fields}) == len(fields)
+
+
+def _bad_name(verb: str, name: str) -> str:
+    """What is wrong with a directive's NAME token: most often a ':' left out after it
+    (``create:Grp uid:5000:`` reads as the name "Grp uid")."""
+    words = name.split()
+    if len(words) > 1 and NAME_RE.fullmatch(words[0]):
+        return f"{verb}: expected ':' after the name {words[0]}, found a blank before {words[1]!r}"
+    if not name:
+        return f"{verb}: expected a name (letters, digits, _ . @ $ + -) before ':'"
+    return f"{verb}: expected a name (letters, digits, _ . @ $ + -), not {name!r}"
+
+
+def _colon_hint(raw: str) -> str:
+    """A hint when a bad value is a value and a field name run together (a ':' left out)."""
+    words = raw.split()
+    if len(words) > 1 and words[1] in FIELD_OF:
+        return f" (a ':' missing before {words[1]!r}?)"
+    return ""
 
 
 def apply(
@@ -219,6 +263,7 @@ def apply(
         if replace and not force:
             refuse_emptying(plan, ch)
         plan.write(session, ch)
+    ch.warnings = no_gid_warnings(plan, ch)
     return ch
 
 

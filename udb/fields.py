@@ -17,6 +17,7 @@ from udb.rules import (
     MAX_COMMENT,
     MAX_CPU_SECONDS,
     MAX_EPOCH,
+    MAX_HALFLIFE,
     MAX_ID,
     MAX_PASSWD,
     MAX_SHARES,
@@ -122,6 +123,24 @@ def _uid_or_name(text: str) -> int | str:
     raise ValueError("expected a resource group's uid or name")
 
 
+#: Seconds per unit of a half-life (udbgen's halflife field: 8h, 5d, 90m, 3600s, 3600).
+_HALFLIFE_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _halflife(text: str) -> float:
+    """A node's usage half-life in seconds: 0 (inherit) or 1 s to 3650 d, as a number of
+    seconds or with a unit s, m, h or d."""
+    s = text.strip()
+    unit = s[-1:] if s[-1:] in ("s", "m", "h", "d") else ""
+    try:
+        value = float(s[: len(s) - len(unit)]) * _HALFLIFE_UNITS[unit]
+    except ValueError:
+        value = math.nan
+    if not (value == 0 or 1 <= value <= MAX_HALFLIFE):
+        raise ValueError("expected 0 (inherit) or a half-life from 1 s to 3650d, such as 8h")
+    return value
+
+
 def _text_upto(limit: int) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if len(text) > limit or not text.isprintable():
@@ -166,6 +185,7 @@ FIELDS: dict[str, Field] = {
         Field("cpuquota", _ufloat_upto(MAX_CPU_SECONDS), repr, 0.0, "CPU quota (CPU s, 0 = none)"),
         Field("cpuquotaused", _ufloat_upto(MAX_CPU_SECONDS), repr, 0.0, "CPU s used of the quota"),
         Field("nice", _nice, str, 0, "default nice value, -20..19"),
+        Field("halflife", _halflife, repr, 0.0, "usage half-life (s) of its subtree, 0 inherit"),
         Field("passwd", _text_upto(MAX_PASSWD), str, "", "password hash; * means no login"),
         Field("comment", _text_upto(MAX_COMMENT), str, "", "free text (printable)"),
     )
@@ -174,7 +194,25 @@ FIELDS: dict[str, Field] = {
 #: Other spellings the guide uses for a field.
 ALIASES = {"gid": "gids"}
 
-FIELD_OF = {**{n: n for n in FIELDS}, **ALIASES}
+#: The guide's set, add and remove operators (4.3.1: ``acids = + - :n1,n2:``, ``shflags =
+#: + - :octal:``): ``FIELD=`` sets like ``FIELD``, ``FIELD+`` adds the listed acids (or
+#: ORs the flag bits in), ``FIELD-`` removes them (clears the bits).
+OPERATOR_FIELDS = ("acids", "shflags")
+
+#: A directive token's field: a field name, an alias, or ``FIELD=``/``FIELD+``/``FIELD-``
+#: (``acids=`` is ``acids``; ``acids+`` and ``acids-`` stay as they are, applied by udb.plan).
+FIELD_OF = {
+    **{n: n for n in FIELDS},
+    **ALIASES,
+    **{f"{n}=": n for n in OPERATOR_FIELDS},
+    **{f"{n}{op}": f"{n}{op}" for n in OPERATOR_FIELDS for op in "+-"},
+}
+
+#: The UDB field each FIELD_OF value changes (``acids+`` changes ``acids``).
+BASE_FIELD = {v: v.rstrip("+-") for v in FIELD_OF.values()}
+
+#: How each FIELD_OF value's text is parsed (an operator parses as its field does).
+PARSERS = {v: FIELDS[b].parse for v, b in BASE_FIELD.items()}
 
 DEFAULTS = {n: f.default for n, f in FIELDS.items() if n != "uid"}
 

@@ -12,7 +12,9 @@ copied as they are.  Every other column is blanked (NULL, 0 or empty) and every 
 table emptied, so a column or table a later migration adds is private until it is
 listed.  Not listed today:
 
-- the password field of every entry (blank), its own included;
+- the password field of every entry (blank), its own included, but the ``*`` of a
+  resource group or shareholder entry: whether it is ``*`` is what udbgen -a's and
+  shrtree's Pw rule checks, and neither is a login, so there is nothing to hide;
 - the CPU quota, the quota used and the comment (`OWN`), except in the caller's own
   entry: the user entry (not a group's nor an account's, whose uid is a number, not
   a login) whose uid is the caller's (`owns`); udbsee leaves them out of others';
@@ -34,7 +36,7 @@ from sqlalchemy import Engine, StaticPool, create_engine, insert, select, text
 from sqlalchemy.engine import make_url
 
 from udb import tables
-from udb.rules import role_of
+from udb.rules import SHF_ACCOUNT, SHF_GROUP, role_of
 
 #: What a caller other than root sees of each table: the columns copied as they are.
 #: Any other column is blanked and any other table emptied (`make_image`).
@@ -42,7 +44,7 @@ SHOWN: dict[str, tuple[str, ...]] = {
     "alembic_version": ("version_num",),
     "entries": (
         "id", "name", "uid", "gids", "acids", "resgrp", "shares", "shflags",
-        "shusage", "shcharge", "shextime", "nice",
+        "shusage", "shcharge", "shextime", "nice", "halflife",
     ),
     "accounts": ("acid", "name"),
     "consts": ("name", "value"),
@@ -60,6 +62,8 @@ SHOWN: dict[str, tuple[str, ...]] = {
     "share_changes": ("id", "time", "who", "grp", "member", "old", "new"),
     "serials": ("name", "value"),
 }  # fmt: skip
+#: The entries whose passwd ``*`` is shown: resource groups and shareholders.
+_NO_LOGIN = SHF_GROUP | SHF_ACCOUNT
 #: The columns of an entry its owner sees too (`owns`), and nobody else but root.
 OWN = ("cpuquota", "cpuquotaused", "comment")
 
@@ -145,6 +149,8 @@ def _withhold(dst: sqlite3.Connection, viewer: int) -> None:
             blank = _blank(decl, notnull)
             own = table == "entries" and column in OWN and mine
             spared = f" AND id NOT IN ({','.join(mine)})" if own else ""
+            if table == "entries" and column == "passwd":
+                spared = f" AND NOT (passwd = '*' AND shflags & {_NO_LOGIN} != 0)"
             dst.execute(
                 f'UPDATE "{table}" SET "{column}" = ? WHERE "{column}" IS NOT ?{spared}',
                 (blank, blank),

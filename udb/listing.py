@@ -29,6 +29,8 @@ def format_entry(row, fields: Sequence[str] | None = None, verb: str = "create")
         value = get(f)
         if f == "passwd" and shown_passwd(value) is None:
             continue
+        if f == "halflife" and fields is None and not value:
+            continue  # inherited (the default): listed only where a node sets its own
         parts += (f, FIELDS[f].format(value))
     return ":".join(parts) + ":"
 
@@ -59,11 +61,23 @@ def parse_field_list(text: str) -> tuple[str, list[str]]:
     fields = []
     for item in items:
         name = FIELD_OF.get(item)
-        if name is None:
+        if name not in FIELDS:  # unknown, or an operator (acids+): not a field to show
             raise ValueError(f"unknown field {item!r} (fields: {', '.join(FIELDS)})")
         if name not in fields:
             fields.append(name)
     return verb, fields
+
+
+def join_field_list(text: str, words: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """udbsee's ``-f`` list as the guide prints it, with blanks after the commas (4.4.9:
+    ``udbsee -a -fupdate, uid, resgrp, shares, shusage, shcharge``): the shell splits it
+    into ``-fupdate,`` and the words ``uid,`` ``resgrp,`` ...  While the list ends with a
+    comma (or the next word starts with one) the next word continues it; no entry name
+    holds a comma, so the words left are names.  Returns (the list, the names left)."""
+    rest = list(words)
+    while rest and (text.rstrip().endswith(",") or rest[0].startswith(",")):
+        text += rest.pop(0)
+    return text, tuple(rest)
 
 
 def select_entries(session: Session, names: Sequence[str] | None = None) -> list[Entry]:

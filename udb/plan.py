@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from udb import tables
 from udb.errors import DirectiveError, OptionError
-from udb.fields import DEFAULTS, FIELDS, VERBS, Directive, shown_passwd
+from udb.fields import BASE_FIELD, DEFAULTS, FIELDS, MAXVIDS, VERBS, Directive, shown_passwd
 from udb.listing import format_entry
 from udb.models import SHF_ACCOUNT, SHF_GROUP, Account
 from udb.rules import parent_fault, walk_groups
@@ -45,6 +45,8 @@ class Changes:
     deleted: list[str] = field(default_factory=list)
     accounts_added: list[tuple[str, int]] = field(default_factory=list)
     accounts_removed: list[tuple[str, int]] = field(default_factory=list)
+    #: The guide's warnings (not errors: the run is written), one line each, in input order.
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         """One line counting the changes."""
@@ -95,7 +97,10 @@ class Changes:
 _COLUMNS = ("id", "name", "uid", *DEFAULTS)
 _NEW_ROW = {"name": None, "uid": None, **DEFAULTS}
 #: Fields whose value may name an entry or an account.
-_BY_NAME = frozenset({"resgrp", "acids"})
+_BY_NAME = frozenset({"resgrp", "acids", "acids+", "acids-"})
+#: Entries nobody logs in as: the guide's resource groups (4.4.2: "the default encrypted
+#: password is the character *") and, as udbgen -a's Pw rule asks, shareholders.
+_NO_LOGIN = SHF_GROUP | SHF_ACCOUNT
 
 
 class Plan:
@@ -129,6 +134,8 @@ class Plan:
         self._set(d, row)
         if row["uid"] is None:
             raise d.error("a new entry needs a uid field")
+        if row["shflags"] & _NO_LOGIN and not any(f[0] == "passwd" for f in d.fields):
+            row["passwd"] = "*"
         self.entries[d.name] = row
         self.touched[d.name] = d
 
@@ -171,7 +178,10 @@ class Plan:
     def _set(self, d: Directive, row: dict) -> None:
         for fname, value, token in d.fields:
             if value.__class__ is not int and fname in _BY_NAME:
-                value = self._resolve(d, fname, value, token)
+                value = self._resolve(d, BASE_FIELD[fname], value, token)
+            if fname[-1] in "+-":
+                value = _operate(d, fname, row, value, token)
+                fname = BASE_FIELD[fname]
             row[fname] = value
 
     def _resolve(self, d: Directive, fname: str, value, token: int):
@@ -330,6 +340,40 @@ class Plan:
             conn.execute(insert(_ACCOUNTS), [{"acid": a, "name": n} for n, a in ch.accounts_added])
         if ch.created:
             conn.execute(insert(_ENTRIES), ch.created)
+
+
+def _operate(d: Directive, fname: str, row: dict, value, token: int):
+    """The new value of the field `fname` (``acids+``, ``acids-``, ``shflags+``,
+    ``shflags-``) changes, from its value in `row` and the directive's `value`."""
+    if fname == "shflags+":
+        return row["shflags"] | value
+    if fname == "shflags-":
+        return row["shflags"] & ~value
+    old: list[int] = row["acids"]
+    if fname == "acids-":
+        return [a for a in old if a not in value]
+    new = old + [a for a in dict.fromkeys(value) if a not in old]
+    if len(new) > MAXVIDS:
+        raise d.error(
+            f"acids+: at most {MAXVIDS} account IDs (MAXVIDS), this makes {len(new)}", token
+        )
+    return new
+
+
+def no_gid_warnings(plan: Plan, ch: Changes) -> list[str]:
+    """The guide's warning (4.4.2: "at least one GID must be specified, or warning messages
+    will occur"), one line per entry the run creates with no gids or whose gids it empties,
+    in input order."""
+    emptied = {n for n, cs in ch.updated if any(c.field == "gids" and not c.new for c in cs)}
+    names = [r["name"] for r in ch.created if not r["gids"]] + sorted(emptied)
+    out = []
+    for name in sorted(names, key=lambda n: plan.touched[n].key):
+        d = plan.touched[name]
+        out.append(
+            f"{d.source}:{d.line}:{d.col()}: {d.verb}:{name}: "
+            "no gids (at least one GID must be specified)"
+        )
+    return out
 
 
 def refuse_emptying(plan: Plan, ch: Changes) -> None:

@@ -195,7 +195,13 @@ class Reader:
         reply = call(self.via.socket, "udb")
         self.engine = open_image(base64.b64decode(reply["image"]))
         self.viewer = int(reply["uid"])
+        self._name = reply.get("udb")  # the daemon's UDB (an older daemon does not say)
         return self.engine
+
+    @property
+    def name(self) -> str:
+        """The UDB read, as displays name it: the daemon's when read through it."""
+        return getattr(self, "_name", None) or display_name(self.via.url)
 
     @property
     def through_daemon(self) -> bool:

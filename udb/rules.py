@@ -41,6 +41,8 @@ MAX_USAGE = 1e30
 MAX_EPOCH = 1e11
 #: The largest CPU quota or quota used (CPU seconds; 30,000 CPU-years).
 MAX_CPU_SECONDS = 1e12
+#: The longest usage half-life an entry may set (s): ten years, as shradmin -K.
+MAX_HALFLIFE = 3650 * 86400.0
 #: The longest comment and password field (characters).
 MAX_COMMENT = 1024
 MAX_PASSWD = 256

@@ -46,7 +46,7 @@ def _col(name: str, type_, default=None, *, null: bool = False, **kw) -> Column:
 
 
 #: One UDB entry.  Units: shusage and shcharge in charge units, shextime in seconds since
-#: the epoch, cpuquota and cpuquotaused in CPU seconds.
+#: the epoch, cpuquota and cpuquotaused in CPU seconds, halflife in seconds.
 entries = Table(
     "entries",
     metadata,
@@ -65,6 +65,8 @@ entries = Table(
     _col("cpuquotaused", Float, 0.0),
     _col("nice", Integer, 0),
     _col("passwd", String(256), ""),
+    # A resource group's own usage half-life (s) for its subtree; 0: inherit (migration 0016).
+    _col("halflife", Float, 0.0, server_default="0"),
     _col("comment", Text, ""),
 )
 

@@ -47,10 +47,10 @@ def main(socket_, account, to_default, as_json):
     label = "none" if current is None else f"{reply['account'] or current} (acid {current})"
     how = "your default" if reply["default"] else "set by newacct"
     click.echo(f"session {reply['session']} of {reply['user']}: account {label}, {how}")
-    if (account or to_default) and not reply["share_by_account"]:
+    if not reply["share_by_account"]:  # newacct(1): "newacct says so", shown or changed
         click.echo(
-            "newacct: note: the fair-share scheduler is in Share by User mode: "
-            "accounts do not change your share",
+            "newacct: note: the fair-share scheduler is in Share by User mode: the account "
+            "is recorded, but accounts change nobody's share there",
             err=True,
         )
 

@@ -109,6 +109,20 @@ SETTINGS = (
         "feedback_period",
         "Feedback: redistribution period, 300s; 0 (every cycle) to 1 d.",
     ),
+    (
+        None,
+        "--feedback-v",
+        "feedback_v",
+        "Feedback: equation 10's v, how far past the fair line the redistribution aims "
+        "(2); above 1 up to 100.",
+    ),
+    (
+        None,
+        "--feedback-form",
+        "feedback_form",
+        f"Feedback: equation 10's form, {' or '.join(CHOICES['feedback_form'])}: "
+        "max(u/s) (the default) or the seed's max(u).",
+    ),
     (None, "--dampening", "dampening", "Slurm: the fair-share dampening factor d; 1 to 9999."),
     (
         None,

@@ -2,8 +2,8 @@
 publishes (guide 4.4.11.1); see man/shrview.1.
 
 Line mode (default) waits for the next published cycle and prints one display;
--r N prints N, one per cycle, separated by form feeds; -c keeps one screenful up
-to date (rich Live) until q or Ctrl-C.  Without a running daemon it says so on
+-r N prints N, one per cycle, separated by form feeds; -c runs the full-screen monitor
+(fairshare.tui.monitor) until q or Ctrl-C.  Without a running daemon it says so on
 stderr and shows the last published state without waiting.
 """
 
@@ -12,12 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import os
-import select
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 import click
 
@@ -31,12 +27,11 @@ from fairshare.display.shrview import (
     local_time,
     parse_select,
     parse_sort,
-    screenful,
     stale_message,
 )
 from fairshare.display.site import site_json, site_lines
 from fairshare.report.lnodes import ViewRequest
-from fairshare.report.published import Snapshot, Source, caller_own, load_site, tree_leaves
+from fairshare.report.published import Source, caller_own, load_site, tree_leaves
 from udb.cli.common import (
     HELP,
     Command,
@@ -51,9 +46,6 @@ from udb.errors import OptionError
 from udb.jsonout import echo_json
 from udb.remote import Reader, socket_option
 from udb.rules import MAX_EPOCH
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 #: How long line and repeat modes wait for the next cycle, in deltas.
 WAIT_DELTAS = 1.5
@@ -116,8 +108,8 @@ def parse_display(value: str) -> str:
     "-c",
     "--continuous",
     is_flag=True,
-    help="Continuous mode: a full-screen display refreshed every cycle (first screenful); "
-    "q or Ctrl-C quits.",
+    help="Continuous mode: a full-screen display refreshed every cycle; keys m a s n l g "
+    "switch the display, o the sort, / selects, p pauses, + - the interval, ? help, q quits.",
 )
 @click.option("--host", metavar="NAME", help="Show the table this host's daemon published.")
 @click.option(
@@ -169,12 +161,14 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
     req.own = caller_own(engine, snap.mode)
     if req.display == "statistics":
         req.total_ids = tree_leaves(engine, snap.mode)
-    if continuous:
-        from rich.console import Console  # only continuous mode draws with rich
+    if continuous:  # the Textual monitor: keys switch display, sort, select, pause, ...
+        from fairshare.tui.monitor import Monitor, require_terminal
+        from fairshare.tui.views import ShrviewView
 
-        console = Console(highlight=False)
-        with contextlib.suppress(KeyboardInterrupt), keys() as pressed:
-            run_continuous(source, req, console, pressed)
+        require_terminal("shrview -c")
+        check_select(snap, req)
+        with contextlib.suppress(KeyboardInterrupt):
+            Monitor(ShrviewView(source, req), snap.delta).run()
         return
     warned = False
     for i in range(repeat or 1):
@@ -210,75 +204,6 @@ def show_site(engine, now: float | None, as_json: bool) -> None:
         echo_json(site_json(hosts, lnodes, now))
     else:
         echo_lines(site_lines(hosts, lnodes, now))
-
-
-def frame_lines(snap: Snapshot, req: ViewRequest) -> list[str]:
-    """One continuous-mode frame: the display, after the stale line when not running."""
-    lines = display_lines(snap, req, local_time)
-    if not snap.running:
-        lines.insert(0, stale_message(snap, local_time))
-    return lines
-
-
-def run_continuous(
-    source: Source,
-    req: ViewRequest,
-    console: Console,
-    pressed: Callable[[], str],
-    frames: int | None = None,
-) -> int:
-    """Show the first screenful of the display, refreshed at every new cycle, until `q`
-    is pressed (or after `frames` frames); returns the number of frames shown."""
-    from rich.live import Live
-    from rich.text import Text
-
-    shown = 0
-    quit_ = False
-
-    def stop() -> bool:
-        nonlocal quit_
-        quit_ = quit_ or "q" in pressed().lower()
-        return quit_
-
-    with Live(console=console, screen=True, auto_refresh=False, transient=True) as live:
-        while True:
-            snap = source.take()
-            size = console.size
-            text = "\n".join(screenful(frame_lines(snap, req), size.height, size.width))
-            live.update(Text(text), refresh=True)
-            shown += 1
-            if stop() or (frames is not None and shown >= frames):
-                return shown
-            timeout = WAIT_DELTAS * snap.delta if snap.running else snap.delta
-            source.wait_for_cycle(snap.cycle, timeout, stop)
-            if quit_:
-                return shown
-
-
-@contextlib.contextmanager
-def keys() -> Iterator[Callable[[], str]]:
-    """A function returning the keys pressed since its last call ("" if none); on a
-    terminal, stdin is put in cbreak mode for the duration."""
-    if not sys.stdin.isatty():
-        yield lambda: ""
-        return
-    import termios
-    import tty
-
-    fd = sys.stdin.fileno()
-    saved = termios.tcgetattr(fd)
-    tty.setcbreak(fd)
-
-    def pressed() -> str:
-        got = ""
-        while select.select([fd], [], [], 0)[0]:
-            got += os.read(fd, 64).decode(errors="replace")
-        return got
-
-    try:
-        yield pressed
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 if __name__ == "__main__":

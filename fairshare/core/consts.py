@@ -105,6 +105,8 @@ class Consts:
     feedback_kc: float = 0.1  # K_c: the share nodes' low-pass filter per delta, (0, 1]
     feedback_kmu: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)  # K_mu by level 1, 2, ...
     feedback_period: float = 300.0  # s: how often the siblings' shares are re-derived
+    feedback_v: float = 2.0  # equation 10's v: how far past the fair line the target lies
+    feedback_form: str = "dominating"  # equation 10's max: max(u / s), or "literal" max(u)
     dampening: float = 1.0  # --dampening, slurm: F = 2 ** (-UE / S / dampening)
     idleshare: str = "proportional"  # --idle-share: where an idle member's share goes
 
@@ -147,6 +149,7 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Consts))
 CHOICES: dict[str, tuple[str, ...]] = {
     "policy": ("unicos", "feedback", "slurm"),
     "idleshare": ("proportional", "even"),
+    "feedback_form": ("dominating", "literal"),
 }
 #: The entry-point group of the policies a site installs (fairshare.core.plugins).
 POLICY_GROUP = "fairshare.policies"
@@ -166,10 +169,14 @@ DURATION_FIELDS = ("halflife", "delta", "writeback", "checkpoint", "feedback_per
 def decay(elapsed, halflife: float):
     """The factor usage decays by over `elapsed` seconds: 0.5 ** (elapsed / halflife).
 
-    `elapsed` may be a number or a numpy array (element-wise); a negative age counts as 0.
+    `elapsed` and `halflife` may be numbers or numpy arrays (element-wise); a negative age
+    counts as 0.
     """
     age = np.maximum(elapsed, 0.0)
-    factor = age * 0.0 if halflife <= 0 else 0.5 ** (age / halflife)
+    if np.ndim(halflife):  # one half-life per node (or entry): every one positive
+        factor = 0.5 ** (age / np.asarray(halflife, dtype=float))
+    else:
+        factor = age * 0.0 if halflife <= 0 else 0.5 ** (age / halflife)
     return float(factor) if np.ndim(factor) == 0 else factor  # a number stays a float
 
 
@@ -316,6 +323,7 @@ RANGES: dict[str, Range] = {
     "feedback_kc": Range(0.0, 1.0, lo_open=True),
     "feedback_kmu": Range(0.0, 2.0),
     "feedback_period": Range(0.0, DAY, "s"),
+    "feedback_v": Range(1.0, 100.0, lo_open=True),
     "dampening": Range(1.0, 9999.0),
 }
 #: The most levels `feedback_kmu` may name (the deepest share tree shradmin -G allows).

@@ -23,7 +23,8 @@ cycle around it), one named function per step:
 3. `group_adjustment` (ADJGROUPS): a group whose share of its active siblings' charges is
    below mingshare x its due share has its leaves' charges scaled by
    actual / (mingshare x due), for the decayed usage only.
-4. `decay_usage`: usage = usage x K + adjusted charges, K = 0.5 ** (elapsed / halflife);
+4. `decay_usage`: usage = usage x K + adjusted charges, K = 0.5 ** (elapsed / halflife)
+   (`node_decay`: each node's own half-life where a group sets one, seed 004 2.2.2.4);
    an active leaf keeps at least USAGE_FLOOR, so m^2 / usage is finite and a group's
    usage (the sum of its leaves') is never 0.
 5. `near_future_shares` (`effective_shares`, fairshare.core.split): the Kay-Lauder near-future
@@ -76,7 +77,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from fairshare.core.consts import LIMSHARE, TICKS_PER_SECOND, Consts
+from fairshare.core.consts import LIMSHARE, TICKS_PER_SECOND, Consts, decay
 from fairshare.core.fair import SplitFigures
 from fairshare.core.index import SMALL_TREE, Memo, TreeIndex, build_index
 from fairshare.core.lnode import LnodeTable, NodeState
@@ -155,7 +156,7 @@ class Decision:
     m_share: np.ndarray
     charges: np.ndarray
     usage: np.ndarray
-    k: float
+    k: float | np.ndarray  # one number, or one per node where nodes set their own half-life
     e_share: np.ndarray
     background: np.ndarray
     adj: np.ndarray | None = None
@@ -287,7 +288,16 @@ def group_adjustment(
     return idx.down_product(own)
 
 
-def decay_usage(usage: np.ndarray, charges: np.ndarray, k: float) -> np.ndarray:
+def node_decay(tree: ShareTree, elapsed: float, consts: Consts) -> float | np.ndarray:
+    """K over `elapsed` seconds: 0.5 ** (elapsed / halflife), one number when every node
+    decays with the global half-life (shradmin -K), else one per node with each node's
+    own (`ShareTree.halflives`: a group's for its subtree, seed 004's 2.2.2.4)."""
+    if not tree.own_halflives:
+        return decay(elapsed, consts.halflife)
+    return decay(elapsed, tree.halflives(consts.halflife))
+
+
+def decay_usage(usage: np.ndarray, charges: np.ndarray, k: float | np.ndarray) -> np.ndarray:
     """usage x K + charges (charge units), at least USAGE_FLOOR."""
     return np.maximum(usage * k + charges, USAGE_FLOOR)
 

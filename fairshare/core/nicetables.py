@@ -14,6 +14,10 @@ Indexed by the guide's N = nice + 20 (0..39):
   0 at nice 19, whose processes are not charged (the guide's 4.4.10; its table prints 1).
 - `run_rates`: the guide's Nice Rates, the part of one second's CPU charge at each nice
   that enters the lnode's Rate in that second: (1 - run-rate decay) x TICKS / 100.
+- `unicos_rates`: the guide's own Nice Rates column, for comparison (man/shrview.1 says
+  why the two differ): (1 - run-rate decay) up to nice 0, times 20 / N above it, 0 at
+  nice 19.  With the guide's run-rate half-life of 4 s it is the guide's 0.1591 at nice
+  -20 to 0, 0.1515 at 1, ..., 0.0837 at 18, 0 at 19.
 """
 
 from __future__ import annotations
@@ -66,3 +70,13 @@ def run_rate_decay(halflife_s: float) -> float:
 def run_rates(halflife_s: float) -> np.ndarray:
     """The guide's Nice Rates by N: (1 - run-rate decay) x TICKS / 100."""
     return (1 - run_rate_decay(halflife_s)) * TICKS / 100.0
+
+
+def unicos_rates(run_halflife_s: float) -> np.ndarray:
+    """The guide's Nice Rates by N (4.6.1.3), as UNICOS computed them: the part of a
+    second's run a process's share priority takes in, (1 - 0.5 ** (1 / run_halflife_s))
+    up to nice 0 and times 20 / N above (weaker nice, slower), 0 at nice 19.  Not applied
+    here: Linux has no per-process share priority (see `run_rates`)."""
+    n = np.arange(40)
+    scale = np.where(n < 39, np.minimum(1.0, 20.0 / np.maximum(n, 1)), 0.0)
+    return (1 - run_rate_decay(run_halflife_s)) * scale

@@ -38,10 +38,19 @@ from fairshare.core.tree import ShareTree
 
 
 def activate_stored(
-    table: LnodeTable, node: int, shusage: float, shextime: float, now: float, consts: Consts
+    table: LnodeTable,
+    node: int,
+    shusage: float,
+    shextime: float,
+    now: float,
+    consts: Consts,
+    tree: ShareTree | None = None,
 ) -> float:
     """Create leaf `node`'s lnode (in place) with its stored usage `shusage` (as of
-    `shextime`, epoch s) aged to `now`; returns that usage (charge units)."""
+    `shextime`, epoch s) aged to `now` with the node's half-life in `tree` (its own or its
+    group's; the global one without `tree`); returns that usage (charge units)."""
+    if tree is not None and tree.own_halflives:
+        consts = consts.replace(halflife=float(tree.halflives(consts.halflife)[node]))
     usage = aged_usage(shusage, shextime, now, consts)
     activate(table, node, usage)
     return usage

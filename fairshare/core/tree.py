@@ -101,6 +101,8 @@ class ShareTree:
     #: detached entry (in `detached` order): how callers join their own columns.
     source: np.ndarray | None = None
     detached_source: np.ndarray | None = None
+    #: Each node's own usage half-life (s; 0: its parent's), None when no entry sets one.
+    halflife: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -132,6 +134,26 @@ class ShareTree:
         return build_index(
             self.levels, self.parent, self.leaf_mask, self.shares, self.kinds == Kind.GROUP
         )
+
+    @property
+    def own_halflives(self) -> bool:
+        """Whether any node sets its own usage half-life (else the global one rules)."""
+        return self.halflife is not None and bool(np.count_nonzero(self.halflife))
+
+    def halflives(self, default: float) -> np.ndarray:
+        """Each node's usage half-life in seconds: its own, else the nearest ancestor's,
+        else `default` (the global half-life, shradmin -K): seed 004's 2.2.2.4, a subtree
+        decaying at its own rate (Kay and Lauder's differential decay)."""
+        hit = self.__dict__.get("_halflives")
+        if hit is not None and hit[0] == default:
+            return hit[1]
+        out = np.full(self.size, float(default))
+        if self.own_halflives:
+            own = self.halflife
+            for nodes in self.levels[1:]:
+                out[nodes] = np.where(own[nodes] > 0, own[nodes], out[self.parent[nodes]])
+        self.__dict__["_halflives"] = (default, out)
+        return out
 
     @cached_property
     def _by_name(self) -> dict[str, int]:
@@ -254,14 +276,15 @@ def build_tree(rows: Iterable[TreeRow], mode: str = "user") -> ShareTree:
     names an entry that is not a group, or they sit on a cycle) are left out
     of the tree and listed in `detached`.
     """
-    names, uids, resgrps, shares, shflags = [], [], [], [], []
+    names, uids, resgrps, shares, shflags, halflives = [], [], [], [], [], []
     for r in rows:
         names.append(r.name)
         uids.append(r.uid)
         resgrps.append(r.resgrp)
         shares.append(r.shares)
         shflags.append(r.shflags)
-    return build_tree_columns(names, uids, resgrps, shares, shflags, mode)
+        halflives.append(getattr(r, "halflife", 0.0) or 0.0)
+    return build_tree_columns(names, uids, resgrps, shares, shflags, mode, halflives=halflives)
 
 
 def build_tree_columns(
@@ -271,6 +294,8 @@ def build_tree_columns(
     shares: Sequence[float],
     shflags: Sequence[int],
     mode: str = "user",
+    *,
+    halflives: Sequence[float] | None = None,
 ) -> ShareTree:
     """`build_tree` over entry columns (one list per field, entries in the same order).
 
@@ -278,6 +303,7 @@ def build_tree_columns(
     so 100,000 entries take tens of milliseconds.  Nodes are numbered breadth
     first; within a level by parent node, then by the entries' order.  Which entries
     are nodes, and why one is detached, are udb.rules' (`in_tree`, `place_entry`).
+    `halflives`: each entry's own usage half-life (s; 0 or None: inherited).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -308,6 +334,10 @@ def build_tree_columns(
         source=np.concatenate(([-1], entry_of_node)).astype(np.int64),
         detached_source=lost.astype(np.int64),
     )
+    if halflives is not None and len(entry_of_node):
+        own = np.asarray(halflives, dtype=float)[entry_of_node]
+        if np.count_nonzero(own):
+            tree.halflife = np.concatenate(([0.0], own))
     return tree
 
 

@@ -158,7 +158,7 @@ def activate_leaves(
     for n in nodes:
         st = states.get(int(ln.tree.ids[n]))
         stored = (st.shusage, st.shextime) if st else (0.0, 0.0)
-        usage = activate_stored(ln.table, n, *stored, now, consts)
+        usage = activate_stored(ln.table, n, *stored, now, consts, ln.tree)
         if st is not None:
             ln.entry[n] = st
         ln.warned.discard(n)

@@ -210,7 +210,11 @@ class WriteBacks:
         self.halflife = consts.halflife
         merge_into(self.pending, leave(ln, now, mode), consts.halflife)
         owed = list(self.pending.items())
-        args = (owed, consts.halflife, self.spool.serial)
+        by_uid = None
+        if ln.tree.own_halflives:  # each entry's usage ages with its node's half-life
+            hl = ln.tree.halflives(consts.halflife)
+            by_uid = dict(zip(ln.tree.ids[1:].tolist(), hl[1:].tolist(), strict=True))
+        args = (owed, consts.halflife, self.spool.serial, by_uid)
         if udb.call("write back", self.store.write_back, *args) is None:
             if not udb.fenced:
                 self.spool.save(self.pending)

@@ -60,6 +60,9 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
         f"K_mu by level = {','.join(_g(k) for k in consts.feedback_kmu)}, "
         f"redistribution every {_g(consts.feedback_period)} s"
         + ("" if consts.policy == "feedback" else " (unused: another policy)"),
+        f"Feedback redistribution (equation 10): v = {_g(consts.feedback_v)}, form = "
+        f"{consts.feedback_form}: tshare = s x v x "
+        + ("max(u) - u" if consts.feedback_form == "literal" else "max(u/s) - u"),
         "Slurm fair-share factor (--policy slurm): "
         f"dampening factor = {_g(consts.dampening)}"
         + ("" if consts.policy == "slurm" else " (unused: another policy)"),

@@ -112,6 +112,9 @@ def _explanation_lines(p: Profile) -> list[str]:
             "  no active lnode (no processes): Share is its static machine share with every "
             "user active, Usage its stored usage aged to now"
         )
+    if p.halflife_from is not None:  # some group sets its own half-life: say which rules
+        where = f"set by {p.halflife_from}" if p.halflife_from else "the global one, shradmin -K"
+        lines.append(f"  usage half-life {duration_text(p.halflife)} ({where})")
     for depth, g in enumerate(p.groups):
         if p.active:
             lines.append(
@@ -189,6 +192,8 @@ def profile_json(p: Profile) -> dict:
     """The profile as a JSON-ready dict (shape in shrinfo(1))."""
     doc = asdict(p)
     doc["groups"] = [asdict(g) for g in p.groups]
+    if p.halflife_from is None:  # no entry sets its own half-life: the shape as before
+        del doc["halflife_from"]
     return doc
 
 

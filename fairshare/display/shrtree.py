@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fairshare.display import columns, octal, percent
-from fairshare.report.sharetree import STATUS_LETTER, NodeReport, TreeReport, visible_nodes
+from fairshare.report.sharetree import (
+    STATUS_LETTER,
+    NodeReport,
+    TreeReport,
+    status_number,
+    visible_nodes,
+)
 from udb.check import ERROR, WARNING, count_by_kind
 
 if TYPE_CHECKING:  # only -e draws with rich (fairshare.cli.shrtree imports it then)
@@ -37,10 +43,20 @@ def header_lines(report: TreeReport, long: bool) -> list[str]:
     return ["DISPLAY OF SHARE TREE", "", *(f"{k:<{width}}{v}" for k, v in fields), ""]
 
 
-def tree_lines(nodes: list[NodeReport], long: bool = False) -> list[str]:
+def short_duration(seconds: float) -> str:
+    """A half-life in one word: "5d", "8h", "90m", "45s" (the largest unit it is a whole
+    number of), else seconds ("4000.5s")."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def tree_lines(nodes: list[NodeReport], long: bool = False, halflives: bool = False) -> list[str]:
     """The tree table: Lv, Name (indented by level), ID, shares, usage, Status, Flags;
     `long` (-l) adds Slurm's sshare figures (Norm Shares, Norm Usage, Eff Usage, Fair
-    Share), with six decimals as sshare prints them."""
+    Share), with six decimals as sshare prints them; `halflives` (some group sets its
+    own) a last column, each node's usage half-life."""
     header = [
         ("", "", "", "System", "Group", "System", "", ""),
         ("Lv", "Name", "ID", "Share", "Share", "Usage", "Status", "Flags"),
@@ -67,6 +83,10 @@ def tree_lines(nodes: list[NodeReport], long: bool = False) -> list[str]:
             for row, n in zip(rows, nodes, strict=True)
         ]  # fmt: skip
         right += (True, True, True, True)
+    if halflives:
+        header = [header[0] + ("Half",), header[1] + ("life",)]
+        rows = [row + (short_duration(n.halflife),) for row, n in zip(rows, nodes, strict=True)]
+        right += (True,)
     return columns(header, rows, right=right)
 
 
@@ -80,7 +100,8 @@ def problem_lines(report: TreeReport) -> list[tuple[str, str]]:
     rows = []
     for p in report.problems:
         n = by_name.get(p.name)
-        status = STATUS_LETTER[n.kind] if n else "-"
+        # The guide's number (4.4.11.3), then the kind's letter as the tree shows it.
+        status = f"{status_number(n.kind, n.codes)} {STATUS_LETTER[n.kind]}" if n else "-"
         text = f"{p.code}: {p.message}" + (f" ({p.detail})" if p.detail else "")
         kind = "**WARN***" if p.severity == WARNING else "**ERROR**"
         rows.append((kind, p.name, "-" if p.uid is None else str(p.uid), status, text))
@@ -100,7 +121,8 @@ _STYLE = {WARNING: "yellow", ERROR: "bold red", "": ""}
 def display_lines(report: TreeReport, long: bool = False) -> list[str]:
     """The share tree display (groups only unless `long`): plain lines, printed as they
     are (rich's console took 1.2 s to pass 100,000 unstyled lines through its Text)."""
-    return header_lines(report, long) + tree_lines(visible_nodes(report, long), long)
+    nodes = visible_nodes(report, long)
+    return header_lines(report, long) + tree_lines(nodes, long, report.own_halflives)
 
 
 def render_problems(report: TreeReport, console: Console, long: bool = False) -> None:

@@ -858,8 +858,3 @@ def _picked(column: np.ndarray | list, rows: np.ndarray) -> list:
 def local_time(epoch: float) -> str:
     """`epoch` as local time in the guide's manner, e.g. "Tue Jul 25 12:27:33 1995 UTC"."""
     return datetime.fromtimestamp(epoch).astimezone().strftime("%a %b %d %H:%M:%S %Y %Z")
-
-
-def screenful(lines: Sequence[str], height: int, width: int) -> list[str]:
-    """The first screen of `lines` (continuous mode): at most `height` lines cut at `width`."""
-    return [line[:width] for line in lines[: max(height, 1)]]

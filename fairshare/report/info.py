@@ -34,7 +34,7 @@ from fairshare.report.published import (
     find_entry,
     load_published,
 )
-from fairshare.report.sharetree import stored_sshare
+from fairshare.report.sharetree import entry_halflives, stored_sshare
 from fairshare.store.config import load_consts, load_effective_consts, schedules
 from fairshare.store.site import published_hosts, read_site
 from udb.check import EntryColumns, load_entry_columns
@@ -93,14 +93,20 @@ def load_profile(
             notes.append(f"{entry.name} is charged to its default account {account.name}")
             entry = account
         cols = load_entry_columns(s)  # the entries read once, for the tree and the figures
-    tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
+    tree = build_tree_columns(
+        cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode,
+        halflives=cols.halflife or None,
+    )  # fmt: skip
     lnodes = own_lnodes(snap)
     slurm = stored_figures(tree, cols, entry.name, consts, now)
+    node = tree.find(entry.name)
+    if node is not None and tree.own_halflives:  # this node's own half-life, or its group's
+        slurm |= _node_halflife(tree, node, consts.halflife)
+        consts = consts.replace(halflife=slurm["halflife"])
     if any(v.name == entry.name and v.parent >= 0 for v in lnodes):
         local = tree_share_ratios(tree, lnodes)
         profile = active_profile(lnodes, entry.name, consts, local)
         return dataclasses.replace(profile, **slurm), notes, tree, lnodes
-    node = tree.find(entry.name)
     if node is None:
         raise NotFound(f"{entry.name}: the entry is not in the share tree (see shrtree -e)")
     static = tree.m_shares(None)
@@ -115,6 +121,17 @@ def load_profile(
         halflife=consts.halflife,
     )
     return dataclasses.replace(profile, **slurm), notes, tree, lnodes
+
+
+def _node_halflife(tree: ShareTree, node: int, default: float) -> dict:
+    """Profile's fields for node's usage half-life (s): `halflife`, and `halflife_from`,
+    the nearest of it and its groups that sets one ("" when none does: the global)."""
+    chain = [node, *tree.ancestors(node)]
+    source = next((n for n in chain if n > 0 and tree.halflife[n] > 0), None)
+    return {
+        "halflife": float(tree.halflives(default)[node]),
+        "halflife_from": "" if source is None else tree.names[source],
+    }
 
 
 def tree_share_ratios(tree: ShareTree, lnodes: Sequence[ViewLnode]) -> np.ndarray | None:
@@ -146,7 +163,9 @@ def stored_figures(
     node = tree.find(name)
     if node is None:
         return {}
-    aged = decayed_usage(cols.shusage, cols.shextime, now, consts.halflife)
+    aged = decayed_usage(
+        cols.shusage, cols.shextime, now, entry_halflives(tree, cols, consts.halflife)
+    )
     f, _ = stored_sshare(tree, cols, aged, tree.detached_source, consts.dampening)
     return {
         "normalized_shares": float(f.normalized_shares[node]),

@@ -113,6 +113,9 @@ class Profile:
     normalized_usage: float | None = None
     effective_usage: float | None = None
     fairshare_factor: float | None = None
+    #: The group (or the entry itself) whose own usage half-life `halflife` is; "" for the
+    #: global one, None when no entry sets its own (shrinfo then says nothing of it).
+    halflife_from: str | None = None
 
 
 def split_figures(

@@ -55,7 +55,7 @@ from udb.check import (
 from udb.errors import NotFound
 from udb.remote import Reader
 from udb.rules import ROOT_UID, SHF_ACCOUNT, SHF_GROUP
-from udb.session import display_name, read_connection, resolve_url
+from udb.session import read_connection, resolve_url
 
 #: The name the root of the share tree goes by in displays and JSON.
 ROOT_NAME = "ROOT"
@@ -65,6 +65,26 @@ KIND_LABELS = np.array(["group", *(k.label for k in list(Kind)[1:])], dtype=obje
 
 #: Status letter per kind (the guide prints G for groups).
 STATUS_LETTER = {"group": "G", "user": "U", "account": "A", "idle": "I"}
+
+#: The bits of shrtree -e's Status number, which the guide prints in hex (4.4.11.3: Serv,
+#: a group with Nc, is 10; the group Unknown with Zs 1000; the user unknown with Zs
+#: 1001; Country, a group with Nc and Zs, 1010).  The guide shows only these three
+#: bits: 1 for a node that is not a group, 10 for Nc, 1000 for Zs; the others are ours,
+#: in the free places between them.
+STATUS_BIT = {
+    "leaf": 0x1, "Rt": 0x2, "Pw": 0x4, "Ac": 0x8, "Nc": 0x10, "Mg": 0x20, "Ng": 0x40,
+    "Cy": 0x80, "Or": 0x100, "Dp": 0x200, "Fl": 0x400, "Id": 0x800, "Zs": 0x1000,
+    "Uk": 0x2000, "Na": 0x4000, "Sh": 0x8000,
+}  # fmt: skip
+
+
+def status_number(kind: str, codes: Sequence[str]) -> str:
+    """The guide's Status number of a node of `kind` with problem `codes`, in hex
+    (e.g. "1010" for a group with Nc and Zs)."""
+    bits = STATUS_BIT["leaf"] if kind != "group" else 0
+    for code in codes:
+        bits |= STATUS_BIT[code]
+    return f"{bits:x}"
 
 
 # Not slots: orjson writes a dataclass with a __dict__ in less than half the time of
@@ -89,6 +109,7 @@ class NodeReport:
     fairshare_factor: float
     shflags: int
     codes: tuple[str, ...]
+    halflife: float  # s: the node's usage half-life, its own or inherited (or the global)
 
     @property
     def status(self) -> str:
@@ -109,6 +130,8 @@ class TreeReport:
     group_count: int
     account_count: int
     user_count: int
+    own_halflives: bool = False  # some group sets its own half-life: shrtree shows them
+    delta: float = 4.0  # s, the share cycle (shradmin -R): repeat and continuous modes' pace
 
     @cached_property  # asked by the header, the JSON document and the exit status
     def warnings(self) -> int:
@@ -134,6 +157,7 @@ def analyse_tree(
     dampening: float = 1.0,
     node: str | None = None,
     udb: str = "",
+    delta: float = 4.0,
 ) -> TreeReport:
     """The static analysis of the share tree of the entries `cols` (see the module docstring).
 
@@ -143,11 +167,14 @@ def analyse_tree(
     (rows, counts and problems) to the subtree under that entry; NotFound if no node
     of the tree has that name.
     """
-    tree = build_tree_columns(cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode)
+    tree = build_tree_columns(
+        cols.name, cols.uid, cols.resgrp, cols.shares, cols.shflags, mode,
+        halflives=cols.halflife or None,
+    )  # fmt: skip
     problems = check_columns(cols, accounts, mode, maxlevels)
     top, node = _top_node(tree, node, mode)
     detached = tree.detached_source if top == 0 else np.zeros(0, dtype=np.int64)
-    aged = decayed_usage(cols.shusage, cols.shextime, now, halflife)
+    aged = decayed_usage(cols.shusage, cols.shextime, now, entry_halflives(tree, cols, halflife))
     slurm, total = stored_sshare(tree, cols, aged, detached, dampening)
     # Each problem's entry (its index in cols; -1 for a problem of the whole UDB), and
     # each entry's problems' codes.
@@ -159,9 +186,9 @@ def analyse_tree(
         if e >= 0:
             codes[e] = (*codes[e], p.code)
     order = tree.preorder(top)
-    nodes = _tree_rows(tree, cols, order, slurm, codes)
+    nodes = _tree_rows(tree, cols, order, slurm, codes, tree.halflives(halflife))
     usage_of = (lambda e: float(aged[e]) / total) if total > 0 else (lambda e: 0.0)
-    nodes += _detached_rows(cols, detached.tolist(), usage_of, codes)
+    nodes += _detached_rows(cols, detached.tolist(), usage_of, codes, halflife)
     # Each entry's row, len(nodes) for none (and in the extra last place, for no entry):
     # what orders the problems, and counts Share by Account's users.
     row_of = np.full(len(cols) + 1, len(nodes), np.int64)
@@ -178,6 +205,8 @@ def analyse_tree(
         group_count=kind_count["group"],
         account_count=kind_count["account"],
         user_count=_user_count(cols, nodes, kind_count, row_of[:-1] < len(nodes), mode, node),
+        own_halflives=tree.own_halflives,
+        delta=delta,
     )
 
 
@@ -212,8 +241,25 @@ def _top_node(tree: ShareTree, node: str | None, mode: str) -> tuple[int, str | 
     return top, node
 
 
+def entry_halflives(tree: ShareTree, cols: EntryColumns, default: float) -> float | np.ndarray:
+    """Each entry's usage half-life (s) to age its stored usage with: its node's (its own
+    or its group's, `ShareTree.halflives`), a detached entry's own or `default`; one
+    number when no entry sets one."""
+    if not tree.own_halflives:
+        return default
+    out = np.asarray(cols.halflife, dtype=float)
+    out = np.where(out > 0, out, default)
+    out[tree.source[1:]] = tree.halflives(default)[1:]
+    return out
+
+
 def _tree_rows(
-    tree: ShareTree, cols: EntryColumns, order: np.ndarray, slurm: Sshare, codes: Sequence
+    tree: ShareTree,
+    cols: EntryColumns,
+    order: np.ndarray,
+    slurm: Sshare,
+    codes: Sequence,
+    halflives: np.ndarray,
 ) -> list[NodeReport]:
     """One NodeReport per node of `order` (a subtree depth first: ShareTree.preorder);
     `slurm`: the sshare figures by node, whose normalized usage is the system usage;
@@ -244,6 +290,7 @@ def _tree_rows(
             slurm.fairshare_factor[order].tolist(),
             np.append(np.asarray(cols.shflags, np.int64), SHF_GROUP)[entry].tolist(),
             by_entry([*codes, ()]),
+            halflives[order].tolist(),
         )
     )
 
@@ -256,9 +303,11 @@ def _picker(at: Sequence[int]):
     return lambda seq: tuple(seq[i] for i in at)
 
 
-def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes: Sequence):
+def _detached_rows(
+    cols: EntryColumns, detached: Sequence[int], usage_of, codes: Sequence, halflife: float
+):
     """One NodeReport (level None) per detached entry index; `usage_of(e)`: its system usage;
-    `codes`: each entry's problems' codes."""
+    `codes`: each entry's problems' codes; `halflife`: the global half-life (s)."""
     return [
         NodeReport(
             cols.name[e],
@@ -277,6 +326,7 @@ def _detached_rows(cols: EntryColumns, detached: Sequence[int], usage_of, codes:
             0.0,
             cols.shflags[e],
             codes[e],
+            (cols.halflife[e] if cols.halflife else 0.0) or halflife,
         )
         for e in detached
     ]
@@ -335,8 +385,8 @@ def load_tree_report(
     """shrtree's analysis (fairshare.report.sharetree.analyse_tree) of the UDB `udb`
     (or the daemon's copy through `socket_`), usage aged to `now` (epoch s), in `mode`,
     of the subtree under `node`."""
-    url = resolve_url(udb)
-    engine = Reader(url, socket_).engine  # a missing file: "no UDB at PATH"
+    reader = Reader(resolve_url(udb), socket_)  # a missing file: "no UDB at PATH"
+    engine = reader.engine
     with read_connection(engine) as session:
         cols = load_entry_columns(session)
         accounts = load_accounts(session)
@@ -351,5 +401,6 @@ def load_tree_report(
         halflife=consts.halflife,
         dampening=consts.dampening,
         node=node,
-        udb=display_name(url),
+        udb=reader.name,
+        delta=consts.delta,
     )

@@ -113,7 +113,11 @@ class Answers:
         }
 
     def udb(self, peer: Peer, req: dict) -> dict:
-        return {"uid": peer.uid, "image": base64.b64encode(make_image(self.engine, peer.uid))}
+        return {
+            "uid": peer.uid,
+            "udb": display_name(str(self.engine.url)),
+            "image": base64.b64encode(make_image(self.engine, peer.uid)),
+        }
 
     def cycle(self, peer: Peer, req: dict) -> dict:
         host = _text(req, "host", optional=True)

@@ -30,7 +30,9 @@ _const = tables.consts.c
 _schedule = tables.schedules.c
 _change = tables.const_changes.c
 #: The entry columns a tree is built from; `select(*TREE_COLUMNS)` gives rows for `build_tree`.
-TREE_COLUMNS = (_entry.name, _entry.uid, _entry.resgrp, _entry.shares, _entry.shflags)
+TREE_COLUMNS = (
+    _entry.name, _entry.uid, _entry.resgrp, _entry.shares, _entry.shflags, _entry.halflife
+)  # fmt: skip
 
 
 def load_consts(session: Session | Connection) -> Consts:
@@ -70,7 +72,8 @@ def load_tree(session: Session | Connection, mode: str | None = None) -> ShareTr
     rows = core(session).execute(select(*TREE_COLUMNS)).all()
     if not rows:
         return build_tree([], mode)
-    return build_tree_columns(*zip(*rows, strict=True), mode=mode)
+    *cols, halflives = zip(*rows, strict=True)
+    return build_tree_columns(*cols, mode=mode, halflives=halflives)
 
 
 def history(session: Session | Connection, limit: int | None = None) -> list[Row]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -227,20 +227,25 @@ class LnodeStore:
     # -- write-back, checkpoint, recovery ----------------------------------------------------
 
     def write_back(
-        self, released: Sequence[tuple[int, WriteBack]], halflife: float, spool: int = 0
+        self,
+        released: Sequence[tuple[int, WriteBack]],
+        halflife: float,
+        spool: int = 0,
+        by_uid: Mapping[int, float] | None = None,
     ) -> int:
         """Add lnodes' increments (entry uid, WriteBack) to their entries and their
-        groups', in one transaction; `halflife` (s) ages the stored usage.  `spool`: the
-        serial of the spool file these increments include (fairshare.daemon.spool),
-        recorded as written in the same transaction.  Returns how many increments were
-        written."""
+        groups', in one transaction; `halflife` (s) ages the stored usage, or `by_uid`'s
+        half-life for the entries it names (where groups set their own,
+        fairshare.core.tree.ShareTree.halflives).  `spool`: the serial of the spool file
+        these increments include (fairshare.daemon.spool), recorded as written in the
+        same transaction.  Returns how many increments were written."""
         if not released and not spool:
             return 0
         with write_connection(self.engine) as s:
             fence.check(s, self.host, self.generation)
             if spool:
                 fence.mark_spooled(s, self.host, spool)
-            _write_back(s, released, halflife)
+            _write_back(s, released, halflife, by_uid)
             uids = sorted({uid for uid, _wb in released})
             pg = self.engine.dialect.name == "postgresql"
             checkpoints = tables.lnode_checkpoints
@@ -377,7 +382,9 @@ def site_view(
         uids, shusage, shextime = (np.array(c, dtype=float) for c in zip(*stored, strict=True))
         nodes = _nodes_of(tree, uids)
         ok = nodes >= 0
-        usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], halflife)
+        # each node's own half-life where a group sets one (fairshare.core.tree)
+        hl = tree.halflives(halflife)[nodes[ok]] if tree.own_halflives else halflife
+        usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], hl)
     view.usage = usage * view.active
     return view, usage
 
@@ -438,7 +445,10 @@ def group_chains(conn: Connection) -> dict[int, list[int]]:
 
 
 def _write_back(
-    conn: Connection, released: Sequence[tuple[int, WriteBack]], halflife: float
+    conn: Connection,
+    released: Sequence[tuple[int, WriteBack]],
+    halflife: float,
+    by_uid: Mapping[int, float] | None = None,
 ) -> None:
     """Add the increments to the entries of their uids and of the groups above them:
     shusage by `add_usage`, shextime the later time, shcharge and cpuquotaused (+=); the
@@ -460,7 +470,13 @@ def _write_back(
     when_arr = np.array(when)
     latest = np.full(len(uids), -np.inf)
     np.maximum.at(latest, slot, when_arr)
-    aged = np.array(usage) * decay(latest[slot] - when_arr, halflife)
+
+    def halflives(entries) -> float | np.ndarray:  # each entry's, by uid
+        if not by_uid:
+            return halflife
+        return np.array([by_uid.get(u, halflife) for u in entries], dtype=float)
+
+    aged = np.array(usage) * decay(latest[slot] - when_arr, halflives(targets))
     inc_usage, inc_charge, inc_cpu = (
         np.bincount(slot, weights=w, minlength=len(uids)) for w in (aged, charge, cpu)
     )
@@ -477,7 +493,11 @@ def _write_back(
     have = np.array([r.uid for r in rows], dtype=np.int64)
     at = np.searchsorted(uids, have)
     new_usage, new_time = add_usage(
-        [r.shusage for r in rows], [r.shextime for r in rows], inc_usage[at], latest[at], halflife
+        [r.shusage for r in rows],
+        [r.shextime for r in rows],
+        inc_usage[at],
+        latest[at],
+        halflives(have.tolist()),
     )
     values = {
         "uids": have.tolist(),

@@ -31,7 +31,7 @@ def test_every_field_is_parsed_to_its_value():
     got = values(
         "create:x:uid:5:gids:1,20:acids:3,acme:resgrp:Grp:shares:10:shflags:040000:"
         "shusage:1.5:shcharge:2.25:shextime:100:cpuquota:10:cpuquotaused:0.5:nice:-5:"
-        "passwd:*:comment:hello # world:"
+        "halflife:8h:passwd:*:comment:hello # world:"
     )
     assert got == {
         "uid": 5,
@@ -46,6 +46,7 @@ def test_every_field_is_parsed_to_its_value():
         "cpuquota": 10.0,
         "cpuquotaused": 0.5,
         "nice": -5,
+        "halflife": 28800.0,
         "passwd": "*",
         "comment": "hello # world",
     }
@@ -132,7 +133,7 @@ def test_values_keep_their_text():
         ("create:a:resgrp:a b:", 17, "expected a resource group's uid or name"),
         ("create:a:uid:1", 10, "uid: expected a value followed by ':'"),
         ("create:a", 1, "expected NAME followed by ':'"),
-        ("create:a b:uid:1:", 8, "expected a name"),
+        ("create:a b:uid:1:", 8, "expected ':' after the name a, found a blank before 'b'"),
         ("acid:p:x:", 8, "expected an account number"),
         ("acid:p:", 8, "expected the account NUMBER"),
     ],

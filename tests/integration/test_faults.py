@@ -218,10 +218,12 @@ def test_only_udbgen_creates_a_udb(tmp_path, empty):
     r = invoke(udbgen, ["-p", "--create", "-c", "create:a:uid:5:"], str(path), tmp_path)
     one_line_exit_2(r, f"no UDB at {path}: test mode (-p) does not create one")
     assert path.exists() == empty
-    r = invoke(udbgen, ["--create", "-c", "create:a:uid:5:"], str(path), tmp_path)
+    r = invoke(
+        udbgen, ["--create", "-c", "create:a:uid:5:gids:1:"], str(path), tmp_path
+    )  # a gid: no warning
     assert r.exit_code == 0, r.output
     assert r.stderr.strip() == f"udbgen: created a new UDB at {path}"
-    r = invoke(udbgen, ["-c", "create:b:uid:6:"], str(path), tmp_path)
+    r = invoke(udbgen, ["-c", "create:b:uid:6:gids:1:"], str(path), tmp_path)
     assert r.exit_code == 0 and r.stderr == ""  # said once, when it was made
 
 

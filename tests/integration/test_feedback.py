@@ -74,6 +74,45 @@ def consumption(tree, cpu: dict[str, float], idle=()) -> Consumption:
 # -- the redistribution node (equation 10) ---------------------------------------------
 
 
+def test_equation_10s_v_is_a_constant_and_the_literal_form_is_offered():
+    """Seed 004's equation 10, tshare = s x [v x max(u)] - u.  With shares 1:9 and usage
+    (10, 0): the dominating form (max(u/s) = 100) gives (0.1 x 2 x 100 - 10, 0.9 x 2 x 100)
+    = (10, 180); the literal one (max(u) = 10) (2 - 10, 18) = (-8 -> 0, 18): the first is
+    shut out.  v = 3: dominating (20, 270).  n equal entitlements: max(u/s) = n max(u),
+    so the literal form with v is the dominating one with v / n."""
+    tree = flat(1, 9)
+    idx, m = tree_index(tree), tree.m_shares()
+    u = np.array([0.0, 10.0, 0.0])
+    assert transient_shares(idx, m, u, 2.0)[1:] == pytest.approx([10 / 190, 180 / 190])
+    assert transient_shares(idx, m, u, 3.0)[1:] == pytest.approx([20 / 290, 270 / 290])
+    assert transient_shares(idx, m, u, 2.0, "literal")[1:] == pytest.approx([0.0, 1.0])
+    # Every sibling at or past the literal target: the entitlements.
+    assert transient_shares(idx, m, np.array([0.0, 10.0, 90.0]), 1.01, "literal")[
+        1:
+    ] == pytest.approx([0.1, 0.9])
+    even = flat(1, 1, 1)
+    ue = np.array([0.0, 10.0, 0.0, 5.0])
+    for v in (4.0, 6.0):
+        assert transient_shares(tree_index(even), even.m_shares(), ue, v, "literal")[
+            1:
+        ] == pytest.approx(transient_shares(tree_index(even), even.m_shares(), ue, v / 3)[1:])
+
+
+def test_shradmin_sets_v_and_the_form_and_the_policy_uses_them(udb_url):
+    from click.testing import CliRunner
+
+    from fairshare.cli.shradmin import main as shradmin
+
+    r = CliRunner().invoke(shradmin, ["--udb", udb_url, "--feedback-v", "3",
+                                      "--feedback-form", "literal"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "Feedback redistribution (equation 10): v = 3, form = literal" in r.output
+    r = CliRunner().invoke(shradmin, ["--udb", udb_url, "--feedback-v", "1"])
+    assert r.exit_code == 2 and "feedback_v" in r.stderr
+    r = CliRunner().invoke(shradmin, ["--udb", udb_url, "--feedback-form", "paper"])
+    assert r.exit_code == 2 and "dominating, literal" in r.stderr
+
+
 def test_equation_10_gives_the_unused_sibling_the_larger_part():
     """Two siblings of equal entitlement, A unused, B with usage U: max(u / s) = 2U, the
     target point is (REACH x U, REACH x U), so A's tshare is 2U and B's U (REACH = 2):

@@ -102,7 +102,8 @@ def test_only_a_user_entry_has_an_owner(udb_url):
     for viewer in (7100, 7200):
         raw = make_image(engine, viewer)
         got = entries(open_image(raw))
-        assert got["team"] == ("", 0.0, 0.0, "") and got["acct"] == ("", 0.0, 0.0, "")
+        # passwd * by default (udbgen), shown: it is what the Pw rule checks
+        assert got["team"] == ("*", 0.0, 0.0, "") and got["acct"] == ("*", 0.0, 0.0, "")
         assert b"team secret" not in raw and b"acct secret" not in raw
     assert entries(open_image(make_image(engine, 7001)))["me"] == ("", 100.0, 5.0, "my room")
 
@@ -133,3 +134,21 @@ def test_open_readonly_changes_nothing(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 2
     conn.close()
+
+
+def test_a_groups_and_a_shareholders_star_passwd_is_shown_to_everyone(udb_url):
+    """The Pw rule (udbgen -a, shrtree) checks that a group's or account's passwd is *:
+    through the daemon an ordinary user must get the answer root gets."""
+    engine = open_udb(udb_url)
+    text = (
+        "acid:lab:7100:\n"
+        "create:Grp:uid:7000:shflags:040000:passwd:*:\n"
+        "create:Open:uid:7003:shflags:040000:passwd:$6$g$hash:\n"
+        "create:lab:uid:7100:shflags:01000000:passwd:*:\n"
+        "create:locked:uid:7004:passwd:*:\n"
+    )
+    directives.run(engine, directives.parse(text, "t"))
+    got = entries(open_image(make_image(engine, 7001)))
+    assert (got["Grp"][0], got["lab"][0]) == ("*", "*")
+    assert got["Open"][0] == ""  # not *: still reported, its hash never shipped
+    assert got["locked"][0] == ""  # a user's: whether their login is locked is theirs

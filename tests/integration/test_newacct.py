@@ -235,3 +235,19 @@ def test_real_processes_are_mapped_by_their_session():
     finally:
         child.kill()
         child.wait()
+
+
+def test_in_share_by_user_mode_newacct_says_accounts_change_nobodys_share(udb, tmp_path):
+    """newacct(1): "In Share by User mode the account is recorded but does not change
+    anyone's share; newacct says so" -- when it shows the account too."""
+    with write_session(open_udb(udb)) as s:
+        save_consts(s, Consts(flags=0))
+    srv = Server(str(tmp_path / "u.sock"), open_udb(udb), "test", SessionAccounts(), tmp_path / "a")
+    srv.start()
+    try:
+        notes = forked(lambda: [run(srv, *a).stderr for a in ((), ("a2",), ("-d",))],
+                       new_session=True)  # fmt: skip
+    finally:
+        srv.stop()
+    note = "accounts change nobody's share there"
+    assert all(note in n for n in notes), notes

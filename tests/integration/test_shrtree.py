@@ -208,8 +208,9 @@ def test_errors_exit_1_and_the_error_listing(tmp_path):
     assert "Errors:        6" in lines and "Warnings:      3" in lines
     table = lines[lines.index(next(x for x in lines if x.startswith("Type"))) :]
     assert table[0].split() == ["Type", "Name", "ID", "Status", "Description"]
-    rows = [line.split(None, 4) for line in table[1:]]
-    got = {(r[1], r[4].split(":")[0]) for r in rows}
+    rows = [line.split(None, 5) for line in table[1:]]
+    rows = [r if r[3] != "-" else r[:4] + [""] + [" ".join(r[4:])] for r in rows]
+    got = {(r[1], r[5].split(":")[0]) for r in rows}
     assert got == {
         ("Idle", "Id"),
         ("Loop1", "Cy"),
@@ -420,3 +421,82 @@ def test_problems_are_shown_udb_wide_first_then_by_row_then_by_name(found, rows)
     assert [id(p) for p in shown] == [
         id(p) for p in expected if p.uid is not None and p.name in position
     ]
+
+
+def test_the_error_listing_shows_the_guides_status_numbers(tmp_path):
+    """4.4.11.3's shrtree -e: Serv (a group with Nc) is 10, the group Unknown with Zs
+    1000, the user unknown with Zs 1001, Country (a group, Nc and Zs) 1010."""
+    rows = [
+        entry("Idle", 11, 0, 0, passwd="*", gids=[0]),
+        entry("Demos", 8367, 0, 100, SHF_GROUP, "*"),
+        entry("Serv", 8001, 8367, 100, SHF_GROUP, "*"),
+        entry("Unknown", 8393, 0, 0, SHF_GROUP, "*"),
+        entry("unknown", 12, 8393, 0, passwd="*"),
+        entry("Users", 8395, 0, 100, SHF_GROUP, "*"),
+        entry("Country", 8359, 8395, 0, SHF_GROUP, "*"),
+        entry("u1", 1001, 8367, 10),
+    ]
+    lines = run(make_udb(tmp_path / "guide.sqlite", rows), "-e").stdout.splitlines()
+    status = {}
+    for line in lines[lines.index(next(x for x in lines if x.startswith("Type"))) + 1 :]:
+        kind, name, uid, number, letter, text = line.split(None, 5)
+        status[(name, text.split(":")[0])] = (number, letter)
+    assert status == {
+        ("Serv", "Nc"): ("10", "G"),
+        ("Unknown", "Zs"): ("1000", "G"),
+        ("unknown", "Zs"): ("1001", "U"),
+        ("Country", "Nc"): ("1010", "G"),
+        ("Country", "Zs"): ("1010", "G"),
+    }
+
+
+def test_repeat_mode_prints_n_displays_one_share_cycle_apart(acme):
+    """4.4.11: every display command has line, repeat and continuous modes, paced by the
+    share cycle (shradmin -R): -r 3 prints three displays separated by form feeds."""
+    from fairshare.cli.shradmin import main as shradmin
+
+    assert CliRunner().invoke(shradmin, ["--udb", str(acme), "-R", "0.2"]).exit_code == 0
+    r = run(acme, "-r", "3")
+    assert r.exit_code == 0, r.output
+    shows = r.stdout.split("\f")
+    assert len(shows) == 3 and all(s.startswith("DISPLAY OF SHARE TREE") for s in shows)
+    assert run(acme, "-r", "2", "-c").exit_code == 2
+
+
+def test_continuous_mode_needs_a_terminal_and_has_a_monitors_keys(acme):
+    import asyncio
+
+    from textual.widgets import Static
+
+    from fairshare.report.sharetree import load_tree_report
+    from fairshare.tui.monitor import Monitor
+    from fairshare.tui.views import ShrtreeView
+
+    r = run(acme, "-c")
+    assert r.exit_code == 2 and "shrtree -c: continuous mode is a full-screen display" in r.stderr
+
+    def load(node):
+        return load_tree_report(str(acme), None, now=NOW, mode="user", node=node)
+
+    app = Monitor(ShrtreeView(load), 4.0)
+    seen = {}
+
+    def frame() -> str:
+        return str(app.query_one("#frame", Static).content)
+
+    async def drive():
+        async with app.run_test(size=(140, 60)) as pilot:
+            seen["groups"] = frame()
+            await pilot.press("l")
+            seen["long"] = frame()
+            await pilot.press("/", *"Proj1A", "enter")
+            seen["node"] = (frame(), str(app.query_one("#status", Static).content))
+            await pilot.press("e")
+            seen["errors"] = frame()
+            await pilot.press("q")
+
+    asyncio.run(drive())
+    assert "u5" not in seen["groups"] and "Proj2" in seen["groups"]
+    assert "u5" in seen["long"] and "Format:        Groups and users" in seen["long"]
+    assert "Proj2" not in seen["node"][0] and "node Proj1A" in seen["node"][1]
+    assert "Type" in seen["errors"] and "Lv" not in seen["errors"]

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-from io import StringIO
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +31,8 @@ from click.testing import CliRunner
 from conftest import assert_stored
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from rich.console import Console
 
-from fairshare.cli.shrview import main, run_continuous
+from fairshare.cli.shrview import main
 from fairshare.core.consts import Consts
 from fairshare.display import columns
 from fairshare.display.shrview import (
@@ -44,7 +42,6 @@ from fairshare.display.shrview import (
     column_texts,
     display_columns,
     round6,
-    screenful,
 )
 from fairshare.report.lnodes import ViewRequest, rows_of, select_rows, view_columns, view_lnodes
 from fairshare.report.nice import nice_table
@@ -711,16 +708,60 @@ def test_a_running_daemon_is_waited_for_cycle_by_cycle(tmp_path, monkeypatch):
     assert waited == [True, True, True]  # one new cycle every 0.3 s, never the timeout
 
 
-def test_continuous_mode_shows_one_screenful_until_q(published, utc):
+def test_continuous_mode_has_a_monitors_keys(published, utc):
+    """4.4.11's continuous mode, on Textual: m a s n l g switch the display, o the sort,
+    / selects a user or group (refusing a name nobody has), p pauses, + and - the
+    interval, ? shows the help, q quits."""
+    import asyncio
+
+    from textual.widgets import Static
+
+    from fairshare.tui.monitor import Monitor
+    from fairshare.tui.views import ShrviewView
+
     source = Source(Reader(published, None), None, NOW)
-    buf = StringIO()
-    console = Console(file=buf, width=80, height=6, force_terminal=True, color_system=None)
-    req = ViewRequest(display="monitor")
-    assert run_continuous(source, req, console, pressed=lambda: "q") == 1
-    out = buf.getvalue()
-    assert "no daemon is running for simulator" in out
-    assert "SHRVIEW Type:monitor" in out and "quiet" not in out  # 6 lines: cut before it
-    assert screenful(["abc", "defgh", "ij"], 2, 3) == ["abc", "def"]
+    app = Monitor(ShrviewView(source, ViewRequest(display="monitor")), 4.0)
+    seen = {}
+
+    def text(widget: str) -> str:
+        return str(app.query_one(widget, Static).content)
+
+    async def drive():
+        async with app.run_test(size=(140, 50)) as pilot:
+            seen["first"] = text("#frame")
+            await pilot.press("a")
+            seen["adjgroup"] = (text("#frame"), text("#status"))
+            await pilot.press("n", "o")
+            seen["nice"] = (text("#frame"), text("#status"))
+            await pilot.press("m", "/", *"quiet", "enter")
+            seen["select"] = (text("#frame"), text("#status"))
+            await pilot.press("/", *"nosuch", "enter")
+            seen["nosuch"] = text("#status")
+            await pilot.press("p", "+", "+", "-")
+            seen["paused"] = text("#status")
+            await pilot.press("?")
+            seen["help"] = app.query_one("#help", Static).has_class("shown")
+            await pilot.press("q")
+        return app.return_value
+
+    frames = asyncio.run(drive())
+    assert "SHRVIEW Type:monitor" in seen["first"] and "no daemon is running" in seen["first"]
+    assert "SHRVIEW Type:adjgroup" in seen["adjgroup"][0]
+    assert seen["adjgroup"][1].startswith("shrview -da (adjgroup)  sort tree  select all")
+    assert "SHRVIEW Type:nice tables" in seen["nice"][0] and "sort id" in seen["nice"][1]
+    assert "select quiet" in seen["select"][1] and "quiet" in seen["select"][0]
+    assert "select quiet" in seen["nosuch"] and "nosuch" in seen["nosuch"]  # kept, said why
+    assert "[paused]" in seen["paused"] and seen["help"]
+    assert app.interval == 8.0 and frames >= 5
+
+
+def test_continuous_mode_needs_a_terminal(published):
+    result = run(published, "-c")  # CliRunner: no terminal
+    assert result.exit_code == 2
+    assert result.stderr.endswith(
+        "shrview -c: continuous mode is a full-screen display and needs a terminal; "
+        "use -r N for N displays one after the other\n"
+    )
 
 
 def test_continuous_goes_with_neither_json_nor_repeat(published):

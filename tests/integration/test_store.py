@@ -162,3 +162,18 @@ def test_published_rows_are_numbers_the_table_holds(engine):
     r = {x.name: x for x in store.read_published()[1]}["alice"]
     assert (r.refs, r.nrun, r.priority, r.background, r.shares) == (3, 2, 12.5, True, 3.0)
     assert (r.due, r.pri) == (0.25, 0.75)
+
+
+def test_write_back_ages_stored_usage_with_each_entrys_half_life(engine):
+    """Where a group sets its own half-life (seed 004, 2.2.2.4) the stored usage it and its
+    members accrue ages with it: 100 written at 0, 40 more at two hours: 100 x 0.5 + 40
+    under a two-hour half-life, against 100 x 0.25 + 40 under the global hour."""
+    store = LnodeStore(engine, host="h1")
+    two_hours = {1001: 7200.0, 500: 7200.0}
+    store.write_back([(1001, WriteBack(100.0, 0.0, 10.0, 1.0))], 3600.0, two_hours)
+    store.write_back([(1001, WriteBack(40.0, 7200.0, 5.0, 0.5))], 3600.0, two_hours)
+    store.write_back([(1002, WriteBack(100.0, 0.0, 10.0, 1.0))], 3600.0, two_hours)
+    store.write_back([(1002, WriteBack(40.0, 7200.0, 5.0, 0.5))], 3600.0, two_hours)
+    with read_session(engine) as s:
+        usage = dict(s.execute(select(Entry.uid, Entry.shusage)).all())
+    assert usage[1001] == pytest.approx(90.0) and usage[1002] == pytest.approx(65.0)

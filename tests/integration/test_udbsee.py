@@ -81,6 +81,7 @@ def test_json(acme_acct):
         "cpuquota": 0.0,
         "cpuquotaused": 0.0,
         "nice": 0,
+        "halflife": 0.0,
         "passwd": "",
         "comment": "",
     }

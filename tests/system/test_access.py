@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from io import StringIO
 from pathlib import Path
 
 import click._textwrap  # noqa: F401 - the setuid children cannot import from /root
@@ -32,7 +31,6 @@ import sqlalchemy.dialects.sqlite  # noqa: F401
 from asuser import UIDS, forked, remove, run_as, shared_dir
 from click.testing import CliRunner
 from integration.test_server import _ask, _connect
-from rich.console import Console
 
 from fairshare.cli.newacct import main as newacct
 from fairshare.cli.shrdist import main as shrdist
@@ -40,7 +38,6 @@ from fairshare.cli.shrinfo import main as shrinfo
 from fairshare.cli.shrsync import main as shrsync
 from fairshare.cli.shrtree import main as shrtree
 from fairshare.cli.shrview import main as shrview
-from fairshare.cli.shrview import run_continuous
 from fairshare.core.consts import consts_from_mapping
 from fairshare.report.lnodes import ViewRequest
 from fairshare.report.published import Source
@@ -219,24 +216,47 @@ def test_an_ordinary_uid_reads_everything_through_the_daemon(site):
     assert "stored state" not in out
 
 
+def test_shrtree_through_the_daemon_names_its_udb_and_sees_the_groups_star(site):
+    """Without --udb an ordinary user's shrtree -l reads the daemon's copy: the header
+    names the daemon's UDB (not the caller's default), and no group is flagged Pw
+    (the copy keeps a group's passwd *)."""
+    code, out = run_as(ME, shrtree, ["--socket", site.sock, "-l"])
+    assert code == 0, out
+    assert f"UDB path:      {site.db}" in out.splitlines()
+    assert "Pw" not in out and "Proj3" in out
+
+
 def test_every_shrview_display_and_continuous_mode_through_the_daemon(site):
     for letter in "maslng":
         code, out = run_as(ME, shrview, [*site.udb, f"-d{letter}"])
         assert code == 0, (letter, out)
         assert "stored state" not in out and "no daemon" not in out
 
-    def continuous():
-        buf = StringIO()
-        console = Console(file=buf, width=100, height=40, force_terminal=True, color_system=None)
-        source = Source(Reader(str(site.db), site.sock), None, None)
-        shown = run_continuous(
-            source, ViewRequest(display="monitor"), console, pressed=lambda: "", frames=2
-        )
-        return shown, source.reader.through_daemon, buf.getvalue()
+    import asyncio
 
+    from textual.widgets import Static
+
+    from fairshare.tui.monitor import Monitor
+    from fairshare.tui.views import ShrviewView
+
+    def continuous():
+        source = Source(Reader(str(site.db), site.sock), None, None)
+        app = Monitor(ShrviewView(source, ViewRequest(display="monitor")), 0.25)
+
+        async def drive():
+            async with app.run_test(size=(100, 40)) as pilot:
+                await pilot.pause(1.5)
+                screen = str(app.query_one("#frame", Static).content)
+                await pilot.press("q")
+            return screen
+
+        screen = asyncio.run(drive())
+        return app.return_value, source.reader.through_daemon, screen
+
+    continuous()  # as root first: Textual's lazily imported modules are loaded before the fork
     shown, through, screen = forked(continuous, uid=ME)
-    assert shown == 2 and through
-    assert screen.count("SHRVIEW Type:monitor") >= 2
+    assert shown >= 2 and through
+    assert "SHRVIEW Type:monitor" in screen
 
 
 def test_udbsee_never_shows_passwords_and_hides_other_users_private_fields(site):

@@ -180,7 +180,8 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, 
       delacid:NAME:                  remove an account from the registry
 
     Fields: uid gids acids resgrp shares shflags shusage shcharge shextime
-    cpuquota cpuquotaused nice passwd comment (see udbgen(8)).  Any error
+    cpuquota cpuquotaused nice halflife passwd comment (see udbgen(8));
+    acids and shflags also take = + - (set, add, remove).  Any error
     prints FILE:LINE:COL: message, exits 2 and leaves the UDB unchanged.
 
     With -a, report share-setup problems instead (-R by resgrp, -A by acids);
@@ -236,6 +237,7 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, 
         raise
     if created(engine):
         click.echo(f"udbgen: created a new UDB at {display_name(resolve_url(udb))}", err=True)
+    _warn(changes.warnings)
     if test:
         if as_json:
             echo_json(changes.as_json(), indent=True)
@@ -267,6 +269,17 @@ def _from_slurm(engine, path: str, parsed, replace: bool):
     }
     names = {**existing, **created}
     return slurm.dump_directives(slurm.read_dump(text, source), source, names, set(names.values()))
+
+
+#: The most warnings printed one per line; the rest are counted.
+_MAX_WARNINGS = 10
+
+
+def _warn(warnings: list[str]) -> None:
+    for w in warnings[:_MAX_WARNINGS]:
+        click.echo(f"udbgen: warning: {w}", err=True)
+    if len(warnings) > _MAX_WARNINGS:
+        click.echo(f"udbgen: warning: {len(warnings) - _MAX_WARNINGS} more like these", err=True)
 
 
 def _map_rule(text: str) -> tuple[str, str]:

@@ -65,6 +65,7 @@ def main(names, show_all, field_list, accounts, sacctmgr, cluster, as_json, udb,
     """
     verb, fields = "create", None
     if field_list is not None:
+        field_list, names = listing.join_field_list(field_list, names)
         try:
             verb, fields = listing.parse_field_list(field_list)
         except ValueError as err:

@@ -12,7 +12,8 @@ every group (and the root) a redistribution node:
   enforcer gives the kernel, and their priority the terminator's nprocs / share^2.
 - `redistribution` (`transient_shares`; every `Consts.feedback_period` seconds, 5 min
   by default, and at once when an lnode appears): the seed's equation 10 over each set of
-  active siblings that hold shares, tshare = s x REACH x max(u / s) - u, s their
+  active siblings that hold shares, tshare = s x v x max(u / s) - u (v: shradmin
+  --feedback-v, REACH = 2 by default; --feedback-form literal: the seed's max(u)), s their
   entitlement among them (shares over the set's shares), u their decayed usage, and
   tshare / sum(tshare) their transient shares.  The target is the point of the fair line
   (u / s the same for all) REACH times beyond the nearest one that dominates the present
@@ -59,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairshare.core import fair
-from fairshare.core.consts import Consts, decay
+from fairshare.core.consts import Consts
 from fairshare.core.cycle import (
     USAGE_FLOOR,
     Consumption,
@@ -69,14 +70,16 @@ from fairshare.core.cycle import (
     decay_usage,
     leaf_charges,
     lnode_table,
+    node_decay,
 )
 from fairshare.core.index import Memo, TreeIndex
 from fairshare.core.lnode import LnodeTable, NodeState
 from fairshare.core.tree import ShareTree, tree_index
 
-#: Equation 10's v: how far beyond the fair line's nearest dominating point the
-#: redistribution aims (> 1; the largest consumer keeps (REACH - 1) / REACH of what an
-#: even split would give it when the others have used nothing).
+#: Equation 10's v by default (shradmin --feedback-v): how far beyond the fair line's
+#: nearest dominating point the redistribution aims (> 1; the largest consumer keeps
+#: (REACH - 1) / REACH of what an even split would give it when the others have used
+#: nothing).
 REACH = 2.0
 #: The largest factor a share node's accumulated correction may reach either way: wide
 #: enough to offset the nice enforcer's whole range (19 steps, 1.25 ** 19 = 69), bounded
@@ -102,22 +105,38 @@ def sibling_max(idx: TreeIndex, values: np.ndarray) -> np.ndarray:
 
 
 def transient_shares(
-    idx: TreeIndex, m: np.ndarray, usage: np.ndarray, reach: float = REACH
+    idx: TreeIndex,
+    m: np.ndarray,
+    usage: np.ndarray,
+    reach: float = REACH,
+    form: str = "dominating",
 ) -> np.ndarray:
     """Each node's transient share among its active siblings that hold shares (fraction;
-    0 elsewhere, the root 1): seed 004's equation 10.
+    0 elsewhere, the root 1): seed 004's equation 10, tshare = s x [v x max] - u, with
+    v = `reach`.
 
     `m` is the machine share over the active nodes (its ratios among siblings are the
     entitlements s), `usage` each node's decayed usage (charge units; a group's covers
-    its subtree), without the USAGE_FLOOR of the leaves (0 for no usage).
+    its subtree), without the USAGE_FLOOR of the leaves (0 for no usage).  `form` says
+    what max is: "dominating", max(u / s), so that s x max is the nearest point of the
+    fair line that dominates the usage and every tshare is positive for v > 1; or
+    "literal", the seed's max(u), the largest usage, whose target may fall short of a
+    sibling with a small entitlement: its tshare, negative, counts as 0 (it gets
+    nothing until the others catch up), and when every one is 0 the entitlements rule.
     """
     holders = m > 0
     msum = idx.sibling_sum(np.where(holders, m, 0.0))
     s = np.divide(m, msum, out=np.zeros(idx.n), where=holders & (msum > 0))
     u = np.where(holders, np.maximum(usage, 0.0), 0.0)
-    ratio = np.divide(u, s, out=np.zeros(idx.n), where=s > 0)
-    top = sibling_max(idx, ratio)
-    raw = np.where(top > 0, s * reach * top - u, s) * holders
+    if form == "literal":
+        top = sibling_max(idx, u)
+        raw = np.where(top > 0, np.maximum(s * reach * top - u, 0.0), s) * holders
+        total = idx.sibling_sum(raw)
+        raw = np.where(total > 0, raw, s * holders)  # all at or past the target
+    else:
+        ratio = np.divide(u, s, out=np.zeros(idx.n), where=s > 0)
+        top = sibling_max(idx, ratio)
+        raw = np.where(top > 0, s * reach * top - u, s) * holders
     total = idx.sibling_sum(raw)
     out = np.divide(raw, total, out=np.zeros(idx.n), where=holders & (total > 0))
     out[0] = 1.0
@@ -237,7 +256,7 @@ def redistribution(
     usage: np.ndarray,
     nleaves: np.ndarray,
     elapsed: float,
-    period: float,
+    consts: Consts,
 ) -> tuple[np.ndarray, float]:
     """The redistribution nodes: (transient shares, seconds since they were derived).
 
@@ -248,9 +267,9 @@ def redistribution(
     holders = m > 0
     since = float(old.since[0]) + elapsed
     transient = old.transient * holders
-    if since >= period or np.count_nonzero(holders & (transient <= 0)):
+    if since >= consts.feedback_period or np.count_nonzero(holders & (transient <= 0)):
         plain = np.maximum(usage - USAGE_FLOOR * nleaves, 0.0)  # without the floors
-        transient = transient_shares(idx, m, plain)
+        transient = transient_shares(idx, m, plain, consts.feedback_v, consts.feedback_form)
         since = 0.0
     return transient, since
 
@@ -345,7 +364,7 @@ class FeedbackPolicy:
         c = consumption
         idx, wants, leaves, active, m = cycle_lnodes(tree, table, c, consts)
         billed, charges = feedback_charges(c, consts, leaves)
-        k = decay(elapsed, consts.halflife)
+        k = node_decay(tree, elapsed, consts)
         leaf_usage = decay_usage(table.usage, charges, k) * leaves
         background = background_leaves(leaves, leaf_usage, m, consts.maxusage)
         demand_leaf = leaves & wants & ~background
@@ -367,9 +386,7 @@ class FeedbackPolicy:
         # share of its parent's desired share); the corrections each has accumulated
         # tilt its base share among its siblings.
         old = FeedbackState.of(table)
-        transient, since = redistribution(
-            idx, old, m, usage, nleaves, elapsed, consts.feedback_period
-        )
+        transient, since = redistribution(idx, old, m, usage, nleaves, elapsed, consts)
         desired = idx.down_product(demanding_shares(idx, transient, demand, idle))
         filtered, correction = share_nodes(
             tree, old, table.demand, desired, demand, active, received, nfree == 0, elapsed, consts

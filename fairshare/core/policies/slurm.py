@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairshare.core import fair
-from fairshare.core.consts import Consts, decay
+from fairshare.core.consts import Consts
 from fairshare.core.cycle import (
     Consumption,
     Decision,
@@ -51,6 +51,7 @@ from fairshare.core.cycle import (
     decay_usage,
     leaf_charges,
     lnode_table,
+    node_decay,
 )
 from fairshare.core.index import Memo, TreeIndex
 from fairshare.core.lnode import LnodeTable
@@ -162,7 +163,7 @@ class SlurmPolicy:
             ratios = _RATIOS.put(idx, share_ratios(idx, tree.shares))
 
         charges = leaf_charges(c, consts) * leaves
-        k = decay(elapsed, consts.halflife)
+        k = node_decay(tree, elapsed, consts)
         usage = decay_usage(table.usage, charges, k) * leaves
         background = background_leaves(leaves, usage, m, consts.maxusage)
         figures = sshare(idx, tree.shares, idx.subtree_sum(usage), consts.dampening, None, ratios)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairshare.core import fair
-from fairshare.core.consts import ADJGROUPS, Consts, decay
+from fairshare.core.consts import ADJGROUPS, Consts
 from fairshare.core.cycle import (
     USAGE_FLOOR,
     Consumption,
@@ -21,6 +21,7 @@ from fairshare.core.cycle import (
     lnode_table,
     near_future,
     near_future_shares,
+    node_decay,
     raise_usage,
 )
 from fairshare.core.lnode import LnodeTable
@@ -88,7 +89,7 @@ class UnicosPolicy:
         else:
             adj, adjusted = None, charges
 
-        k = decay(elapsed, consts.halflife)
+        k = node_decay(tree, elapsed, consts)
         usage = decay_usage(table.usage, adjusted, k) * leaves
         background = background_leaves(leaves, usage, m, consts.maxusage)
         demand_leaf = leaves & wants
