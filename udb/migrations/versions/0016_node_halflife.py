@@ -4,7 +4,7 @@ and the global half-life (shradmin -K) is the default (seed 004, section 2.2.2.4
 Kay and Lauder's differential decay rates).
 
 Revision ID: 0016
-Revises: 0012
+Revises: 0014
 """
 
 import sqlalchemy as sa
