@@ -295,7 +295,8 @@ class Daemon:
         # charges: sample the processes, charge each to its leaf
         wanted = resources_charged(consts)
         sample = self.collector.sample(**wanted, placed=self.placing.skim(ln))
-        sets_nice = self.enforcement.enforcer.capabilities.sets_nice and self.scheduling
+        caps = self.enforcement.enforcer.capabilities
+        sets_nice = (caps.sets_nice or caps.nice_local) and self.scheduling
         c, self._pids = charge(ln, sample, self.account_of, sets_nice, wanted)
         c.cpus = self.cpus
         add_counts(self.counts, c)

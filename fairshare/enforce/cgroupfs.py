@@ -254,7 +254,7 @@ class CgroupEnforcer(CgroupFiles):
     counter_controller: str | None = None
 
     # The daemon applies the UDB's nice inside the lnode cgroups.
-    capabilities = Capabilities(udb_nice=True, places=True, counts=True)
+    capabilities = Capabilities(udb_nice=True, nice_local=True, places=True, counts=True)
 
     def __init__(
         self,
