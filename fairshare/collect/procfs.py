@@ -389,9 +389,10 @@ class ProcfsCollector:
         proc: str = "/proc",
         pids: Callable[[], list[int]] = psutil.pids,
         groups: Callable[[bool], Mapping[str, GroupReading]] | None = None,
+        group_of: Callable[[int], str] | None = None,
     ) -> None:
         self._wall, self._mono, self._proc, self._pids = wall, mono, proc, pids
-        self._groups = groups
+        self._groups, self._group_of = groups, group_of
         self._tracker = DeltaTracker()
         self._uids: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, start) -> owner, uid
         self._kept: dict[int, Counters] = {}  # pid -> last reading, processes in lnode cgroups
@@ -439,7 +440,7 @@ class ProcfsCollector:
                 c = self._read(pid, boot, io, syscalls, refresh, uids, group, same)
                 if c is None:
                     continue
-                if not group and not refresh:
+                if not group:
                     outside.append(len(readings))
             if group:
                 kept[pid] = c
@@ -449,6 +450,8 @@ class ProcfsCollector:
             readings.append(c)
         if outside and self._seen:
             self._inherit(readings, outside, now_member, kept)
+        if outside and self._group_of is not None:
+            self._ask_kernel(readings, outside, now_member, kept)
         if skim:  # the uids of the processes not read stand
             uids = self._uids | uids
         self._uids, self._kept, self._member = uids, kept, now_member
@@ -458,6 +461,21 @@ class ProcfsCollector:
         return self._tracker.update(
             readings, machine_idle(), self._mono(), self._wall(), cpu, mem=mem
         )
+
+    def _ask_kernel(self, readings, outside, member, kept) -> None:
+        """Processes new since the previous sample that are still in no lnode cgroup:
+        ask the kernel which they are in (an orphan, whose parent is gone, inherits
+        nothing; one born after the cgroups were listed).  Charged by their own figures
+        as well as by their cgroup's counter, they were charged twice (issue 29)."""
+        for i in outside:
+            c = readings[i]
+            if c.group or c.pid in self._seen:
+                continue
+            group = self._group_of(c.pid)
+            if group:
+                readings[i] = c._replace(group=group)
+                member[c.pid] = group
+                kept[c.pid] = readings[i]
 
     def _inherit(self, readings, outside, member, kept) -> None:
         """Children born since the previous sample are in their parent's cgroup (every
