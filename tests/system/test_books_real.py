@@ -178,3 +178,97 @@ def test_every_cpu_second_is_charged_once(tmp_path, enforcer, mode, pidns):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-s"]))
+
+
+# -- item 1: nice 19 escapes neither fair share nor quotas ------------------------------------
+
+UID_B = 61002
+
+
+def spawn_niced(uid: int, n: int, nice: int) -> subprocess.Popen:
+    """`n` busy loops of `uid` at nice `nice`, in the test's session (no autogroup of
+    their own: only the nice value and the daemon set them apart)."""
+    loops = (
+        f'pids=""; i=0; while [ $i -lt {n} ]; do (while :; do :; done) & pids="$pids $!"; '
+        "i=$((i+1)); done; trap 'kill $pids 2>/dev/null; wait; exit 0' TERM; wait"
+    )
+    return subprocess.Popen(
+        ["nice", "-n", str(nice), "/bin/sh", "-c", loops],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        cwd="/",
+        preexec_fn=term_with_parent,
+    )
+
+
+def test_a_nice_19_user_gets_no_more_than_a_fair_share_under_cgroups(tmp_path):
+    """Two users of equal shares, 2 busy loops each, one at nice 19: under a cgroup
+    enforcer the nice-19 user's lnode cgroup competes at its full weight, so its CPU is
+    charged like any other and it gets its fair half, not the 92.5% it got uncharged."""
+    from system.test_daemon_real import split, stop_children
+
+    enforcer = cgroup_enforcer()
+    skip_if_a_daemon_runs()
+    url = make_udb(tmp_path, 1, 1)
+    log = tmp_path / "shrdaemon.log"
+    children = [spawn_niced(UID_A, 2, 19), spawn_niced(UID_B, 2, 0)]
+    daemon = start_daemon(url, enforcer, log)
+    try:
+        wait_up(daemon, log)
+        time.sleep(10.0)
+        got, cpus = split(6.0)
+        stop_daemon(daemon)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+        stop_children(children)
+        kill_test_uids()
+        remove_fairshare_cgroups()
+    a, b = charged_cpu(url, UID_A), charged_cpu(url, UID_B)
+    print(
+        f"\n{enforcer}, equal shares, 2 vs 2 busy loops, the first user at nice 19: "
+        f"{got:.1f}/{100 - got:.1f} of {cpus:.2f} CPUs; CPU s counted {a:.1f} / {b:.1f}"
+    )
+    assert got <= 60.0, log_tail(tmp_path)
+
+
+@pytest.mark.parametrize("enforcer", ["cgroup", "none"])
+def test_a_nice_19_users_cpu_quota_is_enforced(tmp_path, enforcer):
+    """A 3 CPU-s quota of a user whose 2 busy loops run at nice 19: reached, SIGXCPU;
+    past the threshold (1 s), SIGKILL."""
+    from fairshare.core.consts import Consts
+    from fairshare.store.config import save_consts
+    from udb.session import write_session
+
+    if enforcer == "cgroup":
+        enforcer = cgroup_enforcer()
+    skip_if_a_daemon_runs()
+    url = make_udb(tmp_path, 1, 1)
+    engine = open_udb(url)
+    with write_session(engine) as s:
+        s.scalars(select(Entry).where(Entry.uid == UID_A)).one().cpuquota = 3.0
+        save_consts(s, Consts(delta=1.0, halflife=10.0, checkpoint=1.5, quota_threshold=1.0))
+    log = tmp_path / "shrdaemon.log"
+    child = spawn_niced(UID_A, 2, 19)
+    daemon = start_daemon(url, enforcer, log)
+    try:
+        wait_up(daemon, log)
+        killed = child.wait(timeout=25)  # the loops' shell, killed with them
+        stop_daemon(daemon)
+    except subprocess.TimeoutExpired:
+        killed = None
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+        kill_test_uids()
+        remove_fairshare_cgroups()
+    text = log.read_text()
+    print(
+        f"\n{enforcer}: nice-19 loops with a 3 s quota: exit {killed}, "
+        f"{charged_cpu(url, UID_A):.1f} CPU s counted"
+    )
+    assert "ta: CPU quota 3.0 s reached" in text, text
+    assert killed == -9, text
