@@ -55,7 +55,12 @@ from fairshare.daemon.state import (
     same_tree,
 )
 from fairshare.daemon.sync import serve
-from fairshare.daemon.writeback import WriteBackMode, WriteBacks
+from fairshare.daemon.writeback import (
+    WriteBackMode,
+    WriteBacks,
+    follow_counters,
+    resume_counters,
+)
 from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
@@ -199,6 +204,7 @@ class Daemon:
         self.loop = Loop(self.clock, on_hup=self.reloader.request)
         self.cpus = float(self.options.cpus or os.cpu_count() or 1)
         self.ledger = WriteBacks(store, self.cpus)  # what the UDB is owed
+        follow_counters(self.ledger, collector)
         self.udb = UdbCalls(self.clock.monotonic, self.ledger.kept, self.ledger.due_now)
         self.cycle = 0
         self.elapsed = 0.0  # seconds the last cycle covered
@@ -284,6 +290,9 @@ class Daemon:
         self.placing.start(lambda: self._lnodes)
         self.ledger.start(self.clock.monotonic(), consts)
         self.collector.sample()  # baseline: the next sample's deltas start here
+        # what the lnodes used while no daemon ran, from the counters (a kill -9)
+        stored = self.udb.call("read the lnode counters", self.store.stored_counters)
+        resume_counters(stored, self.collector, self.clock.time())
 
     def step(self) -> None:
         """One cycle: the steps of fairshare.daemon's docstring, in that order."""

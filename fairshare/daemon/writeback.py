@@ -25,6 +25,8 @@ import dataclasses
 import enum
 import logging
 import time
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -34,7 +36,7 @@ from fairshare.core.site import SiteState
 from fairshare.core.steps import refresh_site as refresh_site_step
 from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.state import Lnodes, refresh_entries
-from fairshare.store.published import LnodeStore, Recovered
+from fairshare.store.published import Counters, LnodeStore, Recovered
 
 log = logging.getLogger("shrdaemon")
 
@@ -102,6 +104,9 @@ class WriteBacks:
         self.checkpoints = 0
         self.next_writeback = 0.0
         self.next_checkpoint = 0.0
+        #: The lnode cgroups' counters a write-back or checkpoint at `now` covers (the
+        #: daemon's collector; None: it has none).
+        self.covered: Callable[[float], Counters | None] = lambda now: None
 
     def kept(self) -> int:
         """How many increments wait for the UDB."""
@@ -135,7 +140,9 @@ class WriteBacks:
             self.write_back(udb, ln, site, now, consts, WriteBackMode.PERIODIC)
         if mono >= self.next_checkpoint:
             self.next_checkpoint = mono + consts.checkpoint
-            n = udb.call("checkpoint", self.store.checkpoint, ln.tree, ln.table, now)
+            counters = self.covered(now)
+            args = (ln.tree, ln.table, now) + ((counters,) if counters is not None else ())
+            n = udb.call("checkpoint", self.store.checkpoint, *args)
             if n is not None:
                 self.checkpoints += 1
             log.debug("checkpointed %s lnodes", n)
@@ -155,7 +162,11 @@ class WriteBacks:
         were written, 0 when the UDB did not take them (they are kept)."""
         out = leave(ln, now, mode)
         self.pending.extend(out)
-        if udb.call("write back", self.store.write_back, self.pending, consts.halflife) is None:
+        counters = self.covered(now)
+        if counters is not None and mode is WriteBackMode.SHUTDOWN:  # nothing left to cover
+            counters = dataclasses.replace(counters, cpu={})
+        args = (self.pending, consts.halflife) + ((counters,) if counters is not None else ())
+        if udb.call("write back", self.store.write_back, *args) is None:
             return 0
         written, self.pending = len(self.pending), []
         self.writebacks += written
@@ -178,6 +189,56 @@ class WriteBacks:
                 sum(wb.shusage for _u, wb in self.pending),
                 sum(wb.charge for _u, wb in self.pending),
             )
+
+
+@runtime_checkable
+class CounterSource(Protocol):
+    """A collector that reads the lnode cgroups' counters (fairshare.collect.procfs)."""
+
+    def covered(self) -> dict[str, float]: ...
+    def boot_time(self) -> float: ...
+    def resume(self, covered: dict[str, float]) -> tuple[dict[str, float], list[str]]: ...
+
+
+def follow_counters(ledger: WriteBacks, collector) -> None:
+    """Make every write-back and checkpoint of `ledger` store the counters `collector`
+    covered (when it reads counters: fairshare.collect.procfs.ProcfsCollector)."""
+    if isinstance(collector, CounterSource):
+        ledger.covered = lambda now: Counters(collector.covered(), collector.boot_time(), now)
+
+
+def resume_counters(stored: Counters | None, collector, now: float) -> None:
+    """At start, after the baseline sample: charge with the next sample what each lnode
+    cgroup's processes used since `stored` (what the last write-back or checkpoint of a
+    daemon that did not stop cleanly covered), from the kernel's counters; say what
+    cannot be charged so (the machine rebooted; a cgroup gone or made anew)."""
+    if stored is None or not isinstance(collector, CounterSource):
+        return
+    since = _when(stored.time)
+    if abs(collector.boot_time() - stored.boot) > 1.0:
+        log.warning(
+            "the machine rebooted (at %s) since the last write-back or checkpoint (%s): "
+            "the CPU the lnodes used from %s until the reboot cannot be charged",
+            *(_when(collector.boot_time()), since, since),
+        )
+        return
+    gap, lost = collector.resume(stored.cpu)
+    for name, cpu in sorted(gap.items()):
+        log.info(
+            "lnode cgroup %s: %.3f CPU s used since %s, while no daemon charged it, "
+            "charged from its counter",
+            *(name, cpu, since),
+        )
+    for name in sorted(lost):
+        log.warning(
+            "lnode cgroup %s: its counter is gone or was reset since %s: the CPU it used "
+            "from %s until %s cannot be charged",
+            *(name, since, since, _when(now)),
+        )
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def log_recovered(r: Recovered) -> None:

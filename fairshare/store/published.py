@@ -112,6 +112,16 @@ class Recovered:
     time: float
 
 
+@dataclass(frozen=True)
+class Counters:
+    """The lnode cgroups' CPU counters (CPU s, by cgroup name) a write-back or
+    checkpoint covered, the machine's boot time (epoch s) and when they were read."""
+
+    cpu: dict[str, float]
+    boot: float
+    time: float
+
+
 class LnodeStore:
     """The daemon's rows in the UDB for one host."""
 
@@ -211,14 +221,21 @@ class LnodeStore:
 
     # -- write-back, checkpoint, recovery ----------------------------------------------------
 
-    def write_back(self, released: Sequence[tuple[int, WriteBack]], halflife: float) -> int:
+    def write_back(
+        self,
+        released: Sequence[tuple[int, WriteBack]],
+        halflife: float,
+        counters: Counters | None = None,
+    ) -> int:
         """Add lnodes' increments (entry uid, WriteBack) to their entries and their
-        groups', in one transaction; `halflife` (s) ages the stored usage.  Returns how
-        many increments were written."""
+        groups', in one transaction; `halflife` (s) ages the stored usage; `counters`:
+        the lnode cgroups' counters the increments cover (None: left as they are).
+        Returns how many increments were written."""
         if not released:
             return 0
         with write_connection(self.engine) as s:
             _write_back(s, released, halflife)
+            self._save_counters(s, counters)
             uids = sorted({uid for uid, _wb in released})
             pg = self.engine.dialect.name == "postgresql"
             checkpoints = tables.lnode_checkpoints
@@ -290,9 +307,12 @@ class LnodeStore:
         view.usage = usage * view.active
         return view, usage
 
-    def checkpoint(self, tree: ShareTree, table: LnodeTable, now: float) -> int:
+    def checkpoint(
+        self, tree: ShareTree, table: LnodeTable, now: float, counters: Counters | None = None
+    ) -> int:
         """Replace this host's checkpoint with every active leaf lnode's unwritten
-        increment (usage - stored, charge, CPU seconds); returns how many."""
+        increment (usage - stored, charge, CPU seconds), and the lnode cgroups' counters
+        it covers (`counters`; None: left as they are); returns how many lnodes."""
         leaves = np.flatnonzero(table.active & tree.leaf_mask)
         rows = [
             {
@@ -311,7 +331,34 @@ class LnodeStore:
             s.execute(delete(checkpoints).where(self._here(checkpoints)))
             if rows:
                 s.execute(insert(checkpoints), rows)
+            self._save_counters(s, counters)
         return len(rows)
+
+    def _save_counters(self, s, counters: Counters | None) -> None:
+        """Replace this host's lnode cgroup counters with `counters` (None: keep them)."""
+        if counters is None:
+            return
+        table = tables.lnode_counters
+        s.execute(delete(table).where(self._here(table)))
+        rows = [
+            {"host": self.host, "name": name, "cpu": cpu, "boot": counters.boot,
+             "time": counters.time}
+            for name, cpu in counters.cpu.items()
+        ]  # fmt: skip
+        if rows:
+            s.execute(insert(table), rows)
+
+    def stored_counters(self) -> Counters | None:
+        """The lnode cgroup counters this host's last write-back or checkpoint covered
+        (None: none stored, as after a clean stop).  They stay until the next write-back
+        or checkpoint replaces them: a daemon killed again before either resumes from
+        them again."""
+        table = tables.lnode_counters
+        with read_connection(self.engine) as s:
+            rows = s.execute(select(table).where(self._here(table))).all()
+        if not rows:
+            return None
+        return Counters({r.name: r.cpu for r in rows}, rows[0].boot, rows[0].time)
 
     def recover(self, halflife: float) -> list[Recovered]:
         """Write back this host's checkpoint (left by a daemon that did not stop
