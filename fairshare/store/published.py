@@ -235,7 +235,7 @@ class LnodeStore:
             return 0
         with write_connection(self.engine) as s:
             _write_back(s, released, halflife)
-            self._save_counters(s, counters)
+            _save_counters(s, self.host, counters)
             uids = sorted({uid for uid, _wb in released})
             pg = self.engine.dialect.name == "postgresql"
             checkpoints = tables.lnode_checkpoints
@@ -331,22 +331,8 @@ class LnodeStore:
             s.execute(delete(checkpoints).where(self._here(checkpoints)))
             if rows:
                 s.execute(insert(checkpoints), rows)
-            self._save_counters(s, counters)
+            _save_counters(s, self.host, counters)
         return len(rows)
-
-    def _save_counters(self, s, counters: Counters | None) -> None:
-        """Replace this host's lnode cgroup counters with `counters` (None: keep them)."""
-        if counters is None:
-            return
-        table = tables.lnode_counters
-        s.execute(delete(table).where(self._here(table)))
-        rows = [
-            {"host": self.host, "name": name, "cpu": cpu, "boot": counters.boot,
-             "time": counters.time}
-            for name, cpu in counters.cpu.items()
-        ]  # fmt: skip
-        if rows:
-            s.execute(insert(table), rows)
 
     def stored_counters(self) -> Counters | None:
         """The lnode cgroup counters this host's last write-back or checkpoint covered
@@ -376,6 +362,21 @@ class LnodeStore:
             for table in (checkpoints, tables.lnodes, tables.lnode_cycles):
                 s.execute(delete(table).where(self._here(table)))
         return out
+
+
+def _save_counters(s, host: str, counters: Counters | None) -> None:
+    """Replace `host`'s lnode cgroup counters with `counters` (None: keep them), on
+    connection `s`."""
+    if counters is None:
+        return
+    table = tables.lnode_counters
+    s.execute(delete(table).where(table.c.host == host))
+    rows = [
+        {"host": host, "name": name, "cpu": cpu, "boot": counters.boot, "time": counters.time}
+        for name, cpu in counters.cpu.items()
+    ]
+    if rows:
+        s.execute(insert(table), rows)
 
 
 #: The resources counted for shrview -ds, named like their costs (Consts.cost_<name>),
