@@ -6,8 +6,9 @@ guide's /etc/acid): account names and their numbers, which the acids lists refer
 shareholder entry's uid is its account number.  `consts` holds the scheduling constants
 (the guide's sh_consts, set by shradmin): every command and the daemon read the same
 values from here (see fairshare.core.consts).  `lnode_cycles`, `lnodes` and
-`lnode_checkpoints` are shrdaemon's: the lnode table it publishes every cycle for
-shrview, and its checkpoint (fairshare.store.published).  `const_changes` and `schedules` are
+`lnode_checkpoints` and `lnode_counters` are shrdaemon's: the lnode table it publishes
+every cycle for shrview, its checkpoint and the lnode cgroup counters its last
+write-back or checkpoint covered (fairshare.store.published).  `const_changes` and `schedules` are
 shradmin's history and time-of-day settings, `share_changes` shrdist's change log,
 `sync_requests` shrsync's requests to the daemon, `serials` the change counters,
 `host_generations` which daemon may write a host's rows (its fencing token).
@@ -171,6 +172,19 @@ lnode_checkpoints = Table(
     _col("usage", Float),
     _col("charge", Float),
     _col("cpu_seconds", Float),
+    _col("time", Float),
+)
+
+#: The lnode cgroups' CPU counters (`cpu`, CPU s) that this host's last write-back or
+#: checkpoint covered, by cgroup `name`, with the machine's `boot` time and the epoch
+#: second written (`time`): a daemon killed and restarted charges the growth since.
+lnode_counters = Table(
+    "lnode_counters",
+    metadata,
+    _key("host", String(255)),
+    _key("name", String(255)),
+    _col("cpu", Float),
+    _col("boot", Float),
     _col("time", Float),
 )
 

@@ -421,9 +421,13 @@ def make_daemon(engine, choice, host, options: Options, by_account=False) -> Dae
 
     actions = RealOs()
     enforcer = make_enforcer(choice, actions, by_account)
+    counts = enforcer.capabilities.counts
     return Daemon(
         engine,
-        ProcfsCollector(groups=enforcer.read_groups if enforcer.capabilities.counts else None),
+        ProcfsCollector(
+            groups=enforcer.read_groups if counts else None,
+            group_of=getattr(enforcer, "group_of", None) if counts else None,
+        ),
         enforcer,
         LnodeStore(engine, host),
         actions,

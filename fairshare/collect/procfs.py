@@ -308,6 +308,16 @@ class DeltaTracker:
         self._prev_idle, self._prev_mono, self._prev_time = idle, mono, now
         return Sample(time=now, elapsed=elapsed, processes=out, idle=d_idle, groups=d_groups)
 
+    def group_readings(self) -> dict[str, float]:
+        """Each lnode cgroup's counter (CPU s) at the last update: what the deltas so far
+        handed out cover."""
+        return dict(self._groups)
+
+    def rebase(self, name: str, cpu: float) -> None:
+        """Take `cpu` as lnode cgroup `name`'s previous reading: the next update hands out
+        its counter's growth since (what a daemon before this one had not charged)."""
+        self._groups[name] = cpu
+
     def _repay(self, key: tuple[int, float], reaped: float) -> float:
         """The part of `reaped` (CPU s of children process `key` reaped) not charged
         already, the rest repaid from what it owes; an unknown debt takes it all."""
@@ -389,9 +399,10 @@ class ProcfsCollector:
         proc: str = "/proc",
         pids: Callable[[], list[int]] = psutil.pids,
         groups: Callable[[bool], Mapping[str, GroupReading]] | None = None,
+        group_of: Callable[[int], str] | None = None,
     ) -> None:
         self._wall, self._mono, self._proc, self._pids = wall, mono, proc, pids
-        self._groups = groups
+        self._groups, self._group_of = groups, group_of
         self._tracker = DeltaTracker()
         self._uids: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, start) -> owner, uid
         self._kept: dict[int, Counters] = {}  # pid -> last reading, processes in lnode cgroups
@@ -439,7 +450,7 @@ class ProcfsCollector:
                 c = self._read(pid, boot, io, syscalls, refresh, uids, group, same)
                 if c is None:
                     continue
-                if not group and not refresh:
+                if not group:
                     outside.append(len(readings))
             if group:
                 kept[pid] = c
@@ -449,6 +460,8 @@ class ProcfsCollector:
             readings.append(c)
         if outside and self._seen:
             self._inherit(readings, outside, now_member, kept)
+        if outside and self._group_of is not None:
+            self._ask_kernel(readings, outside, now_member, kept)
         if skim:  # the uids of the processes not read stand
             uids = self._uids | uids
         self._uids, self._kept, self._member = uids, kept, now_member
@@ -458,6 +471,45 @@ class ProcfsCollector:
         return self._tracker.update(
             readings, machine_idle(), self._mono(), self._wall(), cpu, mem=mem
         )
+
+    def covered(self) -> dict[str, float]:
+        """Each lnode cgroup's counter as of the last sample (CPU s): what the samples so
+        far charged (a write-back or checkpoint stores it)."""
+        return self._tracker.group_readings()
+
+    def boot_time(self) -> float:
+        """The epoch second the machine booted (a counter reading of another boot is void)."""
+        return psutil.boot_time()
+
+    def resume(self, covered: Mapping[str, float]) -> tuple[dict[str, float], list[str]]:
+        """After the baseline sample: take each lnode cgroup's counter in `covered` (what
+        the daemon before this one charged) as its previous reading, so the next sample
+        charges what its processes used meanwhile.  Returns (cgroup name -> CPU s to be
+        charged so, the names whose counter cannot cover it: gone, or made anew)."""
+        now = self._tracker.group_readings()
+        gap, lost = {}, []
+        for name, cpu in covered.items():
+            if name not in now or now[name] < cpu:
+                lost.append(name)
+                continue
+            self._tracker.rebase(name, cpu)
+            gap[name] = now[name] - cpu
+        return gap, lost
+
+    def _ask_kernel(self, readings, outside, member, kept) -> None:
+        """Processes new since the previous sample that are still in no lnode cgroup:
+        ask the kernel which they are in (an orphan, whose parent is gone, inherits
+        nothing; one born after the cgroups were listed).  Charged by their own figures
+        as well as by their cgroup's counter, they were charged twice (issue 29)."""
+        for i in outside:
+            c = readings[i]
+            if c.group or c.pid in self._seen:
+                continue
+            group = self._group_of(c.pid)
+            if group:
+                readings[i] = c._replace(group=group)
+                member[c.pid] = group
+                kept[c.pid] = readings[i]
 
     def _inherit(self, readings, outside, member, kept) -> None:
         """Children born since the previous sample are in their parent's cgroup (every

@@ -12,11 +12,14 @@ charges with the shradmin costs.  Pure: the sample, the lnode state and the rule
 - `consumption`: per leaf, the CPU, I/O, system calls and memory of its processes,
   their count and runnable count.  A process in an lnode cgroup is charged through
   the cgroup's kernel counter (which also saw the short-lived processes no sample
-  did), less what the guide does not charge.  Processes at the weakest nice
-  (fairshare.collect.WEAKEST_NICE) are not charged (the guide's rule) and other nice
-  values are charged per CPU tick at the guide's graded rate
-  (fairshare.core.nicetables.tick_rates), unless the enforcer sets nice values itself
-  (`enforcer_nice`): then they are its doing and all charged at nice 0's rate.
+  did).  Every CPU second counts for quotas (`Consumption.cpu`), whatever its nice;
+  what the usage is charged (`Consumption.cpu_charged`) is graded by nice: processes
+  at the weakest nice (fairshare.collect.WEAKEST_NICE) are not charged (the guide's
+  rule) and other nice values are charged per CPU tick at the guide's graded rate
+  (fairshare.core.nicetables.tick_rates), unless a process's nice does not make it
+  background (`enforcer_nice`): the nice enforcer sets nice values itself, and in a
+  cgroup enforcer's lnode cgroup a nice value weighs a process only against its own
+  lnode's; every process is then charged at nice 0's rate.
   Idle CPU goes to the Idle lnode.
 """
 
@@ -97,7 +100,8 @@ def consumption(
 ) -> tuple[Consumption, dict[int, list[ProcessSample]]]:
     """Consumption per leaf of `sample` and the processes of each leaf (`io`,
     `syscalls`, `mem` False: the collector did not read them, their totals stay 0;
-    `enforcer_nice`: the nice values are the enforcer's, every one charged)."""
+    `enforcer_nice`: a nice value does not make a process background, every one is
+    charged at nice 0's rate)."""
     n = ln.tree.size
     c = Consumption.zeros(n)
     procs: dict[int, list[ProcessSample]] = {}
@@ -105,7 +109,7 @@ def consumption(
     mine = [(node, p) for p in sample.processes if (node := find(p)) is not None]
     for node, p in mine:
         procs.setdefault(node, []).append(p)
-    counted, graded = dict(sample.groups), dict(sample.groups)
+    counted, graded = sample.groups, dict(sample.groups)
     if mine:
         # One column per field, then numpy: the processes are walked once per field.
         nodes, ps = zip(*mine, strict=True)
@@ -116,7 +120,7 @@ def consumption(
         charged = np.ones(len(ps), dtype=bool) if enforcer_nice else nice < WEAKEST_NICE
         # The guide's graded tick rate of each process (nice 0's under the nice enforcer).
         rate = tick_rates(np.zeros_like(nice) if enforcer_nice else nice)
-        _group_cpu(counted, graded, ps, cpu, in_group, charged, rate)
+        _group_cpu(graded, ps, cpu, in_group, rate)
 
         def total(values) -> np.ndarray:
             return np.bincount(idx, weights=values, minlength=n)
@@ -124,7 +128,7 @@ def consumption(
         def column(name: str) -> np.ndarray:
             return np.where(charged, [getattr(p, name) for p in ps], 0.0)
 
-        own = np.where(charged & ~in_group, cpu, 0.0)
+        own = np.where(in_group, 0.0, cpu)  # every CPU second counts for quotas
         c.cpu = total(own)
         c.cpu_charged = total(own * rate)
         want = np.array([p.want for p in ps], dtype=float)
@@ -152,16 +156,13 @@ def consumption(
     return c, procs
 
 
-def _group_cpu(counted: dict, graded: dict, ps, cpu, in_group, charged, rate) -> None:
-    """Take off each lnode cgroup's CPU as the kernel counted it (`counted`, and
-    `graded` at the graded rate; both in place) what the guide does not charge: all of
-    a nice-19 process's CPU, part of another niced one's (the collector re-reads such
-    processes every sample, so their own CPU is known).  Only processes in a cgroup
-    with CPU of their own that is not charged in full are looked at."""
-    for i in np.flatnonzero(in_group & (cpu > 0) & ~(charged & (rate == 1.0))).tolist():
+def _group_cpu(graded: dict, ps, cpu, in_group, rate) -> None:
+    """Take off each lnode cgroup's CPU as the kernel counted it, at the graded rate
+    (`graded`, in place), what the guide does not charge: all of a nice-19 process's
+    CPU, part of another niced one's (the collector re-reads such processes every
+    sample, so their own CPU is known).  The CPU counted for quotas keeps all of it.
+    Only processes in a cgroup with CPU of their own not charged in full are looked at."""
+    for i in np.flatnonzero(in_group & (cpu > 0) & (rate != 1.0)).tolist():
         p = ps[i]
-        if p.group not in counted:
-            continue
-        if not charged[i]:
-            counted[p.group] = max(counted[p.group] - p.cpu, 0.0)
-        graded[p.group] = max(graded[p.group] - p.cpu * (1 - rate[i]), 0.0)
+        if p.group in graded:
+            graded[p.group] = max(graded[p.group] - p.cpu * (1 - rate[i]), 0.0)

@@ -65,7 +65,13 @@ from fairshare.daemon.state import (
     same_tree,
 )
 from fairshare.daemon.sync import serve
-from fairshare.daemon.writeback import WriteBackMode, WriteBacks, writable_at_start
+from fairshare.daemon.writeback import (
+    WriteBackMode,
+    WriteBacks,
+    follow_counters,
+    resume_counters,
+    writable_at_start,
+)
 from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Enforcer
 from fairshare.enforce.switch import Enforcement
@@ -221,6 +227,7 @@ class Daemon:
         self.cpus = float(self.options.cpus or os.cpu_count() or 1)
         self.lock = lock
         self.ledger = WriteBacks(store, self.cpus, spool)  # what the UDB is owed
+        follow_counters(self.ledger, collector)
         self.udb = UdbCalls(
             self.clock.monotonic, self.ledger.kept, self.ledger.due_now, self.loop.stop
         )
@@ -311,6 +318,9 @@ class Daemon:
         self.placing.start(lambda: self._lnodes)
         self.ledger.start(self.clock.monotonic(), consts)
         self.collector.sample()  # baseline: the next sample's deltas start here
+        # what the lnodes used while no daemon ran, from the counters (a kill -9)
+        stored = self.udb.call("read the lnode counters", self.store.stored_counters)
+        resume_counters(stored, self.collector, self.clock.time())
 
     def step(self) -> None:
         """One cycle: the steps of fairshare.daemon's docstring, in that order."""
@@ -324,7 +334,8 @@ class Daemon:
         # charges: sample the processes, charge each to its leaf
         wanted = resources_charged(consts)
         sample = self.collector.sample(**wanted, placed=self.placing.skim(ln))
-        sets_nice = self.enforcement.enforcer.capabilities.sets_nice and self.scheduling
+        caps = self.enforcement.enforcer.capabilities
+        sets_nice = (caps.sets_nice or caps.nice_local) and self.scheduling
         c, self._pids = charge(ln, sample, self.account_of, sets_nice, wanted)
         c.cpus = self.cpus
         add_counts(self.counts, c)

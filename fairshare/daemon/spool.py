@@ -3,8 +3,11 @@
 When a write-back or a checkpoint fails (the server is down, the disk is full, the
 database is read-only), the daemon writes everything it owes to its spool file: the
 increments it kept (merged per uid) and, at a checkpoint, every active lnode's
-unwritten increment.  So a stop, or a crash, during an outage loses nothing but what
-accrued since the last spool (at most a checkpoint interval, as without an outage).
+unwritten increment, with the lnode cgroups' counters they cover (the write-back that
+takes them stores those counters, so a restart charges the counters' growth from
+there: fairshare.daemon.writeback.resume_counters).  So a stop, or a crash, during an
+outage loses nothing but what accrued since the last spool (at most a checkpoint
+interval, as without an outage), and where cgroups count, not even that.
 
 Each spool has a serial that grows with every save.  The write-back that takes what
 the spool holds records the serial in the same transaction
@@ -21,6 +24,7 @@ default place is `default_spool` (man/shrdaemon.8, FILES).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,6 +37,7 @@ from pathlib import Path
 
 from fairshare.core.lnode import WriteBack
 from fairshare.daemon.trust import untrusted_dir
+from fairshare.store.published import Counters
 
 log = logging.getLogger("shrdaemon")
 
@@ -66,9 +71,10 @@ class Spool:
     monotonic: Callable[[], float] = time.monotonic
     _logged: float = field(default=-1e18, repr=False)
 
-    def save(self, owed: dict[int, WriteBack]) -> bool:
-        """Write `owed` (by uid) as the spool, replacing the last one; False (logged
-        once a minute) when it cannot be written."""
+    def save(self, owed: dict[int, WriteBack], counters: Counters | None = None) -> bool:
+        """Write `owed` (by uid) as the spool, with the lnode cgroups' `counters` it
+        covers (fairshare.daemon.writeback.follow_counters), replacing the last one;
+        False (logged once a minute) when it cannot be written."""
         if self.path is None:
             return False
         serial = max(time.time_ns(), self.serial + 1)
@@ -77,6 +83,8 @@ class Spool:
             "serial": serial,
             "owed": [[uid, *_fields(wb)] for uid, wb in sorted(owed.items())],
         }
+        if counters is not None:
+            data["counters"] = dataclasses.asdict(counters)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -93,9 +101,10 @@ class Spool:
         self.serial = serial
         return True
 
-    def load(self) -> tuple[int, list[tuple[int, WriteBack]]] | None:
-        """(serial, what it owes by uid) of the spool file left on disk, or None when
-        there is none (or it is not one the daemon trusts: said in the log)."""
+    def load(self) -> tuple[int, list[tuple[int, WriteBack]], Counters | None] | None:
+        """(serial, what it owes by uid, the counters it covers or None) of the spool
+        file left on disk, or None when there is none (or it is not one the daemon
+        trusts: said in the log)."""
         if self.path is None:
             return None
         try:
@@ -114,6 +123,7 @@ class Spool:
                 data = json.load(f)
                 owed = [(int(r[0]), WriteBack(*map(float, r[1:5]))) for r in data["owed"]]
                 serial, host = int(data["serial"]), str(data["host"])
+                counters = _counters(data.get("counters"))
             except (ValueError, KeyError, TypeError, IndexError) as err:
                 log.error("spool %s: not a spool file (%s); not replayed", self.path, err)
                 return None
@@ -121,7 +131,7 @@ class Spool:
             log.error("spool %s: host %s's, not %s's; not replayed", self.path, host, self.host)
             return None
         self.serial = serial
-        return serial, owed
+        return serial, owed, counters
 
     def remove(self) -> None:
         """Remove the spool file (its increments are in the UDB)."""
@@ -137,6 +147,14 @@ class Spool:
         if now - self._logged >= SPOOL_LOG_EVERY:
             self._logged = now
             log.error("%s", line)
+
+
+def _counters(data: dict | None) -> Counters | None:
+    """The counters a spool file stored (ValueError, KeyError or TypeError if damaged)."""
+    if data is None:
+        return None
+    cpu = {str(name): float(v) for name, v in data["cpu"].items()}
+    return Counters(cpu, float(data["boot"]), float(data["time"]))
 
 
 def _fields(wb: WriteBack) -> list[float]:

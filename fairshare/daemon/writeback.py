@@ -28,8 +28,9 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from sqlalchemy.exc import DBAPIError
@@ -41,7 +42,7 @@ from fairshare.core.steps import refresh_site as refresh_site_step
 from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.spool import Spool
 from fairshare.daemon.state import Lnodes, refresh_entries
-from fairshare.store.published import LnodeStore, Recovered
+from fairshare.store.published import Counters, LnodeStore, Recovered
 from udb.errors import UdbError
 from udb.session import database_problem, display_name
 
@@ -130,6 +131,9 @@ class WriteBacks:
         self.checkpoints = 0
         self.next_writeback = 0.0
         self.next_checkpoint = 0.0
+        #: The lnode cgroups' counters a write-back or checkpoint at `now` covers (the
+        #: daemon's collector; None: it has none).
+        self.covered: Callable[[float], Counters | None] = lambda now: None
 
     def kept(self) -> int:
         """How many lnodes' increments wait for the UDB."""
@@ -156,8 +160,8 @@ class WriteBacks:
         left = self.spool.load()
         if left is None:
             return
-        serial, owed = left
-        if self.store.replay(owed, serial, halflife):
+        serial, owed, counters = left
+        if self.store.replay(owed, serial, halflife, counters):
             log.info(
                 "wrote back the spool %s: %d lnodes, %.3f CPU s owed since %s",
                 self.spool.path,
@@ -185,13 +189,15 @@ class WriteBacks:
             self.write_back(udb, ln, site, now, consts, WriteBackMode.PERIODIC)
         if mono >= self.next_checkpoint:
             self.next_checkpoint = mono + consts.checkpoint
-            n = udb.call("checkpoint", self.store.checkpoint, ln.tree, ln.table, now)
+            counters = self.covered(now)
+            args = (ln.tree, ln.table, now) + ((counters,) if counters is not None else ())
+            n = udb.call("checkpoint", self.store.checkpoint, *args)
             if n is not None:
                 self.checkpoints += 1
             elif not udb.fenced:
                 owed = dict(self.pending)
                 merge_into(owed, unwritten(ln, now), self.halflife)
-                self.spool.save(owed)
+                self.spool.save(owed, counters)
             log.debug("checkpointed %s lnodes", n)
 
     def write_back(
@@ -214,10 +220,13 @@ class WriteBacks:
         if ln.tree.own_halflives:  # each entry's usage ages with its node's half-life
             hl = ln.tree.halflives(consts.halflife)
             by_uid = dict(zip(ln.tree.ids[1:].tolist(), hl[1:].tolist(), strict=True))
-        args = (owed, consts.halflife, self.spool.serial, by_uid)
+        counters = self.covered(now)
+        if counters is not None and mode is WriteBackMode.SHUTDOWN:  # nothing left to cover
+            counters = dataclasses.replace(counters, cpu={})
+        args = (owed, consts.halflife, self.spool.serial, by_uid, counters)
         if udb.call("write back", self.store.write_back, *args) is None:
             if not udb.fenced:
-                self.spool.save(self.pending)
+                self.spool.save(self.pending, counters)
             return 0
         self.spool.remove()
         written, self.pending = len(owed), {}
@@ -302,6 +311,56 @@ def unwritten(ln: Lnodes, now: float) -> list[tuple[int, WriteBack]]:
 
 def _when(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+@runtime_checkable
+class CounterSource(Protocol):
+    """A collector that reads the lnode cgroups' counters (fairshare.collect.procfs)."""
+
+    def covered(self) -> dict[str, float]: ...
+    def boot_time(self) -> float: ...
+    def resume(self, covered: dict[str, float]) -> tuple[dict[str, float], list[str]]: ...
+
+
+def follow_counters(ledger: WriteBacks, collector) -> None:
+    """Make every write-back and checkpoint of `ledger` store the counters `collector`
+    covered (when it reads counters: fairshare.collect.procfs.ProcfsCollector)."""
+    if isinstance(collector, CounterSource):
+        ledger.covered = lambda now: Counters(collector.covered(), collector.boot_time(), now)
+
+
+def resume_counters(stored: Counters | None, collector, now: float) -> None:
+    """At start, after the baseline sample: charge with the next sample what each lnode
+    cgroup's processes used since `stored` (what the last write-back or checkpoint of a
+    daemon that did not stop cleanly covered), from the kernel's counters; say what
+    cannot be charged so (the machine rebooted; a cgroup gone or made anew)."""
+    if stored is None or not isinstance(collector, CounterSource):
+        return
+    since = _when(stored.time)
+    if abs(collector.boot_time() - stored.boot) > 1.0:
+        log.warning(
+            "the machine rebooted (at %s) since the last write-back or checkpoint (%s): "
+            "the CPU the lnodes used from %s until the reboot cannot be charged",
+            *(_when(collector.boot_time()), since, since),
+        )
+        return
+    gap, lost = collector.resume(stored.cpu)
+    for name, cpu in sorted(gap.items()):
+        log.info(
+            "lnode cgroup %s: %.3f CPU s used since %s, while no daemon charged it, "
+            "charged from its counter",
+            *(name, cpu, since),
+        )
+    for name in sorted(lost):
+        log.warning(
+            "lnode cgroup %s: its counter is gone or was reset since %s: the CPU it used "
+            "from %s until %s cannot be charged",
+            *(name, since, since, _when(now)),
+        )
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def log_recovered(r: Recovered) -> None:

@@ -43,6 +43,10 @@ class Capabilities:
     - `sets_nice`: the enforcer sets the processes' nice values itself, so a nice
       value is its doing, not the user's: every process is charged, at nice 0's rate
       (fairshare.daemon.charges);
+    - `nice_local`: a process's nice weighs it only against the processes of its own
+      lnode (the cgroup enforcers: each lnode cgroup competes at its weight whatever
+      the nice values inside), so nice 19 is not background work: every process is
+      charged at nice 0's rate too;
     - `places`: it has `place(pid, lnode)`, which puts a process that has just become
       the lnode's in its place at once (fairshare.enforce.events);
     - `counts`: it has `read_groups(members=True)`, the CPU counters of its lnode
@@ -51,6 +55,7 @@ class Capabilities:
 
     udb_nice: bool = False
     sets_nice: bool = False
+    nice_local: bool = False
     places: bool = False
     counts: bool = False
 

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from fairshare.collect import GroupReading
-from fairshare.collect.procfs import read_bytes
+from fairshare.collect.procfs import CLK_TCK, parse_stat, read_bytes
 from fairshare.enforce.actions import OsActions
 from fairshare.enforce.base import Capabilities, LnodeTarget
 from fairshare.enforce.mapping import (
@@ -109,6 +109,14 @@ def cgroup_of(pid: int, controller: str | None, proc: str = "/proc") -> str | No
     return None
 
 
+def own_cpu(pid: int, proc: str = "/proc") -> float:
+    """CPU seconds process `pid` has used so far (user + system), 0 if it is gone."""
+    try:
+        return parse_stat(read_bytes(f"{proc}/{pid}/stat")).ticks / CLK_TCK
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class CounterFiles:
     """The lnode cgroups' counter files, kept open (up to KEEP_OPEN): a read at offset 0
     (pread) makes the kernel print the file afresh, one system call instead of open,
@@ -156,6 +164,7 @@ class CgroupFiles:
     _origin: dict[int, tuple[str, ...]]
     _weight: dict[str, tuple]
     _moved: dict[str, set[int]]
+    _before: dict[str, float]
     _counters: CounterFiles
 
     def write_weight(self, cgroup: Path, values: tuple) -> None:
@@ -175,13 +184,18 @@ class CgroupFiles:
             self.write_weight(self.parent / name, values)
             self._weight[name] = values
 
-    def _move(self, pid: int, name: str) -> None:
+    def _move(self, pid: int, name: str, count_before: bool = False) -> None:
+        """Move `pid` into cgroup `name`; `count_before`: a process no sample has seen
+        (one `place` moves as it appears): the CPU it used before, which its new
+        cgroup's counter never sees, is added to that counter's readings."""
         if pid not in self._origin:
             origin = tuple(cgroup_of(pid, ctl, self.proc) for _m, ctl in self.hierarchies)
             if any(o is None for o in origin):
                 return
             if not origin[0].startswith(f"/{PARENT}/"):
                 self._origin[pid] = origin
+                before = own_cpu(pid, self.proc) if count_before else 0.0
+                self._before[name] = self._before.get(name, 0.0) + before
         try:
             for mount, _ctl in self.hierarchies:
                 self.actions.write_file(mount / PARENT / name / "cgroup.procs", str(pid))
@@ -196,6 +210,7 @@ class CgroupFiles:
         their origin, else the mount root) and remove it; True if it is gone."""
         gone = True
         self._counters.close(name)
+        self._before.pop(name, None)
         for i, (mount, _ctl) in enumerate(self.hierarchies):
             cg = mount / PARENT / name
             # A process forking while its parent is moved out leaves the child behind
@@ -254,7 +269,7 @@ class CgroupEnforcer(CgroupFiles):
     counter_controller: str | None = None
 
     # The daemon applies the UDB's nice inside the lnode cgroups.
-    capabilities = Capabilities(udb_nice=True, places=True, counts=True)
+    capabilities = Capabilities(udb_nice=True, nice_local=True, places=True, counts=True)
 
     def __init__(
         self,
@@ -280,6 +295,7 @@ class CgroupEnforcer(CgroupFiles):
         self._members: dict[int, str] = {}  # pid -> lnode cgroup, at the last read_groups
         self._fresh: set[str] = set()  # cgroups `place` used since the last read_groups
         self._moved: dict[str, set[int]] = {}  # cgroup -> pids moved in since read_groups
+        self._before: dict[str, float] = {}  # cgroup -> CPU s `place`d processes used before
         self._counters = CounterFiles()
         self._collapsed = False  # a tree deeper than MAX_GROUP_LEVELS was logged
         self._up = False
@@ -366,7 +382,7 @@ class CgroupEnforcer(CgroupFiles):
             rel = "/".join(path)
             self._fresh.add(rel)
             if self._placed.get(pid) != rel:
-                self._move(pid, rel)
+                self._move(pid, rel, count_before=True)
 
     def read_groups(self, members: bool = True) -> dict[str, GroupReading]:
         """Each lnode cgroup's CPU counter (CPU seconds of every process that ran in it)
@@ -381,12 +397,13 @@ class CgroupEnforcer(CgroupFiles):
                 return {}
             mount = str(self.hierarchies[-1][0] / PARENT)
             counter, read, parse = self.counter_file, self._counters.read, self.parse_counter
+            before = self._before
             out, where = {}, {}
             for rel in self._weight:
                 if is_group(rel):
                     continue
                 try:
-                    cpu = parse(read(rel, f"{mount}/{rel}/{counter}"))
+                    cpu = parse(read(rel, f"{mount}/{rel}/{counter}")) + before.get(rel, 0.0)
                     if members:
                         procs = read_bytes(f"{mount}/{rel}/cgroup.procs").split()
                         pids = frozenset([int(p) for p in procs])
@@ -403,6 +420,16 @@ class CgroupEnforcer(CgroupFiles):
                     for pid in pids:
                         self._members[pid] = rel
             return out
+
+    def group_of(self, pid: int) -> str:
+        """The name of the lnode cgroup `pid` is in as the kernel says (its
+        /proc/PID/cgroup, in the hierarchy that counts), "" when in none of ours or gone:
+        a process whose parent is gone (an orphan) cannot inherit its parent's."""
+        path = cgroup_of(pid, self.hierarchies[-1][1], self.proc)
+        if not path or not path.startswith(f"/{PARENT}/"):
+            return ""
+        name = path.rsplit("/", 1)[-1]
+        return "" if name.startswith(GROUP_PREFIX) else name
 
     def teardown(self) -> None:
         """Move every process in our cgroups back where it came from and remove them,

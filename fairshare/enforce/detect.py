@@ -11,6 +11,7 @@ while the daemon runs, which keeps the chosen enforcer off while they are set.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +32,15 @@ class Mount:
 @dataclass(frozen=True)
 class Choice:
     """The enforcer to run (`name`), where its cgroup hierarchy is, and why; `acct`:
-    cgroup v1's cpuacct hierarchy, whose counters give each lnode's CPU."""
+    cgroup v1's cpuacct hierarchy, whose counters give each lnode's CPU; for nice and
+    none, `acct` is the hierarchy of their accounting-only lnode cgroups
+    (fairshare.enforce.accounting: cpuacct, or cgroup v2 when `acct_v2`), None: none."""
 
     name: str
     reason: str
     mount: Path | None = None
     acct: Path | None = None
+    acct_v2: bool = False
 
 
 def cgroup_mounts(mounts_text: str) -> list[Mount]:
@@ -80,6 +84,26 @@ def cgroup1_cpuacct(mounts: list[Mount]) -> Path | None:
     return None
 
 
+def accounting(choice: Choice, mounts_text: str | None = None) -> Choice:
+    """`choice` (nice or none, as root) with the hierarchy of its accounting-only lnode
+    cgroups: cgroup v1's cpuacct, else any cgroup v2 mount; unchanged if there is none."""
+    if mounts_text is None:
+        mounts_text = Path("/proc/self/mounts").read_text()
+    mounts = cgroup_mounts(mounts_text)
+    acct = cgroup1_cpuacct(mounts)
+    if acct is not None:
+        return dataclasses.replace(
+            choice, acct=acct, reason=f"{choice.reason}; CPU counted by cpuacct at {acct}"
+        )
+    v2 = [m.path for m in mounts if m.fstype == "cgroup2"]
+    if v2:
+        why = f"{choice.reason}; CPU counted by cgroup v2 at {v2[0]}"
+        return dataclasses.replace(choice, acct=v2[0], acct_v2=True, reason=why)
+    return dataclasses.replace(
+        choice, reason=f"{choice.reason}; no cgroup to count CPU: sampled per process"
+    )
+
+
 def detect(
     requested: str = "auto",
     *,
@@ -98,14 +122,15 @@ def detect(
     if requested not in ENFORCERS:
         raise OptionError(f"--enforcer: expected one of {', '.join(ENFORCERS)}, not {requested!r}")
     euid = os.geteuid() if euid is None else euid
-    if requested == "none":
-        return Choice("none", "--enforcer none: accounting only, no CPU scheduling")
     if euid != 0:
         return Choice(
             "none", f"not root (euid {euid}): accounting only, processes are not scheduled"
         )
     if mounts_text is None:
         mounts_text = Path("/proc/self/mounts").read_text()
+    if requested == "none":
+        why = "--enforcer none: accounting only, no CPU scheduling"
+        return accounting(Choice("none", why), mounts_text)
     mounts = cgroup_mounts(mounts_text)
     v2, why2 = cgroup2_cpu(mounts)
     v1, why1 = cgroup1_cpu(mounts)
@@ -129,7 +154,8 @@ def detect(
             raise OptionError(f"--enforcer cgroup1: {why1}")
         return Choice("cgroup1", f"--enforcer cgroup1: {why1}", v1, acct)
     if requested == "nice":
-        return Choice("nice", "--enforcer nice: per-session/per-process nice values")
+        why = "--enforcer nice: per-session/per-process nice values"
+        return accounting(Choice("nice", why), mounts_text)
     if v2 is not None and systemd_booted:
         return Choice(
             "systemd", f"auto: {why2} and systemd is PID 1: CPUWeight= on its user units", v2
@@ -138,7 +164,9 @@ def detect(
         return Choice("cgroup2", f"auto: {why2}", v2)
     if v1 is not None:
         return Choice("cgroup1", f"auto: {why2}; using the {why1}", v1, acct)
-    return Choice("nice", f"auto: {why2}; {why1}; falling back to nice values")
+    return accounting(
+        Choice("nice", f"auto: {why2}; {why1}; falling back to nice values"), mounts_text
+    )
 
 
 def _systemd(
@@ -181,7 +209,13 @@ def make_enforcer(choice: Choice, actions: OsActions, by_account: bool = False):
     if choice.name == "nice":
         from fairshare.enforce.nice import NiceEnforcer
 
-        return NiceEnforcer(actions=actions)
-    from fairshare.enforce.none import NoEnforcer
+        flat = NiceEnforcer(actions=actions)
+    else:
+        from fairshare.enforce.none import NoEnforcer
 
-    return NoEnforcer(actions)
+        flat = NoEnforcer(actions)
+    if choice.acct is None:
+        return flat
+    from fairshare.enforce.accounting import AccountingCgroups, Counted
+
+    return Counted(flat, AccountingCgroups(choice.acct, actions, v1=not choice.acct_v2))

@@ -199,7 +199,7 @@ class SystemdEnforcer:
     # applies the UDB's nice to the processes (it ranks them inside their session
     # scope, as inside an lnode cgroup: renicing moves nothing); its units' cgroups
     # count their CPU.
-    capabilities = Capabilities(udb_nice=True, counts=True)
+    capabilities = Capabilities(udb_nice=True, nice_local=True, counts=True)
 
     def __init__(
         self,

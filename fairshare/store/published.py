@@ -113,6 +113,16 @@ class Recovered:
     time: float
 
 
+@dataclass(frozen=True)
+class Counters:
+    """The lnode cgroups' CPU counters (CPU s, by cgroup name) a write-back or
+    checkpoint covered, the machine's boot time (epoch s) and when they were read."""
+
+    cpu: dict[str, float]
+    boot: float
+    time: float
+
+
 class LnodeStore:
     """The daemon's rows in the UDB for one host."""
 
@@ -232,20 +242,23 @@ class LnodeStore:
         halflife: float,
         spool: int = 0,
         by_uid: Mapping[int, float] | None = None,
+        counters: Counters | None = None,
     ) -> int:
         """Add lnodes' increments (entry uid, WriteBack) to their entries and their
         groups', in one transaction; `halflife` (s) ages the stored usage, or `by_uid`'s
         half-life for the entries it names (where groups set their own,
         fairshare.core.tree.ShareTree.halflives).  `spool`: the serial of the spool file
         these increments include (fairshare.daemon.spool), recorded as written in the
-        same transaction.  Returns how many increments were written."""
-        if not released and not spool:
+        same transaction.  `counters`: the lnode cgroups' counters the increments cover
+        (None: left as they are).  Returns how many increments were written."""
+        if not released and not spool and counters is None:
             return 0
         with write_connection(self.engine) as s:
             fence.check(s, self.host, self.generation)
             if spool:
                 fence.mark_spooled(s, self.host, spool)
             _write_back(s, released, halflife, by_uid)
+            _save_counters(s, self.host, counters)
             uids = sorted({uid for uid, _wb in released})
             pg = self.engine.dialect.name == "postgresql"
             checkpoints = tables.lnode_checkpoints
@@ -256,12 +269,20 @@ class LnodeStore:
             )
         return len(released)
 
-    def replay(self, owed: Sequence[tuple[int, WriteBack]], serial: int, halflife: float) -> bool:
+    def replay(
+        self,
+        owed: Sequence[tuple[int, WriteBack]],
+        serial: int,
+        halflife: float,
+        counters: Counters | None = None,
+    ) -> bool:
         """Write back what a spool file (fairshare.daemon.spool) of serial `serial` owes,
         in one transaction, unless the UDB recorded that serial already; the checkpoint
         rows of its uids go with it (what they hold is part of what the spool owes: a
-        checkpoint row is only ever left from before the outage).  True when written
-        now, False when it had been."""
+        checkpoint row is only ever left from before the outage), and the lnode cgroup
+        counters it covered (`counters`) replace the stored ones, so that a restart
+        charges the counters' growth from where the spool left off, not twice.  True
+        when written now, False when it had been."""
         with write_connection(self.engine) as s:
             fence.check(s, self.host, self.generation)
             if fence.spooled(s, self.host) >= serial:
@@ -272,6 +293,7 @@ class LnodeStore:
             checkpoints = tables.lnode_checkpoints
             here = self._here(checkpoints)
             s.execute(delete(checkpoints).where(here, _uid_in(checkpoints.c.uid, uids, pg)))
+            _save_counters(s, self.host, counters)
             fence.mark_spooled(s, self.host, serial)
         return True
 
@@ -284,9 +306,12 @@ class LnodeStore:
         `site_view`)."""
         return site_view(self.engine, self.host, tree, now, halflife, live_after)
 
-    def checkpoint(self, tree: ShareTree, table: LnodeTable, now: float) -> int:
+    def checkpoint(
+        self, tree: ShareTree, table: LnodeTable, now: float, counters: Counters | None = None
+    ) -> int:
         """Replace this host's checkpoint with every active leaf lnode's unwritten
-        increment (usage - stored, charge, CPU seconds); returns how many."""
+        increment (usage - stored, charge, CPU seconds), and the lnode cgroups' counters
+        it covers (`counters`; None: left as they are); returns how many lnodes."""
         leaves = np.flatnonzero(table.active & tree.leaf_mask)
         rows = [
             {
@@ -306,7 +331,20 @@ class LnodeStore:
             s.execute(delete(checkpoints).where(self._here(checkpoints)))
             if rows:
                 s.execute(insert(checkpoints), rows)
+            _save_counters(s, self.host, counters)
         return len(rows)
+
+    def stored_counters(self) -> Counters | None:
+        """The lnode cgroup counters this host's last write-back or checkpoint covered
+        (None: none stored, as after a clean stop).  They stay until the next write-back
+        or checkpoint replaces them: a daemon killed again before either resumes from
+        them again."""
+        table = tables.lnode_counters
+        with read_connection(self.engine) as s:
+            rows = s.execute(select(table).where(self._here(table))).all()
+        if not rows:
+            return None
+        return Counters({r.name: r.cpu for r in rows}, rows[0].boot, rows[0].time)
 
     def recover(self, halflife: float) -> list[Recovered]:
         """Write back this host's checkpoint (left by a daemon that did not stop
@@ -387,6 +425,21 @@ def site_view(
         usage[nodes[ok]] = shusage[ok] * decay(now - shextime[ok], hl)
     view.usage = usage * view.active
     return view, usage
+
+
+def _save_counters(s, host: str, counters: Counters | None) -> None:
+    """Replace `host`'s lnode cgroup counters with `counters` (None: keep them), on
+    connection `s`."""
+    if counters is None:
+        return
+    table = tables.lnode_counters
+    s.execute(delete(table).where(table.c.host == host))
+    rows = [
+        {"host": host, "name": name, "cpu": cpu, "boot": counters.boot, "time": counters.time}
+        for name, cpu in counters.cpu.items()
+    ]
+    if rows:
+        s.execute(insert(table), rows)
 
 
 #: The resources counted for shrview -ds, named like their costs (Consts.cost_<name>),

@@ -162,6 +162,20 @@ def test_weakest_nice_is_not_charged(engine):
     _, rows = published(d)
     assert rows["alice"].charge == 0.0 and rows["alice"].refs == 1
     assert rows["bob"].charge == PER_CPU_S
+    assert rows["alice"].cpu_seconds == 1.0  # its quota counts every CPU second
+
+
+def test_under_a_cgroup_enforcer_nice_19_is_charged_like_any_other(engine):
+    """In an lnode cgroup a nice value weighs a process only against its own lnode's:
+    nice 19 is not background there, so it is charged at nice 0's rate (issue 29)."""
+    d, clock, _col, enf, _sent = make(
+        engine, lambda i: [proc(7, 1001, 1.0, nice=19), proc(8, 1002, 1.0, nice=10)]
+    )
+    enf.capabilities = Capabilities(udb_nice=True, nice_local=True)  # as cgroup1/2, systemd
+    d.start()
+    cycle(d, clock)
+    _, rows = published(d)
+    assert rows["alice"].charge == PER_CPU_S and rows["bob"].charge == PER_CPU_S
 
 
 def test_cpu_is_charged_by_nice_as_the_guides_nice_ticks(engine):
@@ -243,7 +257,8 @@ def test_lnode_cgroup_counters_charge_what_no_process_sample_saw(engine):
     d.start()
     cycle(d, clock)
     _, rows = published(d)
-    assert rows["alice"].cpu_seconds == pytest.approx(2.5) and rows["alice"].refs == 2
+    assert rows["alice"].cpu_seconds == pytest.approx(3.0) and rows["alice"].refs == 2
+    assert rows["alice"].charge == pytest.approx(2.5 * PER_CPU_S)  # nice 19's not charged
     assert rows["bob"].cpu_seconds == 1.0
     assert "unknown" not in rows  # a cgroup of no leaf (gone-lnode) is charged to no one
 

@@ -83,12 +83,13 @@ def test_share_by_account_takes_the_chosen_account_else_the_first_acid():
 
 def test_consumption_grades_nice_unless_the_enforcer_set_it():
     """A nice-19 process is not charged; a nice-10 one at the guide's graded rate; when the
-    enforcer sets nice values itself, both are charged at nice 0's rate."""
+    enforcer sets nice values itself, both are charged at nice 0's rate.  The CPU
+    counted (for quotas) is every second, whatever the nice (issue 29)."""
     ln = user_tree()
     alice, bob = ln.tree.node("alice"), ln.tree.node("bob")
     sample = Sample(0.0, 4.0, [p(1, 1001, 1.0, nice=19), p(2, 1002, 1.0, nice=10)], idle=0.5)
     c, procs = consumption(ln, sample)
-    assert c.cpu[alice] == 0.0 and c.cpu[bob] == 1.0
+    assert c.cpu[alice] == 1.0 and c.cpu_charged[alice] == 0.0 and c.cpu[bob] == 1.0
     assert 0 < c.cpu_charged[bob] < 1.0
     assert c.cpu[ln.idle] == 0.5 and sorted(procs) == sorted([alice, bob])
     c, _ = consumption(ln, sample, enforcer_nice=True)

@@ -5,14 +5,14 @@ the generation in its own transaction, so a daemon that lost its lock (a Postgre
 restart drops advisory locks) cannot write once another has taken it.
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,124 @@
+"""Nobody escapes the books and nothing is counted twice (issue 29): the pieces, without
+root (the real machine's proof: tests/system/test_books_real.py).
+
+- an orphan born in an lnode cgroup is known to be there (the kernel says so), so only
+  the cgroup's counter charges it;
+- the counters a write-back or checkpoint covered are stored, and a restarted daemon
+  resumes from them, or says what it cannot charge.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fairshare.collect import GroupReading
+from fairshare.collect.procfs import ProcfsCollector
+from fairshare.core.lnode import WriteBack, activate
+from fairshare.daemon.writeback import follow_counters, resume_counters
+from fairshare.store.published import Counters, LnodeStore
+from integration.test_collect import STAT, STATUS
+from integration.test_store import engine, tree_and_table  # noqa: F401 - the fixture
+
+
+def proc_entry(tmp_path, pid: int, ppid: int, ticks: int) -> None:
+    d = tmp_path / str(pid)
+    d.mkdir(exist_ok=True)
+    stat = STAT.replace(b"4242 (my", f"{pid} (my".encode()).replace(
+        b") R 1 ", f") R {ppid} ".encode()
+    )
+    (d / "stat").write_bytes(stat.replace(b" 250 50 ", f" {ticks} 0 ".encode()))
+    (d / "status").write_bytes(STATUS)
+
+
+def test_an_orphan_in_an_lnode_cgroup_is_charged_by_the_counter_alone(tmp_path):
+    """Its parent gone, an orphan (ppid 1) cannot inherit its parent's cgroup: the
+    collector asks the kernel which one it is in, so its own CPU is not charged as well
+    as the counter's (the +21% of a stream of overlapping orphans)."""
+    pids = [4242]
+    proc_entry(tmp_path, 4242, 1, 100)  # the user's shell, in lnode cgroup "u"
+    counter = {"cpu": 1.0}
+
+    def groups(full=True):
+        return {"u": GroupReading(counter["cpu"], frozenset({4242}) if full else frozenset())}
+
+    asked = []
+
+    def group_of(pid):
+        asked.append(pid)
+        return "u"
+
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: list(pids), groups=groups,
+                        group_of=group_of)  # fmt: skip
+    c.sample(io=False, syscalls=False)
+    c.sample(io=False, syscalls=False)  # no longer the full refresh
+    proc_entry(tmp_path, 4300, 1, 50)  # double-forked: its parent exited, init adopted it
+    pids.append(4300)
+    counter["cpu"] = 3.0
+    s = c.sample(io=False, syscalls=False)
+    orphan = next(p for p in s.processes if p.pid == 4300)
+    assert orphan.group == "u" and asked == [4300]
+    assert s.groups == {"u": pytest.approx(2.0)}
+
+
+def test_a_restart_resumes_from_the_counters_covered(tmp_path):
+    counter = {"u": 10.0, "v": 4.0}
+    c = ProcfsCollector(
+        proc=str(tmp_path),
+        pids=list,
+        groups=lambda full=True: {n: GroupReading(v) for n, v in counter.items()},
+    )
+    c.sample(io=False, syscalls=False)  # the baseline
+    gap, lost = c.resume({"u": 7.0, "v": 5.0, "w": 1.0})
+    assert gap == {"u": 3.0} and sorted(lost) == ["v", "w"]  # v made anew, w gone
+    counter["u"] = 12.0
+    assert c.sample(io=False, syscalls=False).groups["u"] == pytest.approx(5.0)
+    assert c.covered() == {"u": 12.0, "v": 4.0}
+
+
+class Resumable:
+    def __init__(self, boot, gap=None, lost=()):
+        self.boot, self.gap, self.lost = boot, gap or {}, list(lost)
+
+    def covered(self):
+        return {"u": 1.0}
+
+    def boot_time(self):
+        return self.boot
+
+    def resume(self, covered):
+        return self.gap, self.lost
+
+
+def test_resuming_says_what_the_counters_cannot_cover(caplog):
+    caplog.set_level(logging.INFO, logger="shrdaemon")
+    stored = Counters({"u": 1.0}, boot=1000.0, time=5000.0)
+    resume_counters(stored, Resumable(1000.0, {"u": 2.5}, ["gone"]), 6000.0)
+    text = caplog.text
+    assert "lnode cgroup u: 2.500 CPU s used since" in text and "charged from its counter" in text
+    assert "lnode cgroup gone: its counter is gone or was reset" in text
+    caplog.clear()
+    resume_counters(stored, Resumable(4000.0, {"u": 2.5}), 6000.0)  # rebooted since
+    assert "the machine rebooted" in caplog.text and "cannot be charged" in caplog.text
+    assert "charged from its counter" not in caplog.text
+
+
+def test_write_backs_and_checkpoints_store_the_counters_they_covered(engine):  # noqa: F811
+    from fairshare.daemon.writeback import WriteBacks
+
+    store = LnodeStore(engine, host="h1")
+    tree, table = tree_and_table(engine)
+    activate(table, tree.node("alice"), 0.0)
+    assert store.stored_counters() is None
+    store.checkpoint(tree, table, 7000.0, Counters({"alice": 3.5}, 100.0, 7000.0))
+    assert store.stored_counters() == Counters({"alice": 3.5}, 100.0, 7000.0)
+    store.write_back([(1001, WriteBack(1.0, 7001.0, 1.0, 1.0))], 3600.0,
+                     Counters({"alice": 4.0}, 100.0, 7001.0))  # fmt: skip
+    assert store.stored_counters() == Counters({"alice": 4.0}, 100.0, 7001.0)
+    assert LnodeStore(engine, host="h2").stored_counters() is None  # per host
+    ledger = WriteBacks(store, 2.0)
+    follow_counters(ledger, Resumable(100.0))
+    assert ledger.covered(7002.0) == Counters({"u": 1.0}, 100.0, 7002.0)
+    follow_counters(ledger := WriteBacks(store, 2.0), object())  # no counters
+    assert ledger.covered(7002.0) is None
