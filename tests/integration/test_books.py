@@ -113,8 +113,8 @@ def test_write_backs_and_checkpoints_store_the_counters_they_covered(engine):  #
     assert store.stored_counters() is None
     store.checkpoint(tree, table, 7000.0, Counters({"alice": 3.5}, 100.0, 7000.0))
     assert store.stored_counters() == Counters({"alice": 3.5}, 100.0, 7000.0)
-    store.write_back([(1001, WriteBack(1.0, 7001.0, 1.0, 1.0))], 3600.0,
-                     Counters({"alice": 4.0}, 100.0, 7001.0))  # fmt: skip
+    wb = WriteBack(1.0, 7001.0, 1.0, 1.0)
+    store.write_back([(1001, wb)], 3600.0, counters=Counters({"alice": 4.0}, 100.0, 7001.0))
     assert store.stored_counters() == Counters({"alice": 4.0}, 100.0, 7001.0)
     assert LnodeStore(engine, host="h2").stored_counters() is None  # per host
     ledger = WriteBacks(store, 2.0)
@@ -122,3 +122,22 @@ def test_write_backs_and_checkpoints_store_the_counters_they_covered(engine):  #
     assert ledger.covered(7002.0) == Counters({"u": 1.0}, 100.0, 7002.0)
     follow_counters(ledger := WriteBacks(store, 2.0), object())  # no counters
     assert ledger.covered(7002.0) is None
+
+
+def test_a_spool_carries_the_counters_it_covers_and_its_replay_stores_them(engine, tmp_path):  # noqa: F811
+    """A crash during an outage: the spool's increments include the CPU the counters
+    counted up to the spool, so the restart must resume the counters from there, not
+    from the last write-back before the outage (that would charge the outage twice)."""
+    from fairshare.daemon.spool import Spool
+
+    store = LnodeStore(engine, host="h1")
+    store.claim()
+    store.write_back([], 3600.0, counters=Counters({"alice": 3.0}, 100.0, 7000.0))
+    spool = Spool(tmp_path / "h1.spool", "h1")
+    owed = {1001: WriteBack(2.0, 7060.0, 2.0, 2.0)}
+    assert spool.save(owed, Counters({"alice": 5.0}, 100.0, 7060.0))
+    serial, back, counters = Spool(tmp_path / "h1.spool", "h1").load()
+    assert back == list(owed.items()) and counters == Counters({"alice": 5.0}, 100.0, 7060.0)
+    assert store.replay(back, serial, 3600.0, counters)
+    assert store.stored_counters() == Counters({"alice": 5.0}, 100.0, 7060.0)
+    assert not store.replay(back, serial, 3600.0, counters)  # once

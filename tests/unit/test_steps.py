@@ -198,7 +198,7 @@ class EntryStore:
 
     def __init__(self, down=False):
         self.calls, self.down = [], down
-
+    def write_back(self, pending, halflife, spool=0, by_uid=None, counters=None):
     def write_back(self, pending, halflife, spool=0, by_uid=None):
         if self.down:
             raise OperationalError("UPDATE", {}, Exception("connection refused"))
