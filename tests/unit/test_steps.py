@@ -198,8 +198,8 @@ class EntryStore:
 
     def __init__(self, down=False):
         self.calls, self.down = [], down
+
     def write_back(self, pending, halflife, spool=0, by_uid=None, counters=None):
-    def write_back(self, pending, halflife, spool=0, by_uid=None):
         if self.down:
             raise OperationalError("UPDATE", {}, Exception("connection refused"))
         self.calls.append(("write_back", sorted(uid for uid, _wb in pending)))
