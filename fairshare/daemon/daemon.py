@@ -357,7 +357,7 @@ class Daemon:
         if self.scheduling:
             self.enforcement.apply(enforcer_targets(ln, self._pids, self.options.enforce_min_uid))
         # publish the lnode table (fairshare.store.published)
-        header = self._header(sample.time, consts, float(c.cpu.sum()) / elapsed)
+        header = cycle_header(self, sample.time, consts, float(c.cpu.sum()) / elapsed)
         self.udb.call("publish the lnode table", self.store.publish, ln.tree, ln.table, header)
         trim_wal(self.engine)  # a SQLite UDB's WAL stays small, even on a small disk
         # writeback: the write-back and the checkpoint when due
@@ -420,21 +420,6 @@ class Daemon:
         """A write-back of every lnode in `mode` (fairshare.daemon.writeback)."""
         return self.ledger.write_back(self.udb, self._lnodes, self.site, now, self.consts, mode)
 
-    def _header(self, now: float, consts: Consts, delivered: float) -> CycleHeader:
-        """The published header of this cycle, sampled at `now` (epoch s)."""
-        return CycleHeader(
-            time=now,
-            delta=consts.delta,
-            enforcer=self.enforcer_name,
-            pid=os.getpid(),
-            cycle=self.cycle,
-            mode=consts.mode,
-            started=self.started,
-            counts=dict(self.counts),
-            cpus=self.cpus,
-            delivered=delivered,
-        )
-
     def _tell(self, event: str, *args) -> None:
         """Call `event` on every observer; an observer's failure is logged, never fatal."""
         for o in self.observers:
@@ -451,3 +436,19 @@ def same_machine(enforcer: Enforcer, actions: OsActions) -> None:
             f"the {enforcer.name} enforcer acts on the {enforcer.actions.name} machine, "
             f"the daemon on the {actions.name} one"
         )
+
+
+def cycle_header(d: Daemon, now: float, consts: Consts, delivered: float) -> CycleHeader:
+    """The published header of daemon `d`'s cycle, sampled at `now` (epoch s)."""
+    return CycleHeader(
+        time=now,
+        delta=consts.delta,
+        enforcer=d.enforcer_name,
+        pid=os.getpid(),
+        cycle=d.cycle,
+        mode=consts.mode,
+        started=d.started,
+        counts=dict(d.counts),
+        cpus=d.cpus,
+        delivered=delivered,
+    )

@@ -559,6 +559,13 @@ def _write_back(
         "charge": inc_charge[at].tolist(),
         "cpu": inc_cpu[at].tolist(),
     }
+    _update_entries(conn, values, pg)
+
+
+def _update_entries(conn: Connection, values: dict[str, list], pg: bool) -> None:
+    """Set the entries' usage and time and add their charge and CPU seconds, `values`
+    by column (uids, usage, time, charge, cpu), one row each."""
+    c = tables.entries.c
     if pg:  # one statement for all rows: much faster than one UPDATE per row
         conn.execute(
             text(

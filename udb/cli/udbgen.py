@@ -235,8 +235,14 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, 
     except UdbError:
         discard_created(engine)  # a refused run leaves no new UDB behind
         raise
-    if created(engine):
-        click.echo(f"udbgen: created a new UDB at {display_name(resolve_url(udb))}", err=True)
+    _report(changes, display_name(resolve_url(udb)), created(engine), test, as_json, verbose)
+
+
+def _report(changes, name: str, made: bool, test: bool, as_json: bool, verbose: bool) -> None:
+    """What a run that went through says: the UDB it made, its warnings, and in test
+    mode the directives it would apply (-v: the summary)."""
+    if made:
+        click.echo(f"udbgen: created a new UDB at {name}", err=True)
     _warn(changes.warnings)
     if test:
         if as_json:
@@ -245,7 +251,7 @@ def main(files, commands, test, replace, force, analyze, mode, maxlevels, init, 
             echo_lines(list(changes.as_directives()))
             click.echo(f"udbgen: test mode, nothing written: {changes.summary()}", err=True)
     elif verbose:
-        click.echo(f"udbgen: {display_name(resolve_url(udb))}: {changes.summary()}", err=True)
+        click.echo(f"udbgen: {name}: {changes.summary()}", err=True)
 
 
 def _accounts(nss: bool, passwd_file: str | None):
