@@ -25,6 +25,7 @@ from fairshare.display.shrview import (
     display_lines,
     header_lines,
     local_time,
+    parsable_lines,
     parse_select,
     parse_sort,
     stale_message,
@@ -125,8 +126,17 @@ def parse_display(value: str) -> str:
     help="Take this as the current time (epoch s, 0 to 1e11) for the age of the table.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one document per line).")
+@click.option(
+    "-P",
+    "--parsable",
+    is_flag=True,
+    help="Print the display's lnodes one a line, fields separated by |, under the --json "
+    "keys (for scripts; the tabular displays m, a, l, g).",
+)
 @handle_errors
-def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, now, as_json):
+def main(
+    udb, socket_, display, select_, sort, repeat, continuous, host, site, now, as_json, parsable
+):
     """Display the fair-share scheduler's state: the lnode table the daemon publishes
     every cycle, as the guide's monitor (-dm), adjgroup (-da), statistics (-ds), nice
     (-dn) and limshare (-dl) displays, or the Kay-Lauder group bars (-dg).  Names are
@@ -134,14 +144,18 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
     stderr and shows the last published state.  Exit status 0, or 2 for bad input or
     when nothing was published."""
     if site:
-        if host or repeat or continuous:
-            raise OptionError("--site shows every host: it goes with neither --host, -r nor -c")
+        if host or repeat or continuous or parsable:
+            raise OptionError("--site shows every host: it goes with neither --host, -r, -c nor -P")
         show_site(Reader(udb, socket_).engine, now, as_json)
         return
     req = ViewRequest(display=parse_display(display), select=parse_select(select_))
     req.sort = parse_sort(sort)
-    if continuous and (repeat or as_json):
-        raise OptionError("-c (continuous) goes with neither -r nor --json")
+    if continuous and (repeat or as_json or parsable):
+        raise OptionError("-c (continuous) goes with neither -r, --json nor -P")
+    if parsable and (as_json or site or req.display in ("nice tables", "statistics")):
+        raise OptionError(
+            "-P prints the tabular displays (m, a, l, g): not with --json, --site, -dn or -ds"
+        )
     if continuous and not sys.stdout.isatty():
         # It would draw for ever where nobody sees it, and no q could stop it.
         raise OptionError(
@@ -178,6 +192,8 @@ def main(udb, socket_, display, select_, sort, repeat, continuous, host, site, n
             snap = source.take()
         if as_json:
             show = functools.partial(echo_json, display_json(snap, req))
+        elif parsable:
+            show = functools.partial(echo_lines, parsable_lines(display_json(snap, req)))
         else:
             # The heading goes out at once, so a pager shows something while the
             # table of a large site is built (a bad -s is found before it).

@@ -16,6 +16,7 @@ charge units per second.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import re
 from collections.abc import Callable, Sequence
@@ -765,6 +766,29 @@ def display_json(snap: Snapshot, req: ViewRequest) -> dict:
         doc["band"] = {"floor": floor, "limit": limit}
     doc["lnodes"] = _lnode_records(req.display, snap.consts, table, shown)
     return doc
+
+
+def parsable_lines(doc: dict) -> list[str]:
+    """A tabular display's JSON document (`display_json`) as sshare -P prints its rows:
+    a heading of the lnode records' keys, then one line an lnode, fields separated by
+    ``|`` (None as nothing, floats exactly)."""
+    records = doc["lnodes"]
+    if not records:
+        return []
+    if isinstance(records[0], dict):  # the graph display's
+        keys, get = list(records[0]), dict.get
+    else:
+        keys, get = [f.name for f in dataclasses.fields(records[0])], getattr
+    lines = ["|".join(keys)]
+    for r in records:
+        lines.append("|".join(_plain(get(r, k)) for k in keys))
+    return lines
+
+
+def _plain(value) -> str:
+    if value is None:
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _nice_json(consts: Consts) -> list[dict]:

@@ -1007,3 +1007,25 @@ def test_the_displays_start_lean(published, command):
     # The engines were disposed of before the atexit handlers ran (udb.cli.start.leave).
     assert last == "False 0 1 0", done.stderr
     assert done.returncode == (1 if name == "shrtree" else 0), done.stderr
+
+
+def test_parsable_lines_are_the_json_records_for_scripts(published):
+    """-P: a heading of the --json keys, then one |-separated line an lnode, the same
+    values as --json's, for the tabular displays; refused where there is no table."""
+    for display in ("m", "a", "l", "g"):
+        r = run(published, "-d", display, "-P")
+        assert r.exit_code == 0, r.output
+        lines = r.stdout.splitlines()
+        doc = as_json(published, "-d", display)
+        keys = lines[0].split("|")
+        assert keys == list(doc["lnodes"][0])
+        assert len(lines) == 1 + len(doc["lnodes"])
+        for line, rec in zip(lines[1:], doc["lnodes"], strict=True):
+            fields = dict(zip(keys, line.split("|"), strict=True))
+            assert fields["name"] == rec["name"]
+            for k, v in rec.items():
+                if isinstance(v, float):
+                    assert float(fields[k]) == v, (display, k)
+    for bad in (["-d", "n", "-P"], ["-d", "s", "-P"], ["-P", "--json"], ["--site", "-P"]):
+        r = run(published, *bad)
+        assert r.exit_code == 2 and "-P" in r.output, bad
