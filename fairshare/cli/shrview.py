@@ -156,13 +156,11 @@ def main(
         raise OptionError(
             "-P prints the tabular displays (m, a, l, g): not with --json, --site, -dn or -ds"
         )
-    if continuous and not sys.stdout.isatty():
-        # It would draw for ever where nobody sees it, and no q could stop it.
-        raise OptionError(
-            "-c (continuous) needs a terminal: standard output is not one "
-            "(for displays one after another, use -r N)"
-        )
     if continuous:  # runs on: the collector its script turned off comes back (cli.start)
+        from fairshare.tui.monitor import require_terminal
+
+        # Without one it would draw for ever where nobody sees it, and no q could stop it.
+        require_terminal("shrview -c")
         gc.enable()
     else:
         # A display is built and printed, then the process ends: the cyclic garbage
@@ -176,10 +174,9 @@ def main(
     if req.display == "statistics":
         req.total_ids = tree_leaves(engine, snap.mode)
     if continuous:  # the Textual monitor: keys switch display, sort, select, pause, ...
-        from fairshare.tui.monitor import Monitor, require_terminal
+        from fairshare.tui.monitor import Monitor
         from fairshare.tui.views import ShrviewView
 
-        require_terminal("shrview -c")
         check_select(snap, req)
         with contextlib.suppress(KeyboardInterrupt):
             Monitor(ShrviewView(source, req), snap.delta).run()

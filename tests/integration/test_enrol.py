@@ -82,13 +82,7 @@ def test_a_missing_group_keeps_them_with_unknown_says_so_once_and_is_retried(
     caplog,
 ):
     caplog.set_level(logging.WARNING, logger="shrdaemon")
-    # shrdaemon's own logging setup (run by other tests in this process) stops its
-    # records propagating to caplog's root handler: listen on its logger itself.
-    logging.getLogger("shrdaemon").addHandler(caplog.handler)
-    try:
-        _missing_group(engine, caplog)
-    finally:
-        logging.getLogger("shrdaemon").removeHandler(caplog.handler)
+    _missing_group(engine, caplog)  # shrdaemon's logger propagates (tests/conftest.py)
 
 
 def _missing_group(engine, caplog):

@@ -188,6 +188,6 @@ def test_shrview_c_without_a_terminal_is_refused_at_once(acme):
     )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [
-        "python -m fairshare.cli.shrview: -c (continuous) needs a terminal: standard output "
-        "is not one (for displays one after another, use -r N)"
+        "python -m fairshare.cli.shrview: shrview -c: continuous mode is a full-screen display "
+        "and needs a terminal; use -r N for N displays one after the other"
     ]

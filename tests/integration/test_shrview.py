@@ -768,7 +768,7 @@ def test_continuous_goes_with_neither_json_nor_repeat(published):
     for extra in (["--json"], ["-r", "2"]):
         result = run(published, "-c", *extra)
         assert result.exit_code == 2
-        assert "-c (continuous) goes with neither -r nor --json" in result.stderr
+        assert "-c (continuous) goes with neither -r, --json nor -P" in result.stderr
 
 
 def test_bad_display_letter(published):

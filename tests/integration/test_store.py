@@ -170,10 +170,10 @@ def test_write_back_ages_stored_usage_with_each_entrys_half_life(engine):
     under a two-hour half-life, against 100 x 0.25 + 40 under the global hour."""
     store = LnodeStore(engine, host="h1")
     two_hours = {1001: 7200.0, 500: 7200.0}
-    store.write_back([(1001, WriteBack(100.0, 0.0, 10.0, 1.0))], 3600.0, two_hours)
-    store.write_back([(1001, WriteBack(40.0, 7200.0, 5.0, 0.5))], 3600.0, two_hours)
-    store.write_back([(1002, WriteBack(100.0, 0.0, 10.0, 1.0))], 3600.0, two_hours)
-    store.write_back([(1002, WriteBack(40.0, 7200.0, 5.0, 0.5))], 3600.0, two_hours)
+    store.write_back([(1001, WriteBack(100.0, 0.0, 10.0, 1.0))], 3600.0, by_uid=two_hours)
+    store.write_back([(1001, WriteBack(40.0, 7200.0, 5.0, 0.5))], 3600.0, by_uid=two_hours)
+    store.write_back([(1002, WriteBack(100.0, 0.0, 10.0, 1.0))], 3600.0, by_uid=two_hours)
+    store.write_back([(1002, WriteBack(40.0, 7200.0, 5.0, 0.5))], 3600.0, by_uid=two_hours)
     with read_session(engine) as s:
         usage = dict(s.execute(select(Entry.uid, Entry.shusage)).all())
     assert usage[1001] == pytest.approx(90.0) and usage[1002] == pytest.approx(65.0)
