@@ -115,8 +115,7 @@ def test_a_postgresql_restart_and_a_duplicate_daemon_count_nothing_twice(
     pg_server, pg_db, tmp_path, first
 ):
     """`first`: which of host a's daemons takes the lock when the server is back.  "a":
-    the duplicate starts at once, and host a's daemon (cycling every second) takes the
-    lock again first; "duplicate": host a's daemon is stopped (SIGSTOP) through the
+    host a's daemon takes its lock again and publishes, then the duplicate starts; "duplicate": host a's daemon is stopped (SIGSTOP) through the
     restart until the duplicate runs, then continued, and finds the lock taken."""
     fill_udb(pg_db, delta=1.0, writeback=4.0, checkpoint=2.0)
     a = daemon(pg_db, "a", tmp_path / "a.spool")
@@ -133,7 +132,14 @@ def test_a_postgresql_restart_and_a_duplicate_daemon_count_nothing_twice(
             pg_server.stop()
             time.sleep(10)
             pg_server.start()
-            # At once, before host a's daemon cycles again: the lock is free now.
+            if first == "a":
+                # Host a's daemon takes its lock again (it publishes after the restart)
+                # before the duplicate starts: the duplicate is then refused.
+                dispose_all()
+                before = stores[0].published_cycle() or 0
+                assert wait_for(lambda: (stores[0].published_cycle() or 0) > before + 1), stop(
+                    procs
+                )
             twin = daemon(pg_db, "a", tmp_path / "a.spool")
             procs.append(twin)
             if first == "duplicate":

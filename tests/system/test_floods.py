@@ -54,7 +54,9 @@ class Daemon:
         env = dict(os.environ, PYTHONPATH=str(ROOT), FAIRSHARE_SERVER_LIMITS=LIMITS)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fairshare.cli.shrdaemon", "--enforcer", "none"]
-            + ["--udb", str(self.db), "--socket", self.sock, "--log-file", str(self.log)],
+            + ["--udb", str(self.db), "--socket", self.sock, "--log-file", str(self.log)]
+            # the flooders' uids stay with unknown: the log's lines about them are the socket's
+            + ["--new-uids", "unknown"],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
