@@ -17,6 +17,7 @@ A write the database refuses because another daemon took this host's lock
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -50,7 +51,11 @@ class UdbCalls:
         self.unreachable_since: float | None = None  # monotonic s; None while it answers
         self.writes_failed = False  # a write failed in this outage: only a write ends it
         self.fenced: Fenced | None = None
-        self._logged = 0.0
+        # When an outage was last said (monotonic s), across outages: a UDB that fails,
+        # answers and fails again (a full disk whose checkpoint freed a page) is said
+        # once a minute, not at every flip; and whether this outage was said.
+        self._logged = -math.inf
+        self._said = False
 
     def call(self, what: str, fn: Callable, *args):
         """`fn(*args)`, a call that writes, or None when the UDB cannot be reached or
@@ -89,10 +94,13 @@ class UdbCalls:
     def _answered(self) -> None:
         if self.unreachable_since is None:
             return
-        log.info("UDB reachable again after %.0f s", self.monotonic() - self.unreachable_since)
+        level = logging.INFO if self._said else logging.DEBUG
+        log.log(
+            level, "UDB reachable again after %.0f s", self.monotonic() - self.unreachable_since
+        )
         self.unreachable_since = None
         self.writes_failed = False
-        self._logged = 0.0
+        self._said = False
         self.on_back()
 
     def _failed(self, what: str, err: Exception, writes: bool) -> None:
@@ -100,8 +108,8 @@ class UdbCalls:
         if self.unreachable_since is None:
             self.unreachable_since = now
         self.writes_failed |= writes
-        if self._logged == 0.0 or now - self._logged >= UNREACHABLE_LOG_EVERY:
-            self._logged = now
+        if now - self._logged >= UNREACHABLE_LOG_EVERY:
+            self._logged, self._said = now, True
             reason = str(getattr(err, "orig", err) or err).strip().splitlines()[0]
             log.warning(
                 "UDB unreachable for %.0f s (could not %s: %s): scheduling from the last "

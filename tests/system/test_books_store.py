@@ -115,7 +115,8 @@ def test_a_postgresql_restart_and_a_duplicate_daemon_count_nothing_twice(
     pg_server, pg_db, tmp_path, first
 ):
     """`first`: which of host a's daemons takes the lock when the server is back.  "a":
-    host a's daemon takes its lock again and publishes, then the duplicate starts; "duplicate": host a's daemon is stopped (SIGSTOP) through the
+    host a's daemon takes its lock again and publishes, then the duplicate starts;
+    "duplicate": host a's daemon is stopped (SIGSTOP) through the
     restart until the duplicate runs, then continued, and finds the lock taken."""
     fill_udb(pg_db, delta=1.0, writeback=4.0, checkpoint=2.0)
     a = daemon(pg_db, "a", tmp_path / "a.spool")

@@ -291,3 +291,29 @@ def test_merged_increments_age_the_older_usage_to_the_later_time():
     merge_into(owed, [(7, WriteBack(2.0, 150.0, 3.0, 1.5)), (8, WriteBack(1, 1, 1, 1))], 50.0)
     assert owed[7] == WriteBack(8.0 * 0.5 + 2.0, 150.0, 4.0, 2.0)
     assert owed[8] == WriteBack(1, 1, 1, 1)
+
+
+def test_a_udb_that_fails_answers_and_fails_again_is_said_once_a_minute(caplog):
+    """A full disk whose checkpoint freed a page takes one write, then fails again: the
+    outage is said at most once a minute across those flips, and the answer between
+    them is not said either (the system tier's 1 MB tmpfs saw three lines in 15 s)."""
+    caplog.set_level("DEBUG", "shrdaemon")
+    clock = [0.0]
+    udb = UdbCalls(lambda: clock[0], lambda: 0, lambda: None)
+
+    def full():
+        raise OperationalError("INSERT", {}, Exception("database or disk is full"))
+
+    for t in (0.0, 6.0, 13.0, 59.0):
+        clock[0] = t
+        assert udb.call("publish", full) is None
+        clock[0] = t + 0.5
+        assert udb.call("publish", lambda: 1) == 1
+    clock[0] = 61.0
+    udb.call("publish", full)
+
+    def said(text, level="WARNING"):
+        return [r for r in caplog.records if text in r.getMessage() and r.levelname == level]
+
+    assert len(said("unreachable")) == 2  # at 0 s and at 61 s
+    assert len(said("reachable again", "INFO")) == 1  # only after the outage it said
