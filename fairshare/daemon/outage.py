@@ -7,7 +7,8 @@ only reads; when the UDB cannot be reached it returns None, logs one line a minu
 goes on scheduling from what it knows.  The outage ends when the kind of call that
 failed works again: a read that works while writes fail does not end it (else the
 outage would end and begin again every cycle, and be logged every cycle).  When it
-ends, it says so once and calls `on_back` (the daemon then writes back what it kept).
+ends, it says so (if it said the outage) and calls `on_back` (the daemon then writes
+back what it kept).
 
 A write the database refuses because another daemon took this host's lock
 (fairshare.store.fence.Fenced) is not an outage: it is said once, `fenced` is set, and
@@ -53,9 +54,8 @@ class UdbCalls:
         self.fenced: Fenced | None = None
         # When an outage was last said (monotonic s), across outages: a UDB that fails,
         # answers and fails again (a full disk whose checkpoint freed a page) is said
-        # once a minute, not at every flip; and whether this outage was said.
+        # once a minute, not at every flip.
         self._logged = -math.inf
-        self._said = False
 
     def call(self, what: str, fn: Callable, *args):
         """`fn(*args)`, a call that writes, or None when the UDB cannot be reached or
@@ -94,13 +94,13 @@ class UdbCalls:
     def _answered(self) -> None:
         if self.unreachable_since is None:
             return
-        level = logging.INFO if self._said else logging.DEBUG
+        said = self._logged >= self.unreachable_since  # this outage was said
+        level = logging.INFO if said else logging.DEBUG
         log.log(
             level, "UDB reachable again after %.0f s", self.monotonic() - self.unreachable_since
         )
         self.unreachable_since = None
         self.writes_failed = False
-        self._said = False
         self.on_back()
 
     def _failed(self, what: str, err: Exception, writes: bool) -> None:
@@ -109,7 +109,7 @@ class UdbCalls:
             self.unreachable_since = now
         self.writes_failed |= writes
         if now - self._logged >= UNREACHABLE_LOG_EVERY:
-            self._logged, self._said = now, True
+            self._logged = now
             reason = str(getattr(err, "orig", err) or err).strip().splitlines()[0]
             log.warning(
                 "UDB unreachable for %.0f s (could not %s: %s): scheduling from the last "
