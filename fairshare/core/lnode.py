@@ -57,6 +57,7 @@ _FLOAT_FIELDS = (
     "got_minute",
     "flat",
     "trim",
+    "nested",
 )
 _BOOL_FIELDS = ("active", "demand", "background")
 _INT_FIELDS = ("refs", "nrun")
@@ -167,12 +168,13 @@ class LnodeTable:
     got_minute: np.ndarray | None = None
     flat: np.ndarray | None = None
     trim: np.ndarray | None = None
+    nested: np.ndarray | None = None
     policy_state: NodeState | None = None
 
     def __post_init__(self) -> None:
         # Figures a policy need not compute (the displays show 0 for them), and those
         # fairshare.core.delivery fills in after the policy's cycle.
-        for name in ("due", "pri", "want", "target", "got", "got_minute", "flat", "trim"):
+        for name in ("due", "pri", "want", "target", "got", "got_minute", "flat", "trim", "nested"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.usage)))
 

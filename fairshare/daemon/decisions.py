@@ -175,12 +175,13 @@ def enforcer_targets(
         t.nrun[idx].tolist(),
         t.background[idx].tolist(),
         t.flat[idx].tolist(),
+        t.nested[idx].tolist(),
         strict=True,
     )
     names, entry = ln.tree.names, ln.entry
     above = _groups_above(ln, [node for node, _mine in placed])
     out = []
-    for (node, mine), active, (e_share, nrun, background, flat) in zip(
+    for (node, mine), active, (e_share, nrun, background, flat, nested) in zip(
         placed, keep, columns, strict=True
     ):
         if not active:
@@ -197,6 +198,7 @@ def enforcer_targets(
                 starts=tuple([p.create_time for p in mine]),
                 groups=above[node],
                 flat=flat,
+                nested=nested if nested > 0 else None,
             )
         )
     return out
@@ -213,7 +215,13 @@ def _groups_above(ln: Lnodes, nodes: Sequence[int]) -> dict[int, tuple[GroupShar
         if g <= 0:
             return ()
         if g not in memo:
-            me = GroupShare(tree.names[g], float(t.e_share[g]), bool(t.background[g]))
+            nested = float(t.nested[g])
+            me = GroupShare(
+                tree.names[g],
+                float(t.e_share[g]),
+                bool(t.background[g]),
+                nested if nested > 0 else None,
+            )
             memo[g] = (*down_to(int(parent[g])), me)
         return memo[g]
 

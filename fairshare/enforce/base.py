@@ -63,11 +63,19 @@ class Capabilities:
 @dataclass(frozen=True)
 class GroupShare:
     """A group above a target lnode: its name, e_share (its subtree's, a fraction of
-    the machine) and background flag, as the lnode table holds them."""
+    the machine) and background flag, as the lnode table holds them, and `nested` its
+    weight among its siblings in nested cgroups (fairshare.core.delivery: its e_share
+    trimmed toward what it is owed; None: e_share)."""
 
     name: str
     e_share: float
     background: bool = False
+    nested: float | None = None
+
+    @property
+    def weight(self) -> float:
+        """Its weight among its siblings in nested cgroups."""
+        return self.e_share if self.nested is None else self.nested
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,8 @@ class LnodeTarget:
     which tell a pid given since the sample to another process (fairshare.enforce.actions),
     `groups` the groups above it, top first, the root left out (empty: flat), and `flat`
     the share a flat enforcer weighs it by, so that side by side with the others it
-    gets what nested cgroups would give it (fairshare.core.delivery; None: e_share)."""
+    gets what nested cgroups would give it, and `nested` its weight among its siblings
+    in nested cgroups (both fairshare.core.delivery; None: e_share)."""
 
     name: str
     pids: tuple[int, ...]
@@ -92,6 +101,12 @@ class LnodeTarget:
     starts: tuple[float, ...] = ()
     groups: tuple[GroupShare, ...] = ()
     flat: float | None = None
+    nested: float | None = None
+
+    @property
+    def weight(self) -> float:
+        """Its weight among its siblings in nested cgroups."""
+        return self.e_share if self.nested is None else self.nested
 
     def processes(self) -> zip:
         """(pid, start time or None) of every process of `pids`."""

@@ -15,8 +15,9 @@ simulator measures is what the kernel is asked to do.
   enforcers mirror the share tree, MOUNT/fairshare/+<group>/+<subgroup>/<lnode>, so the
   kernel hands the CPU a cgroup leaves unused to its siblings first (its own group),
   not to every lnode.  Each cgroup's weight among its siblings is proportional to its
-  e_share among theirs (a group's e_share is its subtree's), the largest sibling at the
-  top of the range.  Group levels past MAX_GROUP_LEVELS are collapsed into their
+  weight among theirs (`LnodeTarget.weight`, `GroupShare.weight`: the e_share, a
+  group's its subtree's, times the trim fairshare.core.delivery steers toward what it
+  is owed), the largest sibling at the top of the range.  Group levels past MAX_GROUP_LEVELS are collapsed into their
   ancestor at that level (the leaves below it become siblings there, still weighed by
   their e_share, a fraction of the machine).  Group directories are "+" followed by
   `safe_name` of the group: `safe_name` never gives a "+", so a group can never clash
@@ -196,8 +197,9 @@ def targets_tree(
     targets: Sequence[LnodeTarget],
 ) -> tuple[CgroupTree, list[tuple[str, ...]], np.ndarray, np.ndarray]:
     """The nested cgroups of `targets`: their tree, each target's `cgroup_path`, and the
-    e_share and background flag of every cgroup of the tree (a group's from the
-    target's `groups`; a collapsed group's from its ancestor at the last level kept)."""
+    weight (`LnodeTarget.weight`) and background flag of every cgroup of the tree (a
+    group's from the target's `groups`; a collapsed group's from its ancestor at the
+    last level kept)."""
     paths = [cgroup_path([g.name for g in t.groups], t.name) for t in targets]
     key = tuple(paths)
     tree = _LAST_TREE.get(key)
@@ -211,8 +213,8 @@ def targets_tree(
     position = tree.position
     for t, path in zip(targets, paths, strict=True):
         i = position[path]
-        e[i], bg[i] = t.e_share, t.background
+        e[i], bg[i] = t.weight, t.background
         for k, g in enumerate(t.groups[: len(path) - 1]):
             j = position[path[: k + 1]]
-            e[j], bg[j] = g.e_share, g.background
+            e[j], bg[j] = g.weight, g.background
     return tree, paths, e, bg

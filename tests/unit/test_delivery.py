@@ -131,6 +131,39 @@ def test_the_trim_corrects_a_kernel_that_delivers_less_than_the_weights_say():
     assert 1.0 < table.trim[u1] <= TRIM_RANGE[1]
 
 
+def test_a_group_trim_corrects_a_kernel_that_spreads_the_other_groups_weight():
+    """Nested cgroups on 2 CPUs as the kernel runs them: Physics' weight is spread over
+    both CPUs by where its nine processes run (one of them on u3's CPU), so Chem's one
+    busy process shares its CPU with a ninth of Physics' weight and Chem receives 45%
+    at equal weights.  The groups' trims raise Chem's weight and lower Physics' until
+    Chem receives its allocation, and stay within their range."""
+    tree = two_groups()
+    users = [tree.node(u) for u in WANT]
+    chem, physics = tree.node("Chem"), tree.node("Physics")
+    u1, u2, u3, u4 = users
+    table = new_table(tree)
+    for n in users:
+        activate(table, n, 0.0)
+    for _ in range(200):
+        w = np.where(table.nested > 0, table.nested, 1.0)  # equal before the first cycle
+        cpu = np.zeros(tree.size)
+        cpu[u4] = WANT["u4"]
+        cpu[u3] = w[chem] / (w[chem] + w[physics] / 9) - WANT["u4"]
+        cpu[[u1, u2]] = water_fill(2.0 - cpu[u3] - cpu[u4], w[[u1, u2]], np.array([8.0, 1.0]))
+        c = Consumption.zeros(tree.size)
+        c.cpus, c.want = 2.0, np.zeros(tree.size)
+        c.want[users] = np.array(list(WANT.values())) * DELTA
+        c.nrun[users] = c.refs[users] = list(NRUN.values())
+        c.cpu[:] = cpu * DELTA
+        table, _ = advance(tree, table, c, CONSTS, DELTA)
+    assert table.got[chem] == pytest.approx(0.5, abs=0.005)
+    assert 1.0 < table.trim[chem] <= TRIM_RANGE[1]
+    assert TRIM_RANGE[0] <= table.trim[physics] < 1.0
+    # u4 gets all it wants: its weight among Chem's members is its e_share, untrimmed.
+    assert table.nested[u4] == pytest.approx(table.e_share[u4])
+    assert table.nested[chem] == pytest.approx(table.e_share[chem] * table.trim[chem])
+
+
 def test_the_wants_are_measured_where_known_else_estimated():
     c = Consumption.zeros(4)
     c.cpu[:] = [0.0, 2.0, 0.04, 4.0]
