@@ -18,11 +18,12 @@ simulator measures is what the kernel is asked to do.
   weight among theirs (`LnodeTarget.weight`, `GroupShare.weight`: the e_share, a
   group's its subtree's, times the trim fairshare.core.delivery steers toward what it
   is owed), the largest sibling at the top of the range.  Group levels past
-  MAX_GROUP_LEVELS are collapsed into their ancestor at that level (the leaves below it become siblings there, still weighed by
-  their e_share, a fraction of the machine).  Group directories are "+" followed by
-  `safe_name` of the group: `safe_name` never gives a "+", so a group can never clash
-  with an lnode of the same name at the same level, and a leaf's directory keeps the
-  name it always had.  The simulator (fairshare.sim.machine) shares its CPUs down this
+  MAX_GROUP_LEVELS are collapsed into their ancestor at that level (the leaves below it
+  become siblings there, still weighed by their e_share, a fraction of the machine).
+  Group directories are "+" followed by `safe_name` of the group: `safe_name` never
+  gives a "+", so a group can never clash with an lnode of the same name at the same
+  level, and a leaf's directory keeps the name it always had.  The simulator
+  (fairshare.sim.machine) shares its CPUs down this
   same tree with fairshare.core.maxmin.
 """
 
