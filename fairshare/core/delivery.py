@@ -116,7 +116,12 @@ def flat_shares(
         # TRIM_GAIN); one that got less than half of it is held back by something else
         # (I/O, a lock, an estimate of its want from processes that were runnable at
         # the sample but seldom are) and is left alone.
+        # What is owed is scaled to what the tree received: CPU taken by processes
+        # outside it (root's, the kernel's) leaves every node short alike, and would
+        # only push every trim to the top of its range, where none can correct another.
         owed = np.minimum(alloc, want / cpus)
+        if owed[0] > 0 and got[0] > 0:
+            owed = owed * (got[0] / owed[0])
         steer = sched & (got >= owed * 0.5) & (got > 0) & (owed > 0)
         steer[0] = False  # the root has no siblings
         ratio = np.divide(owed, got, out=np.ones(idx.n), where=steer)
