@@ -39,15 +39,15 @@ def two_groups() -> ShareTree:
 WANT = {"u1": 8.0, "u2": 1.0, "u3": 1.0, "u4": 0.01}
 #: Runnable processes at a sample: the interactive user is seldom caught running.
 NRUN = {"u1": 8, "u2": 1, "u3": 1, "u4": 0}
+CAP = np.array(list(WANT.values()))
 
 
-def flat_kernel(tree: ShareTree, consts: Consts, cycles: int, measured: bool):
-    """`cycles` cycles of a flat kernel (every lnode side by side, weighed by its flat
-    share, each capped at what it wants) on 2 CPUs; `measured`: the cycle is told the
-    wants (the simulator's collector), else it estimates them.  Returns the last table
-    and the CPUs each user got in the last cycle."""
+def drive(tree: ShareTree, kernel, cycles: int, consts: Consts = CONSTS, measured=True):
+    """`cycles` cycles on 2 CPUs of a kernel that gives the users (in WANT's order) the
+    CPUs `kernel(table, users)` returns from the last cycle's table; `measured`: the
+    cycle is told the wants (the simulator's collector), else it estimates them.
+    Returns the last table and the CPUs each user got in the last cycle."""
     users = [tree.node(u) for u in WANT]
-    cap = np.array(list(WANT.values()))
     table = new_table(tree)
     for n in users:
         activate(table, n, 0.0)
@@ -57,13 +57,23 @@ def flat_kernel(tree: ShareTree, consts: Consts, cycles: int, measured: bool):
         c.cpus = 2.0
         c.nrun[users] = list(NRUN.values())
         c.refs[users] = np.maximum(list(NRUN.values()), 1)
-        got = water_fill(2.0, np.maximum(table.flat[users], 1e-9), cap)
+        got = kernel(table, users)
         c.cpu[users] = got * DELTA
         if measured:
             c.want = np.zeros(tree.size)
-            c.want[users] = cap * DELTA
+            c.want[users] = CAP * DELTA
         table, _ = advance(tree, table, c, consts, DELTA)
     return table, dict(zip(WANT, got, strict=True))
+
+
+def flat_kernel(tree: ShareTree, consts: Consts, cycles: int, measured: bool):
+    """`drive` a flat kernel: every lnode side by side, weighed by its flat share, each
+    capped at what it wants."""
+
+    def kernel(table, users):
+        return water_fill(2.0, np.maximum(table.flat[users], 1e-9), CAP)
+
+    return drive(tree, kernel, cycles, consts, measured)
 
 
 def fair(tree: ShareTree) -> dict[str, float]:
@@ -113,19 +123,12 @@ def test_the_trim_corrects_a_kernel_that_delivers_less_than_the_weights_say():
     """A kernel that gives u1 only 80% of what its weight says: the trim rises until u1
     receives its allocation, and stays within its range."""
     tree = two_groups()
-    users = [tree.node(u) for u in WANT]
-    cap = np.array(list(WANT.values()))
-    table = new_table(tree)
-    for n in users:
-        activate(table, n, 0.0)
-    for _ in range(200):
-        c = Consumption.zeros(tree.size)
-        c.cpus, c.want = 2.0, np.zeros(tree.size)
-        c.want[users] = cap * DELTA
-        c.nrun[users] = c.refs[users] = list(NRUN.values())
+
+    def kernel(table, users):
         weight = np.maximum(table.flat[users], 1e-9) * [0.8, 1, 1, 1]
-        c.cpu[users] = water_fill(2.0, weight, cap) * DELTA
-        table, _ = advance(tree, table, c, CONSTS.replace(policy="feedback"), DELTA)
+        return water_fill(2.0, weight, CAP)
+
+    table, _ = drive(tree, kernel, 200, CONSTS.replace(policy="feedback"))
     u1 = tree.node("u1")
     assert table.got[u1] == pytest.approx(0.25, abs=0.005)
     assert 1.0 < table.trim[u1] <= TRIM_RANGE[1]
@@ -138,29 +141,21 @@ def test_a_group_trim_corrects_a_kernel_that_spreads_the_other_groups_weight():
     at equal weights.  The groups' trims raise Chem's weight and lower Physics' until
     Chem receives its allocation, and stay within their range."""
     tree = two_groups()
-    users = [tree.node(u) for u in WANT]
-    chem, physics = tree.node("Chem"), tree.node("Physics")
-    u1, u2, u3, u4 = users
-    table = new_table(tree)
-    for n in users:
-        activate(table, n, 0.0)
-    for _ in range(200):
+    chem, physics, u4 = tree.node("Chem"), tree.node("Physics"), tree.node("u4")
+
+    def kernel(table, users):
         w = np.where(table.nested > 0, table.nested, 1.0)  # equal before the first cycle
-        cpu = np.zeros(tree.size)
-        cpu[u4] = WANT["u4"]
-        cpu[u3] = w[chem] / (w[chem] + w[physics] / 9) - WANT["u4"]
-        cpu[[u1, u2]] = water_fill(2.0 - cpu[u3] - cpu[u4], w[[u1, u2]], np.array([8.0, 1.0]))
-        c = Consumption.zeros(tree.size)
-        c.cpus, c.want = 2.0, np.zeros(tree.size)
-        c.want[users] = np.array(list(WANT.values())) * DELTA
-        c.nrun[users] = c.refs[users] = list(NRUN.values())
-        c.cpu[:] = cpu * DELTA
-        table, _ = advance(tree, table, c, CONSTS, DELTA)
+        u3 = w[chem] / (w[chem] + w[physics] / 9) - WANT["u4"]
+        physics_cpus = water_fill(2.0 - u3 - WANT["u4"], w[users[:2]], CAP[:2])
+        return np.array([*physics_cpus, u3, WANT["u4"]])
+
+    table, _ = drive(tree, kernel, 200)
     assert table.got[chem] == pytest.approx(0.5, abs=0.005)
     assert 1.0 < table.trim[chem] <= TRIM_RANGE[1]
     assert TRIM_RANGE[0] <= table.trim[physics] < 1.0
-    # u4 gets all it wants: its weight among Chem's members is its e_share, untrimmed.
-    assert table.nested[u4] == pytest.approx(table.e_share[u4])
+    # u4 gets all it wants, so its trim stays where it was; nested cgroups weigh every
+    # node by its e_share times its trim.
+    assert table.trim[u4] == pytest.approx(1.0, abs=0.01)
     assert table.nested[chem] == pytest.approx(table.e_share[chem] * table.trim[chem])
 
 
@@ -170,19 +165,12 @@ def test_cpu_taken_outside_the_tree_leaves_the_trims_alone():
     moves (without the scaling every one would climb to the top of its range, where
     none could correct another)."""
     tree = two_groups()
-    users = [tree.node(u) for u in WANT]
-    cap = np.array(list(WANT.values()))
-    table = new_table(tree)
-    for n in users:
-        activate(table, n, 0.0)
-    for _ in range(100):
-        c = Consumption.zeros(tree.size)
-        c.cpus, c.want = 2.0, np.zeros(tree.size)
-        c.want[users] = cap * DELTA
-        c.nrun[users] = c.refs[users] = list(NRUN.values())
-        c.cpu[users] = water_fill(1.6, np.maximum(table.flat[users], 1e-9), cap) * DELTA
-        table, _ = advance(tree, table, c, CONSTS, DELTA)
-    trims = table.trim[users[:3]]
+
+    def kernel(table, users):
+        return water_fill(1.6, np.maximum(table.flat[users], 1e-9), CAP)
+
+    table, _ = drive(tree, kernel, 100)
+    trims = table.trim[[tree.node(u) for u in ("u1", "u2", "u3")]]
     assert trims.max() < 1.1 and trims.min() > 0.9
 
 
