@@ -12,7 +12,14 @@ new process is a new key, so nothing is charged twice and nothing is charged
 from another process's counters.  A process that already existed at the
 previous sample but was not seen then (the collector's first sample) gives
 only a baseline; a process created since the previous sample is charged for
-everything it used.
+everything it used.  Which of the two a process is, is told by its start tick
+against the boot-clock time (CLOCK_BOOTTIME, the clock of /proc/PID/stat's start
+time) at which the previous sample began to list the processes: its create time
+is the boot time, which the kernel gives to the whole second, plus its start, so
+up to a second early against the wall clock, and a process born in that second
+after a sample was taken for one already there, its CPU until the next sample
+never charged (issue 29: a session started just after the daemon's baseline lost
+its first half second, where the process events did not place it at once).
 """
 
 from __future__ import annotations
@@ -226,6 +233,7 @@ class DeltaTracker:
         self._prev_idle: float | None = None
         self._prev_mono: float | None = None
         self._prev_time: float | None = None
+        self._prev_listed: float | None = None
         self._owed: dict[tuple[int, float], float] = {}  # parent -> CPU s already charged
         self._groups: dict[str, float] = {}  # lnode cgroup -> its counter (CPU s)
         self._kept: dict[tuple[int, float], ProcessSample] = {}  # of readings passed again
@@ -238,18 +246,22 @@ class DeltaTracker:
         now: float,
         groups: Mapping[str, float] | None = None,
         mem: bool = True,
+        listed: float | None = None,
     ) -> Sample:
         """A Sample of the deltas between `readings` and the previous call's.
 
         `idle` is the machine's cumulative idle CPU seconds, `mono` a monotonic
         clock reading (s) and `now` the wall-clock time (epoch s); `groups` the
         cumulative CPU seconds of each lnode cgroup's kernel counter; `mem` False
-        leaves memory at 0 (nothing charges it).  A reading passed again (the very
-        object of the previous call: a process not re-read) has used nothing new.
+        leaves memory at 0 (nothing charges it); `listed` the boot-clock time (s) at
+        which the processes of `readings` began to be listed (None: a process's create
+        time is set against the previous call's `now` instead; `born_since`).  A reading
+        passed again (the very object of the previous call: a process not re-read) has
+        used nothing new.
         """
         first = self._prev_mono is None
         elapsed = 0.0 if first else max(mono - self._prev_mono, 0.0)
-        since = self._prev_time
+        born = self.born_since(self._prev_time, self._prev_listed)
         current: dict[tuple[int, float], Counters] = {}
         for c in readings:
             current[(c.pid, c.create_time)] = c
@@ -276,7 +288,7 @@ class DeltaTracker:
                 d_calls = max(c.io_calls - old.io_calls, 0.0)
                 d_ctx = max(c.ctx - old.ctx, 0.0) if c.ctx >= 0 and old.ctx >= 0 else 0.0
                 used = c.rss * elapsed
-            elif since is not None and c.create_time >= since:
+            elif born(c):
                 # Born since the previous sample: all it used is new.
                 d_cpu, reaped = c.cpu, c.ccpu
                 d_blocks, d_calls, d_ctx = c.io_blocks, c.io_calls, max(c.ctx, 0.0)
@@ -306,7 +318,23 @@ class DeltaTracker:
         d_groups = self._group_deltas(groups or {}, first)
         self._prev, self._kept = current, still
         self._prev_idle, self._prev_mono, self._prev_time = idle, mono, now
+        self._prev_listed = listed
         return Sample(time=now, elapsed=elapsed, processes=out, idle=d_idle, groups=d_groups)
+
+    @staticmethod
+    def born_since(since: float | None, listed: float | None) -> Callable[[Counters], bool]:
+        """Whether a process not seen at the previous sample was born since it began
+        (all it used is then new) rather than before (a baseline): its start tick
+        against `listed`, the boot-clock time the previous sample began listing, one
+        tick's truncation allowed; without it, its create time against `since`, that
+        sample's wall-clock time (to the second of the boot time).  None: the first
+        sample, nothing is new."""
+        if listed is not None:
+            tick = int(listed * CLK_TCK)  # the kernel truncates the start to a tick
+            return lambda c: c.start >= tick
+        if since is None:
+            return lambda c: False
+        return lambda c: c.create_time >= since
 
     def group_readings(self) -> dict[str, float]:
         """Each lnode cgroup's counter (CPU s) at the last update: what the deltas so far
@@ -397,11 +425,13 @@ class ProcfsCollector:
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
         proc: str = "/proc",
+        boot_clock: Callable[[], float] = lambda: time.clock_gettime(time.CLOCK_BOOTTIME),
         pids: Callable[[], list[int]] = psutil.pids,
         groups: Callable[[bool], Mapping[str, GroupReading]] | None = None,
         group_of: Callable[[int], str] | None = None,
     ) -> None:
         self._wall, self._mono, self._proc, self._pids = wall, mono, proc, pids
+        self._boot_clock = boot_clock
         self._groups, self._group_of = groups, group_of
         self._tracker = DeltaTracker()
         self._uids: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, start) -> owner, uid
@@ -430,6 +460,7 @@ class ProcfsCollector:
                 member[pid] = name
         lean = not (io or syscalls or refresh)
         skim = lean and placed and self._groups is not None
+        listed = self._boot_clock()  # a process born from now on is new next sample
         pids = sorted(self._seen.union(member)) if skim else self._pids()
         uids: dict[tuple[int, int], tuple[int, int]] = {}
         kept: dict[int, Counters] = {}
@@ -469,7 +500,7 @@ class ProcfsCollector:
         self._seen = {c.pid for c in readings}
         cpu = {name: g.cpu for name, g in groups.items()}
         return self._tracker.update(
-            readings, machine_idle(), self._mono(), self._wall(), cpu, mem=mem
+            readings, machine_idle(), self._mono(), self._wall(), cpu, mem=mem, listed=listed
         )
 
     def covered(self) -> dict[str, float]:
