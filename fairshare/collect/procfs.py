@@ -247,6 +247,7 @@ class DeltaTracker:
         groups: Mapping[str, float] | None = None,
         mem: bool = True,
         listed: float | None = None,
+        moved: Mapping[str, Iterable[tuple[int, int, float]]] | None = None,
     ) -> Sample:
         """A Sample of the deltas between `readings` and the previous call's.
 
@@ -255,9 +256,11 @@ class DeltaTracker:
         cumulative CPU seconds of each lnode cgroup's kernel counter; `mem` False
         leaves memory at 0 (nothing charges it); `listed` the boot-clock time (s) at
         which the processes of `readings` began to be listed (None: a process's create
-        time is set against the previous call's `now` instead; `born_since`).  A reading
-        passed again (the very object of the previous call: a process not re-read) has
-        used nothing new.
+        time is set against the previous call's `now` instead; `born_since`); `moved`
+        the processes moved into each lnode cgroup from outside since the previous call
+        (GroupReading.moved), whose CPU until then no sample charged is added to the
+        cgroup's growth (`_before_moved`).  A reading passed again (the very object of
+        the previous call: a process not re-read) has used nothing new.
         """
         first = self._prev_mono is None
         elapsed = 0.0 if first else max(mono - self._prev_mono, 0.0)
@@ -316,6 +319,8 @@ class DeltaTracker:
             )
         d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)
         d_groups = self._group_deltas(groups or {}, first)
+        if moved and not first:
+            self._before_moved(d_groups, moved)
         self._prev, self._kept = current, still
         self._prev_idle, self._prev_mono, self._prev_time = idle, mono, now
         self._prev_listed = listed
@@ -355,6 +360,27 @@ class DeltaTracker:
         if owed[key] <= 0 or math.isinf(owed[key]):  # unknown: this reap forfeits
             del owed[key]
         return reaped - back
+
+    def _before_moved(
+        self, d_groups: dict[str, float], moved: Mapping[str, Iterable[tuple[int, int, float]]]
+    ) -> None:
+        """Add to each lnode cgroup's growth in `d_groups` (in place) the CPU that the
+        processes `moved` into it from outside (pid, start tick, CPU s when moved) had
+        used by then and no sample charged: all of it for one the previous sample did
+        not see, what it used after that sample for one seen outside every lnode cgroup
+        (its own CPU was charged up to there), none for one the previous sample took to
+        be in one already (what it used is not known: never twice)."""
+        last = {(c.pid, c.start): c for c in self._prev.values()}
+        for name, procs in moved.items():
+            extra = 0.0
+            for pid, start, cpu in procs:
+                old = last.get((pid, start))
+                if old is None:
+                    extra += cpu
+                elif not old.group:
+                    extra += max(cpu - old.cpu, 0.0)
+            if extra > 0:
+                d_groups[name] = d_groups.get(name, 0.0) + extra
 
     def _group_deltas(self, groups: Mapping[str, float], first: bool) -> dict[str, float]:
         """Each lnode cgroup's counter growth since the previous call (0 on the first)."""
@@ -499,8 +525,9 @@ class ProcfsCollector:
         self._outside = others
         self._seen = {c.pid for c in readings}
         cpu = {name: g.cpu for name, g in groups.items()}
+        moved = {name: g.moved for name, g in groups.items() if g.moved}
         return self._tracker.update(
-            readings, machine_idle(), self._mono(), self._wall(), cpu, mem=mem, listed=listed
+            readings, machine_idle(), self._mono(), self._wall(), cpu, mem, listed, moved
         )
 
     def covered(self) -> dict[str, float]:

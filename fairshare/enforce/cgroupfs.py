@@ -26,6 +26,10 @@ controller's ``cpuacct.usage`` (ns).  Where cgroup v1 mounts cpuacct apart from
 cpu, the lnode cgroups are made in both hierarchies and processes placed in
 both; `read_groups` gives the daemon's collector these counters.  `place` puts
 one new process in its lnode's cgroup between cycles (fairshare.enforce.events).
+A process moved in from outside brings the CPU it used before, which its counter
+never sees: `read_groups` hands each such move out once (GroupReading.moved), and
+the collector charges what of it no sample did (fairshare.collect.procfs); the
+counters themselves are the kernel's alone, as a restarted daemon reads them.
 """
 
 from __future__ import annotations
@@ -109,12 +113,14 @@ def cgroup_of(pid: int, controller: str | None, proc: str = "/proc") -> str | No
     return None
 
 
-def own_cpu(pid: int, proc: str = "/proc") -> float:
-    """CPU seconds process `pid` has used so far (user + system), 0 if it is gone."""
+def own_cpu(pid: int, proc: str = "/proc") -> tuple[int, float] | None:
+    """(start tick, CPU seconds used so far: user + system) of process `pid`; None if
+    it is gone."""
     try:
-        return parse_stat(read_bytes(f"{proc}/{pid}/stat")).ticks / CLK_TCK
+        st = parse_stat(read_bytes(f"{proc}/{pid}/stat"))
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return None
+    return st.start, st.ticks / CLK_TCK
 
 
 class CounterFiles:
@@ -164,7 +170,7 @@ class CgroupFiles:
     _origin: dict[int, tuple[str, ...]]
     _weight: dict[str, tuple]
     _moved: dict[str, set[int]]
-    _before: dict[str, float]
+    _before: dict[str, list[tuple[int, int, float]]]
     _counters: CounterFiles
 
     def write_weight(self, cgroup: Path, values: tuple) -> None:
@@ -184,18 +190,22 @@ class CgroupFiles:
             self.write_weight(self.parent / name, values)
             self._weight[name] = values
 
-    def _move(self, pid: int, name: str, count_before: bool = False) -> None:
-        """Move `pid` into cgroup `name`; `count_before`: a process no sample has seen
-        (one `place` moves as it appears): the CPU it used before, which its new
-        cgroup's counter never sees, is added to that counter's readings."""
+    def _move(self, pid: int, name: str) -> None:
+        """Move `pid` into cgroup `name`.  One that comes from outside our cgroups has
+        the CPU it used so far noted (`read_groups` hands it out once, as `moved`): the
+        counter never sees it, and the collector charges what no sample did.  Added to
+        the counter's readings instead, it was charged a second time when a sample had
+        seen the process (an event handled after a sample, a move by `apply`), and a
+        restart, whose readings lack it, took the counter as gone backwards."""
         if pid not in self._origin:
             origin = tuple(cgroup_of(pid, ctl, self.proc) for _m, ctl in self.hierarchies)
             if any(o is None for o in origin):
                 return
             if not origin[0].startswith(f"/{PARENT}/"):
                 self._origin[pid] = origin
-                before = own_cpu(pid, self.proc) if count_before else 0.0
-                self._before[name] = self._before.get(name, 0.0) + before
+                used = own_cpu(pid, self.proc)
+                if used is not None:
+                    self._before.setdefault(name, []).append((pid, *used))
         try:
             for mount, _ctl in self.hierarchies:
                 self.actions.write_file(mount / PARENT / name / "cgroup.procs", str(pid))
@@ -210,7 +220,9 @@ class CgroupFiles:
         their origin, else the mount root) and remove it; True if it is gone."""
         gone = True
         self._counters.close(name)
-        self._before.pop(name, None)
+        moved = self._before.pop(name, [])
+        if moved and into is not None:  # the same lnode's processes, at its new place
+            self._before.setdefault(into, []).extend(moved)
         for i, (mount, _ctl) in enumerate(self.hierarchies):
             cg = mount / PARENT / name
             # A process forking while its parent is moved out leaves the child behind
@@ -295,7 +307,9 @@ class CgroupEnforcer(CgroupFiles):
         self._members: dict[int, str] = {}  # pid -> lnode cgroup, at the last read_groups
         self._fresh: set[str] = set()  # cgroups `place` used since the last read_groups
         self._moved: dict[str, set[int]] = {}  # cgroup -> pids moved in since read_groups
-        self._before: dict[str, float] = {}  # cgroup -> CPU s `place`d processes used before
+        #: cgroup -> (pid, start tick, CPU s) of the processes moved in from outside since
+        #: the last read_groups, with the CPU they had used by then
+        self._before: dict[str, list[tuple[int, int, float]]] = {}
         self._counters = CounterFiles()
         self._collapsed = False  # a tree deeper than MAX_GROUP_LEVELS was logged
         self._up = False
@@ -382,7 +396,7 @@ class CgroupEnforcer(CgroupFiles):
             rel = "/".join(path)
             self._fresh.add(rel)
             if self._placed.get(pid) != rel:
-                self._move(pid, rel, count_before=True)
+                self._move(pid, rel)
 
     def read_groups(self, members: bool = True) -> dict[str, GroupReading]:
         """Each lnode cgroup's CPU counter (CPU seconds of every process that ran in it)
@@ -403,7 +417,7 @@ class CgroupEnforcer(CgroupFiles):
                 if is_group(rel):
                     continue
                 try:
-                    cpu = parse(read(rel, f"{mount}/{rel}/{counter}")) + before.get(rel, 0.0)
+                    cpu = parse(read(rel, f"{mount}/{rel}/{counter}"))
                     if members:
                         procs = read_bytes(f"{mount}/{rel}/cgroup.procs").split()
                         pids = frozenset([int(p) for p in procs])
@@ -412,7 +426,8 @@ class CgroupEnforcer(CgroupFiles):
                 except (OSError, ValueError):
                     continue
                 name = rel.rsplit("/", 1)[-1]
-                out[name], where[name] = GroupReading(cpu, pids), rel
+                out[name] = GroupReading(cpu, pids, tuple(before.pop(rel, ())))
+                where[name] = rel
             if members:
                 self._members = {pid: where[n] for n, g in out.items() for pid in g.pids}
             else:
