@@ -214,6 +214,44 @@ def machine_idle() -> float:
     return t.idle + getattr(t, "iowait", 0.0)
 
 
+class Deltas(NamedTuple):
+    """What one process used between two readings (CPU s, its reaped children's CPU s,
+    blocks, I/O calls, context switches, MiB-seconds)."""
+
+    cpu: float
+    reaped: float
+    blocks: float
+    calls: float
+    ctx: float
+    mem: float
+
+
+NOTHING = Deltas(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _deltas(c: Counters, old: Counters | None, born: bool, elapsed: float, now: float) -> Deltas:
+    """What process `c` used since its previous reading `old` (None: not seen then;
+    `born`: born since, all it used is new, else a baseline).  One that has left its
+    lnode cgroup starts again from `c`: its CPU was the counter's to charge, and `old`
+    may be the reading kept from when it entered (DeltaTracker.update)."""
+    if old is not None:
+        left = bool(old.group) and not c.group
+        return Deltas(
+            0.0 if left else max(c.cpu - old.cpu, 0.0),
+            0.0 if left else max(c.ccpu - old.ccpu, 0.0),
+            max(c.io_blocks - old.io_blocks, 0.0),
+            max(c.io_calls - old.io_calls, 0.0),
+            max(c.ctx - old.ctx, 0.0) if c.ctx >= 0 and old.ctx >= 0 else 0.0,
+            c.rss * elapsed,
+        )
+    if born:
+        return Deltas(
+            c.cpu, c.ccpu, c.io_blocks, c.io_calls, max(c.ctx, 0.0),
+            c.rss * max(now - c.create_time, 0.0),
+        )  # fmt: skip
+    return NOTHING
+
+
 class DeltaTracker:
     """Turns successive cumulative readings into per-interval deltas (pure bookkeeping).
 
@@ -260,7 +298,10 @@ class DeltaTracker:
         the processes moved into each lnode cgroup from outside since the previous call
         (GroupReading.moved), whose CPU until then no sample charged is added to the
         cgroup's growth (`_before_moved`).  A reading passed again (the very object of
-        the previous call: a process not re-read) has used nothing new.
+        the previous call: a process not re-read) has used nothing new.  A process
+        that has left its lnode cgroup (another daemon on the machine emptied it)
+        starts again from this reading (`_deltas`): its previous one may be the one
+        kept from when it entered, whose delta held all the counter charged since.
         """
         first = self._prev_mono is None
         elapsed = 0.0 if first else max(mono - self._prev_mono, 0.0)
@@ -284,20 +325,8 @@ class DeltaTracker:
                 still[key] = ps
                 out.append(ps)
                 continue
-            if old is not None:
-                d_cpu = max(c.cpu - old.cpu, 0.0)
-                reaped = max(c.ccpu - old.ccpu, 0.0)
-                d_blocks = max(c.io_blocks - old.io_blocks, 0.0)
-                d_calls = max(c.io_calls - old.io_calls, 0.0)
-                d_ctx = max(c.ctx - old.ctx, 0.0) if c.ctx >= 0 and old.ctx >= 0 else 0.0
-                used = c.rss * elapsed
-            elif born(c):
-                # Born since the previous sample: all it used is new.
-                d_cpu, reaped = c.cpu, c.ccpu
-                d_blocks, d_calls, d_ctx = c.io_blocks, c.io_calls, max(c.ctx, 0.0)
-                used = c.rss * max(now - c.create_time, 0.0)
-            else:
-                d_cpu = reaped = d_blocks = d_calls = d_ctx = used = 0.0
+            d = _deltas(c, old, born(c), elapsed, now)
+            reaped = d.reaped
             if reaped > 0 and key in owed:
                 reaped = self._repay(key, reaped)
             out.append(
@@ -305,11 +334,11 @@ class DeltaTracker:
                     pid=c.pid,
                     create_time=c.create_time,
                     uid=c.uid,
-                    cpu=d_cpu + reaped,
-                    bio=d_blocks,
-                    sio=d_calls,
-                    syscalls=d_ctx,
-                    mem=used if mem else 0.0,
+                    cpu=d.cpu + reaped,
+                    bio=d.blocks,
+                    sio=d.calls,
+                    syscalls=d.ctx,
+                    mem=d.mem if mem else 0.0,
                     runnable=c.runnable,
                     nice=c.nice,
                     kernel=c.kernel,

@@ -254,3 +254,41 @@ def test_a_cgroup_that_could_not_be_removed_is_not_charged_again(tmp_path):
     assert "ta" in e._weight
     clock[0] = 300.0
     assert charged(c.sample(io=False, syscalls=False)) == pytest.approx(0.0)
+
+
+def test_a_process_that_leaves_its_lnode_cgroup_is_not_charged_again(tmp_path):
+    """A process kept in an lnode cgroup is not read again every sample (its counter
+    charges it): when it leaves (another daemon on the machine tore the tree down, or
+    emptied the cgroup), its next reading's delta against the one kept from when it
+    entered held all the CPU the counter had charged since (a PostgreSQL test's
+    daemons over-charged when another daemon on the machine removed their cgroups)."""
+    pids, state = [7], {"in": True, "cpu": 0.0}
+
+    def run(ticks: int) -> None:  # at nice 0: not read again while in its cgroup
+        proc_entry(tmp_path, 7, 1, ticks)
+        stat = tmp_path / "7" / "stat"
+        stat.write_bytes(stat.read_bytes().replace(b" 20 5 ", b" 20 0 "))
+
+    run(100)
+
+    def groups(full=True):
+        if not state["in"]:
+            return {}  # the cgroup is gone, its process moved out
+        return {"ta": GroupReading(state["cpu"], frozenset({7}) if full else frozenset())}
+
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: list(pids), groups=groups)
+    c.sample(io=False, syscalls=False)  # the baseline: 1 s used, in ta
+    total = 0.0
+    for ticks in (200, 300):  # 2 s more, counted by ta's counter
+        run(ticks)
+        state["cpu"] += 1.0
+        total += charged(c.sample(io=False, syscalls=False))
+    assert total == pytest.approx(2.0)
+    state["in"] = False
+    run(350)  # moved out, and 0.5 s since
+    # A full sample (every STATUS_EVERY samples, or when system calls cost) sees it out.
+    s = c.sample(io=False, syscalls=True)
+    assert [p.group for p in s.processes] == [""]
+    assert charged(s) <= 0.5 + 1e-9  # not the 2.5 s since it was last read
+    run(400)
+    assert charged(c.sample(io=False, syscalls=False)) == pytest.approx(0.5)  # its own now
