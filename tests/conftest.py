@@ -200,9 +200,16 @@ def _cgroups_of_their_own(request, monkeypatch):
     them all, which moved a system test's daemons' processes out of their lnode cgroups
     and removed their counters (charged twice, or not at all: issue 29)."""
     if request.node.get_closest_marker("system") is None:
+        from fairshare.cli import shrdaemon
         from fairshare.enforce import cgroupfs
 
-        monkeypatch.setattr(cgroupfs, "PARENT", f"fairshare-test-{os.getpid()}")
+        made = shrdaemon.make_enforcer
+
+        def own_parent(*args, **kwargs):  # only the daemon's: fake trees keep theirs
+            monkeypatch.setattr(cgroupfs, "PARENT", f"fairshare-test-{os.getpid()}")
+            return made(*args, **kwargs)
+
+        monkeypatch.setattr(shrdaemon, "make_enforcer", own_parent)
     yield
 
 

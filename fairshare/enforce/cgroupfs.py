@@ -167,6 +167,7 @@ class CgroupFiles:
     proc: str
     hierarchies: list[tuple[Path, str | None]]
     _placed: dict[int, str]
+    _members: dict[int, str]
     _origin: dict[int, tuple[str, ...]]
     _weight: dict[str, tuple]
     _moved: dict[str, set[int]]
@@ -179,6 +180,29 @@ class CgroupFiles:
 
     def prepare_group(self, cgroup: Path) -> None:
         """Whatever a group's cgroup needs before its children can use the cpu controller."""
+
+    def prepare_parent(self) -> None:
+        """Whatever the parent needs before children can use the cpu controller."""
+
+    def _forget_gone(self, rel: str) -> None:
+        """Forget lnode cgroup `rel`, removed behind this daemon's back (another daemon
+        on the machine tore the tree down, or removed what it did not want), and its
+        groups' cgroups and the parent if they went too: the next `apply` makes them
+        again and moves the lnode's processes back, where it would have written to a
+        cgroup that was no more, and counted nothing of them, until they all ended."""
+        self._counters.close(rel)
+        self._before.pop(rel, None)
+        self._weight.pop(rel, None)
+        for name in ancestors(rel):
+            if not all((m / PARENT / name).is_dir() for m, _ctl in self.hierarchies):
+                self._weight.pop(name, None)
+        for where in (self._placed, self._members):
+            for pid in [p for p, r in where.items() if r == rel]:
+                del where[pid]
+        if not all((m / PARENT).is_dir() for m, _ctl in self.hierarchies):
+            for mount, _ctl in self.hierarchies:
+                self.actions.mkdir(mount / PARENT)
+            self.prepare_parent()
 
     def _make(self, name: str, values: tuple) -> None:
         if name not in self._weight:
@@ -324,9 +348,6 @@ class CgroupEnforcer(CgroupFiles):
         """CPU seconds from the text of the counter file."""
         raise NotImplementedError
 
-    def prepare_parent(self) -> None:
-        """Whatever the parent needs before children can use the cpu controller."""
-
     # -- the protocol ----------------------------------------------------------------------
 
     def setup(self) -> None:
@@ -412,7 +433,7 @@ class CgroupEnforcer(CgroupFiles):
             mount = str(self.hierarchies[-1][0] / PARENT)
             counter, read, parse = self.counter_file, self._counters.read, self.parse_counter
             before = self._before
-            out, where = {}, {}
+            out, where, gone = {}, {}, []
             for rel in self._weight:
                 if is_group(rel):
                     continue
@@ -424,10 +445,14 @@ class CgroupEnforcer(CgroupFiles):
                     else:  # most cycles: nobody was moved in
                         pids = frozenset(moved[rel]) if rel in moved else _NONE
                 except (OSError, ValueError):
+                    if not os.path.isdir(f"{mount}/{rel}"):  # removed behind our back
+                        gone.append(rel)
                     continue
                 name = rel.rsplit("/", 1)[-1]
                 out[name] = GroupReading(cpu, pids, tuple(before.pop(rel, ())))
                 where[name] = rel
+            for rel in gone:
+                self._forget_gone(rel)
             if members:
                 self._members = {pid: where[n] for n, g in out.items() for pid in g.pids}
             else:
