@@ -4,7 +4,11 @@ root (the real machine's proof: tests/system/test_books_real.py).
 - an orphan born in an lnode cgroup is known to be there (the kernel says so), so only
   the cgroup's counter charges it;
 - the counters a write-back or checkpoint covered are stored, and a restarted daemon
-  resumes from them, or says what it cannot charge.
+  resumes from them, or says what it cannot charge;
+- what a process used before it was moved into an lnode cgroup is charged once (the
+  samples that saw it outside, the rest from its figures at the move), never as part
+  of the counter's readings; a process that leaves its cgroup is not charged again
+  what the counter charged.
 """
 
 from __future__ import annotations
