@@ -192,6 +192,28 @@ def _system_tests_take_turns(request):
 
 
 @pytest.fixture(autouse=True)
+def _cgroups_of_their_own(request, monkeypatch):
+    """A daemon the everyday tiers run in this process (shrdaemon --once through
+    CliRunner) as root makes its cgroups under a parent of this test process's
+    (fairshare-test-PID), never under MOUNT/fairshare: at start a daemon adopts every
+    cgroup it finds there and removes what it does not want, and at exit it removes
+    them all, which moved a system test's daemons' processes out of their lnode cgroups
+    and removed their counters (charged twice, or not at all: issue 29)."""
+    if request.node.get_closest_marker("system") is None:
+        from fairshare.cli import shrdaemon
+        from fairshare.enforce import cgroupfs
+
+        made = shrdaemon.make_enforcer
+
+        def own_parent(*args, **kwargs):  # only the daemon's: fake trees keep theirs
+            monkeypatch.setattr(cgroupfs, "PARENT", f"fairshare-test-{os.getpid()}")
+            return made(*args, **kwargs)
+
+        monkeypatch.setattr(shrdaemon, "make_enforcer", own_parent)
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _shrdaemon_log_as_found():
     """shrdaemon's logger as each test found it: a daemon run in-process (CliRunner)
     points it at its own handler and stops it propagating, which would hide the next

@@ -21,10 +21,14 @@ WEAKEST_NICE = 19
 @dataclass(frozen=True, slots=True)
 class GroupReading:
     """One lnode cgroup as the kernel counts it: `cpu` the CPU seconds every process
-    that ever ran in it used (cumulative), `pids` the processes in it now."""
+    that ever ran in it used (cumulative), `pids` the processes in it now, and `moved`
+    the processes moved into it from outside since the previous reading, each as (pid,
+    start tick, CPU s it had used when moved): what it used before, which the counter
+    never saw, and which only the collector knows how much of it a sample charged."""
 
     cpu: float
     pids: frozenset[int] = frozenset()
+    moved: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

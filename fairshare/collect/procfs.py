@@ -12,7 +12,14 @@ new process is a new key, so nothing is charged twice and nothing is charged
 from another process's counters.  A process that already existed at the
 previous sample but was not seen then (the collector's first sample) gives
 only a baseline; a process created since the previous sample is charged for
-everything it used.
+everything it used.  Which of the two a process is, is told by its start tick
+against the boot-clock time (CLOCK_BOOTTIME, the clock of /proc/PID/stat's start
+time) at which the previous sample began to list the processes: its create time
+is the boot time, which the kernel gives to the whole second, plus its start, so
+up to a second early against the wall clock, and a process born in that second
+after a sample was taken for one already there, its CPU until the next sample
+never charged (issue 29: a session started just after the daemon's baseline lost
+its first half second, where the process events did not place it at once).
 """
 
 from __future__ import annotations
@@ -207,6 +214,44 @@ def machine_idle() -> float:
     return t.idle + getattr(t, "iowait", 0.0)
 
 
+class Deltas(NamedTuple):
+    """What one process used between two readings (CPU s, its reaped children's CPU s,
+    blocks, I/O calls, context switches, MiB-seconds)."""
+
+    cpu: float
+    reaped: float
+    blocks: float
+    calls: float
+    ctx: float
+    mem: float
+
+
+NOTHING = Deltas(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _deltas(c: Counters, old: Counters | None, born: bool, elapsed: float, now: float) -> Deltas:
+    """What process `c` used since its previous reading `old` (None: not seen then;
+    `born`: born since, all it used is new, else a baseline).  One that has left its
+    lnode cgroup starts again from `c`: its CPU was the counter's to charge, and `old`
+    may be the reading kept from when it entered (DeltaTracker.update)."""
+    if old is not None:
+        left = bool(old.group) and not c.group
+        return Deltas(
+            0.0 if left else max(c.cpu - old.cpu, 0.0),
+            0.0 if left else max(c.ccpu - old.ccpu, 0.0),
+            max(c.io_blocks - old.io_blocks, 0.0),
+            max(c.io_calls - old.io_calls, 0.0),
+            max(c.ctx - old.ctx, 0.0) if c.ctx >= 0 and old.ctx >= 0 else 0.0,
+            c.rss * elapsed,
+        )
+    if born:
+        return Deltas(
+            c.cpu, c.ccpu, c.io_blocks, c.io_calls, max(c.ctx, 0.0),
+            c.rss * max(now - c.create_time, 0.0),
+        )  # fmt: skip
+    return NOTHING
+
+
 class DeltaTracker:
     """Turns successive cumulative readings into per-interval deltas (pure bookkeeping).
 
@@ -226,6 +271,7 @@ class DeltaTracker:
         self._prev_idle: float | None = None
         self._prev_mono: float | None = None
         self._prev_time: float | None = None
+        self._prev_listed: float | None = None
         self._owed: dict[tuple[int, float], float] = {}  # parent -> CPU s already charged
         self._groups: dict[str, float] = {}  # lnode cgroup -> its counter (CPU s)
         self._kept: dict[tuple[int, float], ProcessSample] = {}  # of readings passed again
@@ -238,18 +284,28 @@ class DeltaTracker:
         now: float,
         groups: Mapping[str, float] | None = None,
         mem: bool = True,
+        listed: float | None = None,
+        moved: Mapping[str, Iterable[tuple[int, int, float]]] | None = None,
     ) -> Sample:
         """A Sample of the deltas between `readings` and the previous call's.
 
         `idle` is the machine's cumulative idle CPU seconds, `mono` a monotonic
         clock reading (s) and `now` the wall-clock time (epoch s); `groups` the
         cumulative CPU seconds of each lnode cgroup's kernel counter; `mem` False
-        leaves memory at 0 (nothing charges it).  A reading passed again (the very
-        object of the previous call: a process not re-read) has used nothing new.
+        leaves memory at 0 (nothing charges it); `listed` the boot-clock time (s) at
+        which the processes of `readings` began to be listed (None: a process's create
+        time is set against the previous call's `now` instead; `born_since`); `moved`
+        the processes moved into each lnode cgroup from outside since the previous call
+        (GroupReading.moved), whose CPU until then no sample charged is added to the
+        cgroup's growth (`_before_moved`).  A reading passed again (the very object of
+        the previous call: a process not re-read) has used nothing new.  A process
+        that has left its lnode cgroup (another daemon on the machine emptied it)
+        starts again from this reading (`_deltas`): its previous one may be the one
+        kept from when it entered, whose delta held all the counter charged since.
         """
         first = self._prev_mono is None
         elapsed = 0.0 if first else max(mono - self._prev_mono, 0.0)
-        since = self._prev_time
+        born = self.born_since(self._prev_time, self._prev_listed)
         current: dict[tuple[int, float], Counters] = {}
         for c in readings:
             current[(c.pid, c.create_time)] = c
@@ -269,20 +325,8 @@ class DeltaTracker:
                 still[key] = ps
                 out.append(ps)
                 continue
-            if old is not None:
-                d_cpu = max(c.cpu - old.cpu, 0.0)
-                reaped = max(c.ccpu - old.ccpu, 0.0)
-                d_blocks = max(c.io_blocks - old.io_blocks, 0.0)
-                d_calls = max(c.io_calls - old.io_calls, 0.0)
-                d_ctx = max(c.ctx - old.ctx, 0.0) if c.ctx >= 0 and old.ctx >= 0 else 0.0
-                used = c.rss * elapsed
-            elif since is not None and c.create_time >= since:
-                # Born since the previous sample: all it used is new.
-                d_cpu, reaped = c.cpu, c.ccpu
-                d_blocks, d_calls, d_ctx = c.io_blocks, c.io_calls, max(c.ctx, 0.0)
-                used = c.rss * max(now - c.create_time, 0.0)
-            else:
-                d_cpu = reaped = d_blocks = d_calls = d_ctx = used = 0.0
+            d = _deltas(c, old, born(c), elapsed, now)
+            reaped = d.reaped
             if reaped > 0 and key in owed:
                 reaped = self._repay(key, reaped)
             out.append(
@@ -290,11 +334,11 @@ class DeltaTracker:
                     pid=c.pid,
                     create_time=c.create_time,
                     uid=c.uid,
-                    cpu=d_cpu + reaped,
-                    bio=d_blocks,
-                    sio=d_calls,
-                    syscalls=d_ctx,
-                    mem=used if mem else 0.0,
+                    cpu=d.cpu + reaped,
+                    bio=d.blocks,
+                    sio=d.calls,
+                    syscalls=d.ctx,
+                    mem=d.mem if mem else 0.0,
                     runnable=c.runnable,
                     nice=c.nice,
                     kernel=c.kernel,
@@ -304,9 +348,27 @@ class DeltaTracker:
             )
         d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)
         d_groups = self._group_deltas(groups or {}, first)
+        if moved and not first:
+            self._before_moved(d_groups, moved)
         self._prev, self._kept = current, still
         self._prev_idle, self._prev_mono, self._prev_time = idle, mono, now
+        self._prev_listed = listed
         return Sample(time=now, elapsed=elapsed, processes=out, idle=d_idle, groups=d_groups)
+
+    @staticmethod
+    def born_since(since: float | None, listed: float | None) -> Callable[[Counters], bool]:
+        """Whether a process not seen at the previous sample was born since it began
+        (all it used is then new) rather than before (a baseline): its start tick
+        against `listed`, the boot-clock time the previous sample began listing, one
+        tick's truncation allowed; without it, its create time against `since`, that
+        sample's wall-clock time (to the second of the boot time).  None: the first
+        sample, nothing is new."""
+        if listed is not None:
+            tick = int(listed * CLK_TCK)  # the kernel truncates the start to a tick
+            return lambda c: c.start >= tick
+        if since is None:
+            return lambda c: False
+        return lambda c: c.create_time >= since
 
     def group_readings(self) -> dict[str, float]:
         """Each lnode cgroup's counter (CPU s) at the last update: what the deltas so far
@@ -327,6 +389,27 @@ class DeltaTracker:
         if owed[key] <= 0 or math.isinf(owed[key]):  # unknown: this reap forfeits
             del owed[key]
         return reaped - back
+
+    def _before_moved(
+        self, d_groups: dict[str, float], moved: Mapping[str, Iterable[tuple[int, int, float]]]
+    ) -> None:
+        """Add to each lnode cgroup's growth in `d_groups` (in place) the CPU that the
+        processes `moved` into it from outside (pid, start tick, CPU s when moved) had
+        used by then and no sample charged: all of it for one the previous sample did
+        not see, what it used after that sample for one seen outside every lnode cgroup
+        (its own CPU was charged up to there), none for one the previous sample took to
+        be in one already (what it used is not known: never twice)."""
+        last = {(c.pid, c.start): c for c in self._prev.values()}
+        for name, procs in moved.items():
+            extra = 0.0
+            for pid, start, cpu in procs:
+                old = last.get((pid, start))
+                if old is None:
+                    extra += cpu
+                elif not old.group:
+                    extra += max(cpu - old.cpu, 0.0)
+            if extra > 0:
+                d_groups[name] = d_groups.get(name, 0.0) + extra
 
     def _group_deltas(self, groups: Mapping[str, float], first: bool) -> dict[str, float]:
         """Each lnode cgroup's counter growth since the previous call (0 on the first)."""
@@ -397,11 +480,13 @@ class ProcfsCollector:
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
         proc: str = "/proc",
+        boot_clock: Callable[[], float] = lambda: time.clock_gettime(time.CLOCK_BOOTTIME),
         pids: Callable[[], list[int]] = psutil.pids,
         groups: Callable[[bool], Mapping[str, GroupReading]] | None = None,
         group_of: Callable[[int], str] | None = None,
     ) -> None:
         self._wall, self._mono, self._proc, self._pids = wall, mono, proc, pids
+        self._boot_clock = boot_clock
         self._groups, self._group_of = groups, group_of
         self._tracker = DeltaTracker()
         self._uids: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, start) -> owner, uid
@@ -430,6 +515,7 @@ class ProcfsCollector:
                 member[pid] = name
         lean = not (io or syscalls or refresh)
         skim = lean and placed and self._groups is not None
+        listed = self._boot_clock()  # a process born from now on is new next sample
         pids = sorted(self._seen.union(member)) if skim else self._pids()
         uids: dict[tuple[int, int], tuple[int, int]] = {}
         kept: dict[int, Counters] = {}
@@ -468,8 +554,9 @@ class ProcfsCollector:
         self._outside = others
         self._seen = {c.pid for c in readings}
         cpu = {name: g.cpu for name, g in groups.items()}
+        moved = {name: g.moved for name, g in groups.items() if g.moved}
         return self._tracker.update(
-            readings, machine_idle(), self._mono(), self._wall(), cpu, mem=mem
+            readings, machine_idle(), self._mono(), self._wall(), cpu, mem, listed, moved
         )
 
     def covered(self) -> dict[str, float]:

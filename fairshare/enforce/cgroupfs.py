@@ -26,6 +26,10 @@ controller's ``cpuacct.usage`` (ns).  Where cgroup v1 mounts cpuacct apart from
 cpu, the lnode cgroups are made in both hierarchies and processes placed in
 both; `read_groups` gives the daemon's collector these counters.  `place` puts
 one new process in its lnode's cgroup between cycles (fairshare.enforce.events).
+A process moved in from outside brings the CPU it used before, which its counter
+never sees: `read_groups` hands each such move out once (GroupReading.moved), and
+the collector charges what of it no sample did (fairshare.collect.procfs); the
+counters themselves are the kernel's alone, as a restarted daemon reads them.
 """
 
 from __future__ import annotations
@@ -109,12 +113,14 @@ def cgroup_of(pid: int, controller: str | None, proc: str = "/proc") -> str | No
     return None
 
 
-def own_cpu(pid: int, proc: str = "/proc") -> float:
-    """CPU seconds process `pid` has used so far (user + system), 0 if it is gone."""
+def own_cpu(pid: int, proc: str = "/proc") -> tuple[int, float] | None:
+    """(start tick, CPU seconds used so far: user + system) of process `pid`; None if
+    it is gone."""
     try:
-        return parse_stat(read_bytes(f"{proc}/{pid}/stat")).ticks / CLK_TCK
+        st = parse_stat(read_bytes(f"{proc}/{pid}/stat"))
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return None
+    return st.start, st.ticks / CLK_TCK
 
 
 class CounterFiles:
@@ -161,10 +167,11 @@ class CgroupFiles:
     proc: str
     hierarchies: list[tuple[Path, str | None]]
     _placed: dict[int, str]
+    _members: dict[int, str]
     _origin: dict[int, tuple[str, ...]]
     _weight: dict[str, tuple]
     _moved: dict[str, set[int]]
-    _before: dict[str, float]
+    _before: dict[str, list[tuple[int, int, float]]]
     _counters: CounterFiles
 
     def write_weight(self, cgroup: Path, values: tuple) -> None:
@@ -173,6 +180,29 @@ class CgroupFiles:
 
     def prepare_group(self, cgroup: Path) -> None:
         """Whatever a group's cgroup needs before its children can use the cpu controller."""
+
+    def prepare_parent(self) -> None:
+        """Whatever the parent needs before children can use the cpu controller."""
+
+    def _forget_gone(self, rel: str) -> None:
+        """Forget lnode cgroup `rel`, removed behind this daemon's back (another daemon
+        on the machine tore the tree down, or removed what it did not want), and its
+        groups' cgroups and the parent if they went too: the next `apply` makes them
+        again and moves the lnode's processes back, where it would have written to a
+        cgroup that was no more, and counted nothing of them, until they all ended."""
+        self._counters.close(rel)
+        self._before.pop(rel, None)
+        self._weight.pop(rel, None)
+        for name in ancestors(rel):
+            if not all((m / PARENT / name).is_dir() for m, _ctl in self.hierarchies):
+                self._weight.pop(name, None)
+        for where in (self._placed, self._members):
+            for pid in [p for p, r in where.items() if r == rel]:
+                del where[pid]
+        if not all((m / PARENT).is_dir() for m, _ctl in self.hierarchies):
+            for mount, _ctl in self.hierarchies:
+                self.actions.mkdir(mount / PARENT)
+            self.prepare_parent()
 
     def _make(self, name: str, values: tuple) -> None:
         if name not in self._weight:
@@ -184,18 +214,22 @@ class CgroupFiles:
             self.write_weight(self.parent / name, values)
             self._weight[name] = values
 
-    def _move(self, pid: int, name: str, count_before: bool = False) -> None:
-        """Move `pid` into cgroup `name`; `count_before`: a process no sample has seen
-        (one `place` moves as it appears): the CPU it used before, which its new
-        cgroup's counter never sees, is added to that counter's readings."""
+    def _move(self, pid: int, name: str) -> None:
+        """Move `pid` into cgroup `name`.  One that comes from outside our cgroups has
+        the CPU it used so far noted (`read_groups` hands it out once, as `moved`): the
+        counter never sees it, and the collector charges what no sample did.  Added to
+        the counter's readings instead, it was charged a second time when a sample had
+        seen the process (an event handled after a sample, a move by `apply`), and a
+        restart, whose readings lack it, took the counter as gone backwards."""
         if pid not in self._origin:
             origin = tuple(cgroup_of(pid, ctl, self.proc) for _m, ctl in self.hierarchies)
             if any(o is None for o in origin):
                 return
             if not origin[0].startswith(f"/{PARENT}/"):
                 self._origin[pid] = origin
-                before = own_cpu(pid, self.proc) if count_before else 0.0
-                self._before[name] = self._before.get(name, 0.0) + before
+                used = own_cpu(pid, self.proc)
+                if used is not None:
+                    self._before.setdefault(name, []).append((pid, *used))
         try:
             for mount, _ctl in self.hierarchies:
                 self.actions.write_file(mount / PARENT / name / "cgroup.procs", str(pid))
@@ -210,7 +244,9 @@ class CgroupFiles:
         their origin, else the mount root) and remove it; True if it is gone."""
         gone = True
         self._counters.close(name)
-        self._before.pop(name, None)
+        moved = self._before.pop(name, [])
+        if moved and into is not None:  # the same lnode's processes, at its new place
+            self._before.setdefault(into, []).extend(moved)
         for i, (mount, _ctl) in enumerate(self.hierarchies):
             cg = mount / PARENT / name
             # A process forking while its parent is moved out leaves the child behind
@@ -295,7 +331,9 @@ class CgroupEnforcer(CgroupFiles):
         self._members: dict[int, str] = {}  # pid -> lnode cgroup, at the last read_groups
         self._fresh: set[str] = set()  # cgroups `place` used since the last read_groups
         self._moved: dict[str, set[int]] = {}  # cgroup -> pids moved in since read_groups
-        self._before: dict[str, float] = {}  # cgroup -> CPU s `place`d processes used before
+        #: cgroup -> (pid, start tick, CPU s) of the processes moved in from outside since
+        #: the last read_groups, with the CPU they had used by then
+        self._before: dict[str, list[tuple[int, int, float]]] = {}
         self._counters = CounterFiles()
         self._collapsed = False  # a tree deeper than MAX_GROUP_LEVELS was logged
         self._up = False
@@ -309,9 +347,6 @@ class CgroupEnforcer(CgroupFiles):
     def parse_counter(self, text: bytes) -> float:
         """CPU seconds from the text of the counter file."""
         raise NotImplementedError
-
-    def prepare_parent(self) -> None:
-        """Whatever the parent needs before children can use the cpu controller."""
 
     # -- the protocol ----------------------------------------------------------------------
 
@@ -382,7 +417,7 @@ class CgroupEnforcer(CgroupFiles):
             rel = "/".join(path)
             self._fresh.add(rel)
             if self._placed.get(pid) != rel:
-                self._move(pid, rel, count_before=True)
+                self._move(pid, rel)
 
     def read_groups(self, members: bool = True) -> dict[str, GroupReading]:
         """Each lnode cgroup's CPU counter (CPU seconds of every process that ran in it)
@@ -398,21 +433,26 @@ class CgroupEnforcer(CgroupFiles):
             mount = str(self.hierarchies[-1][0] / PARENT)
             counter, read, parse = self.counter_file, self._counters.read, self.parse_counter
             before = self._before
-            out, where = {}, {}
+            out, where, gone = {}, {}, []
             for rel in self._weight:
                 if is_group(rel):
                     continue
                 try:
-                    cpu = parse(read(rel, f"{mount}/{rel}/{counter}")) + before.get(rel, 0.0)
+                    cpu = parse(read(rel, f"{mount}/{rel}/{counter}"))
                     if members:
                         procs = read_bytes(f"{mount}/{rel}/cgroup.procs").split()
                         pids = frozenset([int(p) for p in procs])
                     else:  # most cycles: nobody was moved in
                         pids = frozenset(moved[rel]) if rel in moved else _NONE
                 except (OSError, ValueError):
+                    if not os.path.isdir(f"{mount}/{rel}"):  # removed behind our back
+                        gone.append(rel)
                     continue
                 name = rel.rsplit("/", 1)[-1]
-                out[name], where[name] = GroupReading(cpu, pids), rel
+                out[name] = GroupReading(cpu, pids, tuple(before.pop(rel, ())))
+                where[name] = rel
+            for rel in gone:
+                self._forget_gone(rel)
             if members:
                 self._members = {pid: where[n] for n, g in out.items() for pid in g.pids}
             else:

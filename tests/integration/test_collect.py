@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import psutil
 import pytest
 
 from fairshare.collect import GroupReading
@@ -94,6 +95,40 @@ def test_unseen_old_process_gives_only_a_baseline():
     assert s.processes[0].cpu == 0.0
     s = t.update([counters(11, 900.0, 31.0)], idle=0.0, mono=8.0, now=1008.0)
     assert s.processes[0].cpu == 1.0
+
+
+def test_a_process_born_just_after_a_sample_is_charged_all_it_used(tmp_path):
+    """The boot time /proc gives is to the whole second, so a create time can fall up
+    to a second before the sample that came before the birth: a session started just
+    after the daemon's baseline was taken for one already there and its CPU until the
+    next sample never charged (issue 29: 0.3-0.5 s of a 12 s run where no process
+    events placed it at once).  The start tick against the boot clock tells."""
+    boot = psutil.boot_time() + 0.7  # the true boot, 0.7 s after the second /proc gives
+    clock = {"boot": 123.40}  # the baseline, 50 ms before the birth at tick 12345
+
+    def wall():
+        return boot + clock["boot"]
+
+    pids: list[int] = []
+    c = ProcfsCollector(
+        wall=wall, proc=str(tmp_path), pids=lambda: list(pids), boot_clock=lambda: clock["boot"]
+    )
+    c.sample(io=False, syscalls=False, mem=False)
+    fake_proc(tmp_path, 4242, 61001, ticks=50)  # born at 123.45 s after boot, used 0.5 s
+    pids.append(4242)
+    clock["boot"] = 124.40
+    (p,) = c.sample(io=False, syscalls=False, mem=False).processes
+    assert p.create_time < boot + 123.40  # what the create time alone said: already there
+    assert p.cpu == pytest.approx(50 / CLK_TCK)
+    # One born a tick before the previous sample began and not seen then: a baseline.
+    fake_proc(tmp_path, 4243, 61001, ticks=50)
+    (tmp_path / "4243" / "stat").write_bytes(
+        (tmp_path / "4243" / "stat").read_bytes().replace(b" 12345 ", b" 12439 ")
+    )
+    pids.append(4243)
+    clock["boot"] = 125.40
+    s = c.sample(io=False, syscalls=False, mem=False)
+    assert {q.pid: q.cpu for q in s.processes} == {4242: 0.0, 4243: 0.0}
 
 
 def test_counters_going_backwards_never_charge_negative():

@@ -560,3 +560,34 @@ def test_cgroup1_nests_in_both_hierarchies_when_cpuacct_is_apart(tmp_path):
     e.teardown()
     for m in (cpu, acct):
         assert (m / "cgroup.procs").read_text() == "5" and not (m / "fairshare").exists()
+
+
+def test_cgroups_removed_behind_the_daemons_back_are_made_again(tmp_path):
+    """Another daemon on the machine (a second UDB's, a test's shrdaemon --once) adopts
+    the tree at its start and removes it at its exit: this daemon then wrote to cgroups
+    that were no more and counted nothing of its lnodes' processes until they ended.
+    The counter it cannot read, with its cgroup gone, makes it forget them: the next
+    cycle makes them again, the parent too, and moves the processes back."""
+    cpu, acct = tmp_path / "cpu", tmp_path / "cpuacct"
+    for m in (cpu, acct):
+        m.mkdir()
+        (m / "cgroup.procs").write_text("5")
+    proc = fake_proc(tmp_path, [5], "2:cpuacct:/\n1:cpu:/\n")
+    fs = FakeCgroupFs([cpu, acct])
+    e = Cgroup1Enforcer(cpu, fs, proc=proc, acct=acct)
+    e.setup()
+    target = [LnodeTarget("u1", (5,), 0.5, 1, groups=nested(("P", 0.5)))]
+    e.apply(target)
+    (acct / "fairshare" / "+P" / "u1" / "cpuacct.usage").write_text("1000000000\n")
+    assert e.read_groups()["u1"].cpu == 1.0
+    other = Cgroup1Enforcer(cpu, fs, proc=proc, acct=acct)  # another daemon's whole run
+    other.setup()
+    other.teardown()
+    assert not (acct / "fairshare").exists() and (acct / "cgroup.procs").read_text() == "5"
+    assert e.read_groups() == {}  # nothing to count this cycle
+    e.apply(target)
+    for m in (cpu, acct):
+        assert (m / "fairshare" / "+P" / "u1" / "cgroup.procs").read_text() == "5"
+    assert (cpu / "fairshare" / "cpu.shares").read_text() == str(1024 * os.cpu_count())
+    (acct / "fairshare" / "+P" / "u1" / "cpuacct.usage").write_text("200000000\n")
+    assert e.read_groups()["u1"] == GroupReading(0.2, frozenset({5}))

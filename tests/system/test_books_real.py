@@ -24,7 +24,6 @@ from machine_lock import remove_fairshare_cgroups, skip_if_a_daemon_runs
 from sqlalchemy import select
 
 from fairshare.enforce.detect import detect
-from fairshare.enforce.events import nested_pid_namespace
 from system.test_daemon_real import (
     kill_test_uids,
     make_udb,
@@ -325,13 +324,6 @@ def busy_in(cg: Path, uid: int) -> subprocess.Popen:
     )
 
 
-@pytest.mark.xfail(
-    nested_pid_namespace(),
-    reason="known gap: in a nested PID namespace (no process events) the restarted "
-    "daemon's total falls about 4% short (half a second of a 12 s run), not yet found; "
-    "on the host it is within 0.1% (issue 29's closing note)",
-    strict=False,
-)
 @pytest.mark.parametrize("enforcer", ["cgroup", "none"])
 def test_kill_9_and_restart_charges_the_downtime_from_the_counters(tmp_path, enforcer):
     """A daemon killed with -9 and restarted 5 s later charges what the lnode used
