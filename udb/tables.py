@@ -12,8 +12,8 @@ write-back or checkpoint covered (fairshare.store.published).  `const_changes` a
 shradmin's history and time-of-day settings, `share_changes` shrdist's change log,
 `sync_requests` shrsync's requests to the daemon, `serials` the change counters,
 `host_generations` which daemon may write a host's rows (its fencing token).
-`site_hosts` and `site_sums` are GLOBALUSAGE's per-cycle exchange between the hosts of
-a site (fairshare.store.exchange).
+`site_hosts` is GLOBALUSAGE's per-cycle exchange between the hosts of a site
+(fairshare.store.exchange).
 
 Reading needs nothing more: the displays and the daemon's cycle query these with Core
 statements, and never import SQLAlchemy's ORM (a tenth of a second of every command's
@@ -275,9 +275,9 @@ host_generations = Table(
 )
 
 #: GLOBALUSAGE's per-cycle exchange (fairshare.store.exchange): one row per host with
-#: what it adds to `site_sums`, as of `time` (epoch s): `columnar` holds one float64
-#: array per field (uid, present, demand, owed, rate, want; udb.columnar is not used:
-#: this is read and written every cycle and needs no names), `cpus` the host's CPUs.
+#: what it tells the other hosts, as of `time` (epoch s): `columnar` holds one packed
+#: record per uid it has an lnode for or owes usage to (fairshare.store.exchange.PACKED:
+#: flags, owed usage, CPU rate, wanted CPUs), `cpus` the host's CPUs.
 site_hosts = Table(
     "site_hosts",
     metadata,
@@ -285,23 +285,4 @@ site_hosts = Table(
     _col("time", Float),
     _col("cpus", Float),
     _col("columnar", LargeBinary),
-)
-
-#: The sum over the rows of `site_hosts`, per uid (acid in Share by Account), kept in the
-#: same transactions that change them: `contributors` how many rows name the uid (a
-#: row no host contributes to any more is reset to zeros), `hosts` on how many hosts it
-#: has an lnode,
-#: `demand` on how many it wants CPU, `owed` the usage the hosts accrued for it and have
-#: not written to its entry yet (charge units), `rate` the CPU s per s it receives and
-#: `want` the CPUs it would use, over all hosts.
-site_sums = Table(
-    "site_sums",
-    metadata,
-    _key("uid", BigInteger, autoincrement=False),
-    _col("contributors", Integer, 0),
-    _col("hosts", Integer, 0),
-    _col("demand", Integer, 0),
-    _col("owed", Float, 0.0),
-    _col("rate", Float, 0.0),
-    _col("want", Float, 0.0),
 )

@@ -22,7 +22,7 @@ module named after it (this is the one list of them):
    UDB's nice applied beside it, fairshare.enforce.switch).
 6. The lnode table published (fairshare.store.published).
 7. `exchange`: with GLOBALUSAGE, this host's part of the site's view (what it owes and
-   receives per lnode) sent and the site's sums read back, in one short transaction:
+   receives per lnode) sent and the other hosts' read back, in one short transaction:
    the lnodes take their site-wide usage and the view of the other hosts is one cycle
    old (fairshare.store.exchange).
 8. `writeback`: every `writeback` seconds what the lnodes accrued added to the UDB

@@ -1,6 +1,6 @@
-"""GLOBALUSAGE's per-cycle step: this host's part of the site's view sent, the site's
-sums read back, and the lnodes given the site-wide usage (fairshare.store.exchange,
-fairshare.core.steps.take_site_view).
+"""GLOBALUSAGE's per-cycle step: this host's part of the site's view sent, the other
+hosts' read back and summed, and the lnodes given the site-wide usage
+(fairshare.store.exchange, fairshare.core.steps.take_site_view).
 
 The host's *contribution* is, per uid it has an lnode for or still owes: whether it
 has an lnode and whether that lnode wants CPU, the usage it accrued and has not
@@ -26,7 +26,7 @@ from fairshare.store.exchange import Contribution, site_view_of
 from fairshare.store.published import LnodeStore
 
 #: A host silent for this many write-back intervals (or deltas, when longer) is no longer
-#: live: its part of the site's sums is retracted.
+#: live: the others leave it out of their view.
 LIVE_INTERVALS = 3
 
 
@@ -51,8 +51,8 @@ def contribution(
     zeros = [0.0] * len(kept)
     return Contribution.of(
         uid,
-        present=np.concatenate([np.ones(len(leaves)), zeros]),
-        demand=np.concatenate([t.demand[leaves].astype(float), zeros]),
+        present=np.concatenate([np.ones(len(leaves), dtype=bool), np.zeros(len(kept), bool)]),
+        demand=np.concatenate([t.demand[leaves], np.zeros(len(kept), dtype=bool)]),
         owed=np.concatenate([np.maximum(t.usage[leaves] - t.stored[leaves], 0.0), owed_kept]),
         rate=np.concatenate([got[leaves] * cpus, zeros]),
         want=np.concatenate([want[leaves], zeros]),
@@ -68,12 +68,12 @@ def exchange(
     consts: Consts,
     cpus: float,
 ) -> int:
-    """Send this host's contribution as of `now` (epoch s), read the site's sums, and
+    """Send this host's contribution as of `now` (epoch s), read the other hosts' summed, and
     give the active lnodes of `ln` their site-wide usage and `site` the view of the
-    other hosts (in place).  Returns how many uids the site's sums hold."""
+    other hosts (in place).  Returns how many uids the other hosts name."""
     mine = contribution(ln, pending, now, consts.halflife, cpus)
     sums = store.exchange(mine, now, cpus, live_after(now, consts))
-    view, usage = site_view_of(ln.tree, sums, mine, now, consts.halflife)
+    view, usage = site_view_of(ln.tree, sums, now, consts.halflife)
     view.time = sums.oldest
     take_site_view(ln.tree, ln.table, site, view, usage)
     return len(sums.uid)

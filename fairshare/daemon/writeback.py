@@ -13,7 +13,7 @@ written move into the entry's cpuquotaused) and releases some lnodes, as its
 After a PERIODIC or SYNC write-back the active entries are read again and, with
 GLOBALUSAGE, the site factors are updated (fairshare.core.site.update_factors) from the
 view of the other hosts that the cycle's exchange keeps fresh (fairshare.daemon.exchange;
-the written increments leave this host's part of the site's sums in the write-back's own
+the written increments leave this host's row of the exchange in the write-back's own
 transaction, fairshare.store.exchange.settle).  Every `checkpoint` seconds every active lnode's
 unwritten increment is checkpointed, from which the next start recovers after a crash
 (`WriteBacks.recover`, fairshare.store.published).  Increments the UDB does not take (it

@@ -22,10 +22,10 @@ checkpoints and recovery.
 - `recover`: at start, whatever a crashed daemon checkpointed is written back as
   if those lnodes had been written at the checkpoint's time; what accrued after
   the checkpoint is lost, nothing more.
-- `exchange`: GLOBALUSAGE's per-cycle exchange of what each host owes and receives, and
-  the site's sums read back (fairshare.store.exchange); a write-back settles what it
+- `exchange`: GLOBALUSAGE's per-cycle exchange of what each host owes and receives, the
+  other hosts' read back (fairshare.store.exchange); a write-back settles what it
   wrote there in its own transaction, a recovery or a spool's replay at start and a
-  clean stop retract the host's part.
+  clean stop retract the host's row.
 
 Every row is keyed by host name, so daemons on several hosts can share one UDB.
 """
@@ -262,7 +262,7 @@ class LnodeStore:
             _write_back(s, released, halflife, by_uid)
             _save_counters(s, self.host, counters)
             uids = sorted({uid for uid, _wb in released})
-            if uids:  # what the site's sums say this host owes is in the entries now
+            if uids:  # what this host's exchange row says it owes is in the entries now
                 exchange.settle(s, self.host, uids)
             pg = self.engine.dialect.name == "postgresql"
             checkpoints = tables.lnode_checkpoints
@@ -305,8 +305,8 @@ class LnodeStore:
     def exchange(self, mine: Contribution, now: float, cpus: float, live_after: float) -> SiteSums:
         """GLOBALUSAGE's per-cycle exchange (fairshare.store.exchange): `mine`, this host's
         contribution as of `now` (epoch s, `cpus` CPUs), replaces its last one and the
-        site's sums are read back, the hosts silent since `live_after` (epoch s)
-        retracted, in one transaction."""
+        other hosts' that exchanged since `live_after` (epoch s) are read back, summed,
+        in one transaction."""
         with write_connection(self.engine) as conn:
             fence.check(conn, self.host, self.generation)
             return exchange.exchange(conn, self.host, now, cpus, mine, live_after)
@@ -367,7 +367,7 @@ class LnodeStore:
             )
             for table in (checkpoints, tables.lnodes, tables.lnode_cycles):
                 s.execute(delete(table).where(self._here(table)))
-            exchange.retract(s, self.host)  # the last daemon's part of the site's sums
+            exchange.retract(s, self.host)  # the last daemon's row of the site's exchange
         return out
 
 

@@ -1,8 +1,9 @@
 """GLOBALUSAGE's per-cycle site exchange (fairshare.store.exchange,
-fairshare.daemon.exchange): the site's sums stay the exact sum of the hosts' rows
-through replacements, write-backs, retractions and concurrent hosts; each daemon's view
-of the others is one cycle old and counts what they owe before they write it back.
-On PostgreSQL: tests/system/test_site_postgresql.py runs the tests taking `any_udb`.
+fairshare.daemon.exchange): each host reads the other live hosts' rows summed, with the
+entries' stored usage in the same snapshot; a write-back moves what it wrote from the
+host's row to the entries at once; each daemon's view of the others is one cycle old and
+counts what they owe before they write it back.  On PostgreSQL:
+tests/system/test_site_postgresql.py runs the tests taking `any_udb`.
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from fairshare.core.lnode import WriteBack
-from fairshare.store.exchange import FIELDS, Contribution, change
+from fairshare.store.exchange import Contribution
 from fairshare.store.published import LnodeStore
 from integration.test_site import USERS, entry, site_daemons, slow_site, step_all
 from udb import directives, tables
@@ -26,40 +25,23 @@ EPOCH = 1_700_000_000.0
 X, Y, Z = 1001, 1002, 1003
 
 
-def contribution(rows: dict[int, tuple]) -> Contribution:
+def part(rows: dict[int, tuple]) -> Contribution:
     """A contribution from {uid: (present, demand, owed, rate, want)}."""
     uids = sorted(rows)
-    cols = np.array([rows[u] for u in uids], dtype=float).reshape(-1, len(FIELDS)).T
-    return Contribution.of(uids, **dict(zip(FIELDS, cols, strict=True)))
+    cols = list(zip(*(rows[u] for u in uids), strict=True)) if uids else [()] * 5
+    present, demand, owed, rate, want = (np.array(c) for c in cols)
+    return Contribution.of(uids, present.astype(bool), demand.astype(bool), owed, rate, want)
 
 
-def stored_sums(engine) -> dict[int, tuple]:
-    """site_sums as {uid: (contributors, hosts, demand, owed, rate, want)}, rows with a
-    contributor only."""
-    s = tables.site_sums.c
+def summed(sums) -> dict[int, tuple]:
+    """SiteSums as {uid: (hosts, demand, owed, rate, want)}."""
+    cols = (sums.hosts, sums.demand, sums.owed, sums.rate, sums.want)
+    return {int(u): tuple(float(c[i]) for c in cols) for i, u in enumerate(sums.uid)}
+
+
+def stored_rows(engine) -> int:
     with read_connection(engine) as conn:
-        rows = conn.execute(select(s).where(s.contributors > 0).order_by(s.uid)).all()
-    return {r.uid: tuple(r[1:]) for r in rows}
-
-
-def rows_summed(engine) -> dict[int, tuple]:
-    """What site_sums must hold: the sum of every host's stored row."""
-    h = tables.site_hosts.c
-    with read_connection(engine) as conn:
-        blobs = conn.scalars(select(h.columnar)).all()
-    out: dict[int, np.ndarray] = {}
-    for blob in blobs:
-        c = Contribution.decode(blob)
-        for i, uid in enumerate(c.uid.tolist()):
-            out[uid] = out.get(uid, np.zeros(1 + len(FIELDS))) + np.r_[1.0, c.values[:, i]]
-    return {u: tuple(v) for u, v in sorted(out.items())}
-
-
-def assert_exact(engine) -> None:
-    got, want = stored_sums(engine), rows_summed(engine)
-    assert got.keys() == want.keys()
-    for uid in got:
-        assert got[uid] == pytest.approx(want[uid], abs=1e-9), uid
+        return conn.scalar(select(func.count()).select_from(tables.site_hosts))
 
 
 @pytest.fixture(params=["sqlite"])
@@ -74,89 +56,77 @@ def site(url: str):
     return engine
 
 
-# -- the sums -----------------------------------------------------------------------------
+# -- the exchange -------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.dictionaries(st.integers(0, 6), st.tuples(*[st.floats(0, 100)] * 5), max_size=5),
-    st.dictionaries(st.integers(0, 6), st.tuples(*[st.floats(0, 100)] * 5), max_size=5),
-)
-def test_a_change_turns_the_old_rows_sums_into_the_new_ones(old, new):
-    d_uid, d = change(contribution(old), contribution(new))
-    for uid in set(old) | set(new):
-        before = np.r_[float(uid in old), old.get(uid, (0,) * 5)]
-        after = np.r_[float(uid in new), new.get(uid, (0,) * 5)]
-        at = np.flatnonzero(d_uid == uid)
-        moved = d[:, at[0]] if len(at) else np.zeros(6)
-        assert before + moved == pytest.approx(after, abs=1e-9)
+def test_a_contribution_merges_its_uids_and_survives_its_bytes():
+    c = Contribution.of([Z, X, Z], [True, False, False], [False, False, True], [1, 2, 3])
+    assert c.rows["uid"].tolist() == [X, Z]
+    assert c.rows["flags"].tolist() == [0, 3] and c.rows["owed"].tolist() == [2, 4]
+    assert len(c.encode()) == 2 * 25
+    assert Contribution.decode(c.encode()).rows.tolist() == c.rows.tolist()
+    assert len(Contribution.decode(None).rows) == 0
 
 
-def test_the_sums_are_the_rows_summed_through_every_change(any_udb):
+def test_each_host_reads_the_others_summed(any_udb):
     engine = site(any_udb)
     a, b, c = (LnodeStore(engine, h) for h in "abc")
-    a.exchange(contribution({X: (1, 1, 10, 1.5, 2), Z: (1, 1, 5, 0.5, 2)}), EPOCH, 2, 0)
-    b.exchange(contribution({Y: (1, 1, 7, 2, 2), Z: (1, 0, 3, 0, 0)}), EPOCH, 2, 0)
-    sums = c.exchange(contribution({Z: (0, 0, 4, 0, 0)}), EPOCH, 4, 0)  # owes z, no lnode
-    assert stored_sums(engine) == {
-        X: (1, 1, 1, 10, 1.5, 2),
-        Y: (1, 1, 1, 7, 2, 2),
-        Z: (3, 2, 1, 12, 0.5, 2),
+    a.exchange(part({X: (1, 1, 10, 1.5, 2), Z: (1, 1, 5, 0.5, 2)}), EPOCH, 2, 0)
+    b.exchange(part({Y: (1, 1, 7, 2, 2), Z: (1, 0, 3, 0, 0)}), EPOCH + 1, 2, 0)
+    sums = c.exchange(part({Z: (0, 0, 4, 0, 0)}), EPOCH + 2, 4, 0)  # owes z, no lnode
+    assert summed(sums) == {
+        X: (1, 1, 10, 1.5, 2),
+        Y: (1, 1, 7, 2, 2),
+        Z: (2, 1, 8, 0.5, 2),
     }
     assert sums.host_cpus == {"a": 2.0, "b": 2.0} and sums.oldest == EPOCH
-    # a's x goes, its z changes: only the difference moves the sums.
-    a.exchange(contribution({Z: (1, 1, 6, 1.0, 1)}), EPOCH + 4, 2, 0)
-    assert stored_sums(engine)[Z] == (3, 2, 1, 13, 1.0, 1)
-    assert X not in stored_sums(engine)
-    with read_connection(engine) as conn:  # no host names x: its row is zeros, exactly
-        row = conn.execute(select(tables.site_sums).where(tables.site_sums.c.uid == X)).one()
-    assert tuple(row[1:]) == (0, 0, 0, 0.0, 0.0, 0.0)
-    # b stops cleanly: its part goes with its row.
+    # What a reads: b and c, not itself; the stored usage comes with it.
+    sums = a.exchange(part({Z: (1, 1, 6, 1.0, 1)}), EPOCH + 4, 2, 0)
+    assert summed(sums) == {Y: (1, 1, 7, 2, 2), Z: (1, 0, 7, 0, 0)}
+    assert sums.host_cpus == {"b": 2.0, "c": 4.0} and sums.oldest == EPOCH + 1
+    # b stops cleanly: its row goes.
     b.mark_stopped(EPOCH + 5)
-    assert Y not in stored_sums(engine)
-    assert_exact(engine)
+    assert summed(a.exchange(part({}), EPOCH + 6, 2, 0)) == {Z: (0, 0, 4, 0, 0)}
 
 
-def test_a_silent_host_is_retracted_by_the_next_live_one(any_udb):
+def test_a_silent_host_is_left_out_until_it_exchanges_again(any_udb):
     engine = site(any_udb)
     a, b = LnodeStore(engine, "a"), LnodeStore(engine, "b")
-    a.exchange(contribution({X: (1, 1, 10, 1, 1)}), EPOCH, 2, 0)
-    b.exchange(contribution({X: (1, 1, 5, 1, 1)}), EPOCH + 100, 2, EPOCH)
-    assert stored_sums(engine)[X] == (2, 2, 2, 15, 2, 2)
-    sums = b.exchange(contribution({X: (1, 1, 6, 1, 1)}), EPOCH + 200, 2, EPOCH + 50)
-    assert sums.host_cpus == {} and sums.oldest is None  # a was silent since EPOCH
-    assert stored_sums(engine) == {X: (1, 1, 1, 6, 1, 1)}
-    # a comes back: its row was gone, so all it has is added again.
-    a.exchange(contribution({X: (1, 1, 11, 1, 1)}), EPOCH + 201, 2, EPOCH + 50)
-    assert stored_sums(engine) == {X: (2, 2, 2, 17, 2, 2)}
-    assert_exact(engine)
+    a.exchange(part({X: (1, 1, 10, 1, 1)}), EPOCH, 2, 0)
+    assert summed(b.exchange(part({}), EPOCH + 100, 2, EPOCH))[X][0] == 1
+    sums = b.exchange(part({}), EPOCH + 200, 2, EPOCH + 50)
+    assert summed(sums) == {} and sums.host_cpus == {} and sums.oldest is None
+    a.exchange(part({X: (1, 1, 11, 1, 1)}), EPOCH + 201, 2, EPOCH + 50)
+    assert summed(b.exchange(part({}), EPOCH + 202, 2, EPOCH + 50)) == {X: (1, 1, 11, 1, 1)}
 
 
-def test_a_write_back_moves_what_it_wrote_from_the_sums_to_the_entries(any_udb):
+def test_a_write_back_moves_what_it_wrote_from_the_exchange_to_the_entries(any_udb):
     engine = site(any_udb)
-    a, b = LnodeStore(engine, "a"), LnodeStore(engine, "b")
-    a.exchange(contribution({X: (1, 1, 10, 1, 1), Z: (1, 1, 4, 1, 1)}), EPOCH, 2, 0)
-    b.exchange(contribution({Z: (0, 0, 3, 0, 0)}), EPOCH, 2, 0)  # b owes z only
+    a, b, c = (LnodeStore(engine, h) for h in "abc")
+    a.exchange(part({X: (1, 1, 10, 1, 1), Z: (1, 1, 4, 1, 1)}), EPOCH, 2, 0)
+    b.exchange(part({Z: (0, 0, 3, 0, 0)}), EPOCH, 2, 0)  # b owes z only
 
-    def site_usage(uid):  # stored + every host's owed (half-life 1e12 s: no decay)
-        owed = stored_sums(engine).get(uid, (0, 0, 0, 0.0))[3]
-        return entry(engine, {X: "x", Z: "z"}[uid]).shusage + owed
+    def site_usage() -> dict[int, float]:  # as c sees it (half-life 1e12 s: no decay)
+        sums = c.exchange(part({}), EPOCH, 2, 0)
+        stored = dict(zip(sums.stored_uid.tolist(), sums.shusage.tolist(), strict=True))
+        return {u: stored.get(u, 0.0) + summed(sums).get(u, (0, 0, 0))[2] for u in (X, Z)}
 
-    before = {u: site_usage(u) for u in (X, Z)}
+    before = site_usage()
+    assert before == {X: 10, Z: 7}
     a.write_back([(X, WriteBack(10.0, EPOCH, 1.0, 0.1))], halflife=1e12)
-    assert {u: site_usage(u) for u in (X, Z)} == pytest.approx(before)
-    assert stored_sums(engine)[X] == (1, 1, 1, 0.0, 1, 1)  # its lnode stays
+    assert site_usage() == pytest.approx(before)
     b.write_back([(Z, WriteBack(3.0, EPOCH, 1.0, 0.1))], halflife=1e12)
-    assert stored_sums(engine)[Z] == (1, 1, 1, 4.0, 1, 1)  # b's row named z for owed only
-    assert {u: site_usage(u) for u in (X, Z)} == pytest.approx(before)
-    assert_exact(engine)
+    assert site_usage() == pytest.approx(before)
+    sums = c.exchange(part({}), EPOCH, 2, 0)
+    assert summed(sums) == {X: (1, 1, 0, 1, 1), Z: (1, 1, 4, 1, 1)}  # b's row is empty
+    assert entry(engine, "x").shusage == 10 and entry(engine, "z").shusage == 3
 
 
-def test_concurrent_hosts_keep_the_sums_exact(any_udb):
+def test_concurrent_hosts_exchange_and_write_back_without_waiting_for_each_other(any_udb):
     engine = site(any_udb)
     hosts, rounds = 12, 15
     start = threading.Barrier(hosts)
-    errors = []
+    errors, last, written = [], {}, []
 
     def host(i: int) -> None:
         store = LnodeStore(engine, f"h{i}")
@@ -166,9 +136,12 @@ def test_concurrent_hosts_keep_the_sums_exact(any_udb):
             for r in range(rounds):
                 uids = [u for u in (X, Y, Z) if rng.random() < 0.7]
                 rows = {u: (1, 1, *rng.uniform(0, 10, 3)) for u in uids}
-                store.exchange(contribution(rows), EPOCH + r, 2, 0)
+                store.exchange(part(rows), EPOCH + r, 2, 0)
+                last[i] = rows
                 if r % 5 == 4:
                     store.write_back([(u, WriteBack(1.0, EPOCH + r, 1, 0)) for u in uids], 1e12)
+                    written.extend(uids)
+                    last[i] = {u: (v[0], v[1], 0.0, *v[3:]) for u, v in rows.items()}
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 
@@ -178,9 +151,13 @@ def test_concurrent_hosts_keep_the_sums_exact(any_udb):
     for t in threads:
         t.join()
     assert errors == []
-    assert_exact(engine)
-    with read_connection(engine) as conn:
-        assert conn.scalar(select(func.count()).select_from(tables.site_hosts)) == hosts
+    assert stored_rows(engine) == hosts
+    got = summed(LnodeStore(engine, "reader").exchange(part({}), EPOCH, 2, 0))
+    for uid in (X, Y, Z):
+        rows = [r[uid] for r in last.values() if uid in r]
+        want = tuple(sum(r[k] for r in rows) for k in range(5)) if rows else None
+        assert got.get(uid) == (pytest.approx(want, rel=1e-6) if want else None), uid
+    assert entry(engine, "z").shcharge == written.count(Z)
 
 
 # -- the daemons ---------------------------------------------------------------------------
@@ -208,7 +185,7 @@ def test_each_daemons_view_is_one_cycle_old_and_counts_what_the_others_owe(udb_u
     for d in daemons:
         d.shutdown()
     # A clean stop leaves nothing in the exchange: every increment is in the entries.
-    assert stored_sums(engine) == {}
+    assert stored_rows(engine) == 0
     used = tally["a"][Z] + tally["b"][Z]
     assert entry(engine, "z").cpuquotaused == pytest.approx(used)
 
@@ -220,13 +197,13 @@ def test_a_killed_daemons_part_is_retracted_when_its_host_starts_again(udb_url, 
     engine, daemons, _tally = site_daemons(udb_url, scenario)
     a, b = daemons
     step_all(daemons, 3)
-    assert stored_sums(engine)[Z][:2] == (2, 2)
+    assert stored_rows(engine) == 2 and b.site.view.host_cpus == {"a": 2.0}
     # a is killed (no shutdown) and a new daemon starts for host a: the recovery
-    # writes back a's checkpoint and retracts the killed daemon's part in one go.
+    # writes back a's checkpoint and removes the killed daemon's row in one go.
     again, _model, _length = simulated_daemon(engine, str(scenario), host="a", epoch=EPOCH)
     again.start()
-    assert stored_sums(engine)[Z][:2] == (1, 1)  # b's only
-    assert_exact(engine)
+    assert stored_rows(engine) == 1
     step_all([again, b], 1)
-    assert stored_sums(engine)[Z][:2] == (2, 2)
-    assert_exact(engine)
+    assert stored_rows(engine) == 2
+    assert again.site.view.host_cpus == {"b": 2.0}
+    assert b.site.view.host_cpus == {"a": 2.0} and b.site.view.active[b.tree.node("x")]

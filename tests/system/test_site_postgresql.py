@@ -41,18 +41,16 @@ test_concurrent_write_backs_lose_nothing = test_site.test_concurrent_write_backs
 test_the_shared_user_holds_both_hosts_charges_within_one_write_back = (
     test_site.test_the_shared_user_holds_both_hosts_charges_within_one_write_back
 )
-# the site's per-cycle exchange (fairshare.store.exchange): row locks, SKIP LOCKED, unnest
-test_the_sums_are_the_rows_summed_through_every_change = (
-    test_site_exchange.test_the_sums_are_the_rows_summed_through_every_change
+# the site's per-cycle exchange (fairshare.store.exchange): one statement's snapshot, upserts
+test_each_host_reads_the_others_summed = test_site_exchange.test_each_host_reads_the_others_summed
+test_a_silent_host_is_left_out_until_it_exchanges_again = (
+    test_site_exchange.test_a_silent_host_is_left_out_until_it_exchanges_again
 )
-test_a_silent_host_is_retracted_by_the_next_live_one = (
-    test_site_exchange.test_a_silent_host_is_retracted_by_the_next_live_one
+test_a_write_back_moves_what_it_wrote_from_the_exchange_to_the_entries = (
+    test_site_exchange.test_a_write_back_moves_what_it_wrote_from_the_exchange_to_the_entries
 )
-test_a_write_back_moves_what_it_wrote_from_the_sums_to_the_entries = (
-    test_site_exchange.test_a_write_back_moves_what_it_wrote_from_the_sums_to_the_entries
-)
-test_concurrent_hosts_keep_the_sums_exact = (
-    test_site_exchange.test_concurrent_hosts_keep_the_sums_exact
+test_concurrent_hosts_exchange_and_write_back_without_waiting_for_each_other = (
+    test_site_exchange.test_concurrent_hosts_exchange_and_write_back_without_waiting_for_each_other
 )
 
 

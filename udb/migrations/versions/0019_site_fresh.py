@@ -1,7 +1,7 @@
-"""GLOBALUSAGE's per-cycle exchange: `site_hosts`, one row per host with what it adds to
-the site's sums (its lnodes' unwritten usage, CPU rate, wants, demand), and `site_sums`,
-their sum per uid, kept in the same transactions (fairshare.store.exchange), so each host
-reads the whole site in one cheap query every cycle instead of every other host's
+"""GLOBALUSAGE's per-cycle exchange: `site_hosts`, one row per host with what it tells
+the other hosts of the site every cycle (per uid: whether it has an lnode and wants
+CPU, the usage it owes, the CPU it receives and wants; fairshare.store.exchange), so each
+host reads the whole site in one cheap query every cycle instead of every other host's
 published table every write-back interval.
 
 Revision ID: 0019
@@ -25,18 +25,7 @@ def upgrade() -> None:
         sa.Column("cpus", sa.Float, nullable=False),
         sa.Column("columnar", sa.LargeBinary, nullable=False),
     )
-    op.create_table(
-        "site_sums",
-        sa.Column("uid", sa.BigInteger, primary_key=True, nullable=False, autoincrement=False),
-        sa.Column("contributors", sa.Integer, nullable=False, server_default="0"),
-        sa.Column("hosts", sa.Integer, nullable=False, server_default="0"),
-        sa.Column("demand", sa.Integer, nullable=False, server_default="0"),
-        sa.Column("owed", sa.Float, nullable=False, server_default="0"),
-        sa.Column("rate", sa.Float, nullable=False, server_default="0"),
-        sa.Column("want", sa.Float, nullable=False, server_default="0"),
-    )
 
 
 def downgrade() -> None:
-    op.drop_table("site_sums")
     op.drop_table("site_hosts")
