@@ -363,7 +363,7 @@ class Daemon:
         # exchange: GLOBALUSAGE's site-wide usage and view of the other hosts, every cycle
         if consts.flags & GLOBALUSAGE:
             args = (self.store, ln, self.site, self.ledger.pending, sample.time, consts)
-            self.udb.call("exchange the site's usage", exchange, *args, self.cpus)
+            exchange(self.udb, *args, self.cpus)
         trim_wal(self.engine)  # a SQLite UDB's WAL stays small, even on a small disk
         # writeback: the write-back and the checkpoint when due
         mono = self.clock.monotonic()

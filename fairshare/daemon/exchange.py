@@ -21,6 +21,7 @@ from fairshare.core.consts import Consts, decay
 from fairshare.core.lnode import WriteBack
 from fairshare.core.site import SiteState
 from fairshare.core.steps import take_site_view
+from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.state import Lnodes
 from fairshare.store.exchange import Contribution, site_view_of
 from fairshare.store.published import LnodeStore
@@ -60,6 +61,7 @@ def contribution(
 
 
 def exchange(
+    udb: UdbCalls,
     store: LnodeStore,
     ln: Lnodes,
     site: SiteState,
@@ -67,13 +69,16 @@ def exchange(
     now: float,
     consts: Consts,
     cpus: float,
-) -> int:
-    """Send this host's contribution as of `now` (epoch s), read the other hosts' summed, and
-    give the active lnodes of `ln` their site-wide usage and `site` the view of the
-    other hosts (in place).  Returns how many uids the other hosts name."""
+) -> None:
+    """Send this host's contribution as of `now` (epoch s) and read the other hosts'
+    through `udb` (fairshare.daemon.outage: nothing changes when the UDB does not
+    answer), then give the active lnodes of `ln` their site-wide usage and `site` the
+    view of the other hosts (in place)."""
     mine = contribution(ln, pending, now, consts.halflife, cpus)
-    sums = store.exchange(mine, now, cpus, live_after(now, consts))
+    args = (mine, now, cpus, live_after(now, consts))
+    sums = udb.call("exchange the site's usage", store.exchange, *args)
+    if sums is None:
+        return
     view, usage = site_view_of(ln.tree, sums, now, consts.halflife)
     view.time = sums.oldest
     take_site_view(ln.tree, ln.table, site, view, usage)
-    return len(sums.uid)

@@ -28,9 +28,9 @@ After `--warmup` seconds it measures for `--seconds` and prints, over every host
   cycles (8 s);
 
 then stops every host (SIGTERM: all written back) and checks the books: the CPU every
-host's collector handed out equals the CPU seconds in the UDB's entries, and the site's
-sums are empty.  It loads the machine (the hosts' Python and the server on 2 CPUs):
-run it on a quiet machine, and not often.
+host's collector handed out equals the CPU seconds in the UDB's entries, and no host's
+row is left in the site's exchange.  It loads the machine (the hosts' Python and the
+server on 2 CPUs): run it on a quiet machine, and not often.
 """
 
 from __future__ import annotations
@@ -140,14 +140,16 @@ def host_main(url: str, number: int, args, out: Path) -> None:
         options=daemon_module.Options(cpus=args.cpus),
     )
     spent: dict[str, float] = {}
+    cpu = [0.0]
 
     def timed(method):
         def call(what, fn, *a, **kw):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return method(what, fn, *a, **kw)
             finally:
                 spent[what] = spent.get(what, 0.0) + time.perf_counter() - t0
+                cpu[0] += time.thread_time() - c0
 
         return call
 
@@ -157,6 +159,7 @@ def host_main(url: str, number: int, args, out: Path) -> None:
 
     def measured_step():
         spent.clear()
+        cpu[0] = 0.0
         step()
         view = d.site.view
         age = None if view.time is None else d.collector.last - view.time
@@ -164,6 +167,7 @@ def host_main(url: str, number: int, args, out: Path) -> None:
             {
                 "t": time.time(),
                 "db": sum(spent.values()),
+                "db_cpu": cpu[0],
                 "exchange": spent.get("exchange the site's usage", 0.0),
                 "publish": spent.get("publish the lnode table", 0.0),
                 "writeback": spent.get("write back", 0.0),
@@ -197,14 +201,36 @@ def spawn_hosts(url: str, args, where: Path) -> list[int]:
     return pids
 
 
+def server_cpu(server: PgServer | None) -> float:
+    """CPU s the server's processes used so far (utime + stime of the postmaster's
+    children: the backends live as long as the hosts' connections); 0 without one."""
+    if server is None:
+        return 0.0
+    try:
+        master = int(Path(server.data, "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError):
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == master:  # ppid
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def report(args, results: list[dict], t0: float, t1: float, load: tuple) -> None:
+def report(args, results: list[dict], t0: float, t1: float, load: tuple, pg_cpu: float) -> None:
     cycles = [c for r in results for c in r["cycles"] if t0 <= c["t"] <= t1]
     db = [c["db"] for c in cycles]
+    cpu = [c["db_cpu"] for c in cycles]
     ex = [c["exchange"] for c in cycles]
     pub = [c["publish"] for c in cycles]
     ages = [c["age"] for c in cycles if c["age"] is not None]
@@ -225,6 +251,12 @@ def report(args, results: list[dict], t0: float, t1: float, load: tuple) -> None
         f"DB time per cycle per host: median {med * 1e3:.1f} ms, p95 {pct(db, 0.95) * 1e3:.1f}"
         f" ms, mean {statistics.fmean(db) * 1e3:.1f} ms; median {med / DB_GOAL:.2f} of the "
         f"{DB_GOAL * 1e3:.0f} ms goal (p95 {pct(db, 0.95) / DB_GOAL:.2f})"
+    )
+    print(
+        f"  its CPU in the host's process: median {statistics.median(cpu) * 1e3:.1f} ms, mean "
+        f"{statistics.fmean(cpu) * 1e3:.1f} ms; the server's CPU: {pg_cpu / len(cycles) * 1e3:.1f}"
+        f" ms per cycle ({pg_cpu / (t1 - t0):.3f} CPUs); the rest of the wall time is waiting "
+        "for a CPU"
     )
     print(
         f"  the exchange alone: median {statistics.median(ex) * 1e3:.1f} ms, p95 "
@@ -249,15 +281,10 @@ def check_books(url: str, results: list[dict]) -> None:
     with read_session(engine) as s:
         charged = s.scalar(select(func.sum(Entry.cpuquotaused)))
         left = s.scalar(select(func.count()).select_from(tables.site_hosts))
-        sums = s.scalar(
-            select(func.count())
-            .select_from(tables.site_sums)
-            .where(tables.site_sums.c.contributors != 0)
-        )
     print(
         f"books: {handed:.3f} CPU s handed out by the hosts' collectors, {charged:.3f} in the "
-        f"UDB ({(charged - handed) / handed:+.2e}); after the stop {left} hosts' rows and "
-        f"{sums} uids left in the site's sums"
+        f"UDB ({(charged - handed) / handed:+.2e}); after the stop {left} hosts' rows left in "
+        "the site's exchange"
     )
 
 
@@ -286,8 +313,10 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-site-") as tmp:
             pids = spawn_hosts(url, args, Path(tmp))
             t0 = time.time() + args.warmup
-            time.sleep(args.warmup + args.seconds)
-            t1 = time.time()
+            time.sleep(args.warmup)
+            pg0 = server_cpu(server)
+            time.sleep(args.seconds)
+            t1, pg_cpu = time.time(), server_cpu(server) - pg0
             for pid in pids:
                 os.kill(pid, signal.SIGTERM)
             failed = sum(os.waitpid(pid, 0)[1] != 0 for pid in pids)
@@ -295,7 +324,7 @@ def main() -> int:
             results = [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("h*.json"))]
         if failed or len(results) != args.hosts:
             print(f"{failed} hosts failed, {len(results)} of {args.hosts} reported")
-        report(args, results, t0, t1, load)
+        report(args, results, t0, t1, load, pg_cpu)
         check_books(url, results)
     finally:
         for pid in pids:
