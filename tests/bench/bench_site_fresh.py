@@ -17,7 +17,9 @@ lnodes come, go and are written back), and the none enforcer on a recording OsAc
 no real load, so a hundred fit on a 2-CPU machine.  The hosts start spread over one
 delta.
 
-After `--warmup` seconds it measures for `--seconds` and prints, over every host's cycles:
+Once every host has run 3 cycles (its start-up, reading the 10,000 entries and creating
+its lnodes, is done) and `--warmup` seconds more have passed, it measures for `--seconds`
+and prints, over every host's cycles:
 
 - the wall time of the cycle's calls to the database (everything the daemon sends
   through its UDB calls: the reload poll, new lnodes' entries, publish, the exchange and,
@@ -161,6 +163,8 @@ def host_main(url: str, number: int, args, out: Path) -> None:
         spent.clear()
         cpu[0] = 0.0
         step()
+        if len(cycles) == 3:  # started, past its first lnodes' arrival: steady from here
+            out.with_suffix(".ready").touch()
         view = d.site.view
         age = None if view.time is None else d.collector.last - view.time
         cycles.append(
@@ -297,7 +301,8 @@ def main() -> int:
     ap.add_argument("--cpus", type=float, default=16.0, help="each host's CPUs")
     ap.add_argument("--delta", type=float, default=4.0)
     ap.add_argument("--writeback", type=float, default=60.0)
-    ap.add_argument("--warmup", type=float, default=20.0, help="s before measuring")
+    ap.add_argument("--warmup", type=float, default=20.0, help="s after every host started")
+    ap.add_argument("--start-timeout", type=float, default=600.0, help="s for all to start")
     ap.add_argument("--seconds", type=float, default=60.0, help="s measured")
     args = ap.parse_args()
     server = None
@@ -311,10 +316,16 @@ def main() -> int:
         make_udb(url, args.users, args.groups, args.delta, args.writeback)
         load = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="bench-site-") as tmp:
+            began = time.time()
             pids = spawn_hosts(url, args, Path(tmp))
-            t0 = time.time() + args.warmup
+            while len(list(Path(tmp).glob("*.ready"))) < args.hosts:
+                time.sleep(0.5)
+                if time.time() - began > args.start_timeout:
+                    break
+            ready = len(list(Path(tmp).glob("*.ready")))
+            print(f"{ready} of {args.hosts} hosts started in {time.time() - began:.0f} s")
             time.sleep(args.warmup)
-            pg0 = server_cpu(server)
+            t0, pg0 = time.time(), server_cpu(server)
             time.sleep(args.seconds)
             t1, pg_cpu = time.time(), server_cpu(server) - pg0
             for pid in pids:
