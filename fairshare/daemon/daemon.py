@@ -363,7 +363,8 @@ class Daemon:
         # exchange: GLOBALUSAGE's site-wide usage and view of the other hosts, every cycle
         if consts.flags & GLOBALUSAGE:
             args = (self.store, ln, self.site, self.ledger.pending, sample.time, consts)
-            exchange(self.udb, *args, self.cpus)
+            writes_back = self.clock.monotonic() >= self.ledger.next_writeback
+            exchange(self.udb, *args, self.cpus, everyone=writes_back)
         trim_wal(self.engine)  # a SQLite UDB's WAL stays small, even on a small disk
         # writeback: the write-back and the checkpoint when due
         mono = self.clock.monotonic()

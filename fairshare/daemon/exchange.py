@@ -69,13 +69,17 @@ def exchange(
     now: float,
     consts: Consts,
     cpus: float,
+    everyone: bool = True,
 ) -> None:
     """Send this host's contribution as of `now` (epoch s) and read the other hosts'
     through `udb` (fairshare.daemon.outage: nothing changes when the UDB does not
     answer), then give the active lnodes of `ln` their site-wide usage and `site` the
-    view of the other hosts (in place)."""
+    view of the other hosts (in place).  The stored usage is read for this host's
+    lnodes only unless `everyone` (the view's usage of the others' lnodes serves the
+    site factors alone, updated at a write-back: it is read in that cycle)."""
     mine = contribution(ln, pending, now, consts.halflife, cpus)
-    args = (mine, now, cpus, live_after(now, consts))
+    stored_of = None if everyone else ln.tree.ids[ln.active_leaves()].tolist()
+    args = (mine, now, cpus, live_after(now, consts), stored_of)
     sums = udb.call("exchange the site's usage", store.exchange, *args)
     if sums is None:
         return

@@ -133,14 +133,25 @@ class SiteSums:
 
 
 def exchange(
-    conn: Connection, host: str, now: float, cpus: float, mine: Contribution, live_after: float
+    conn: Connection,
+    host: str,
+    now: float,
+    cpus: float,
+    mine: Contribution,
+    live_after: float,
+    stored_of: list[int] | None = None,
 ) -> SiteSums:
     """In the caller's write transaction: `mine` (as of `now`, epoch s, from a host of
     `cpus` CPUs) replaces `host`'s contribution; returns the sums of the other hosts
-    that exchanged since `live_after` (epoch s)."""
+    that exchanged since `live_after` (epoch s), with the stored usage of the entries
+    of `stored_of` (uids; None: every entry that has some)."""
     _upsert(conn, host, {"time": now, "cpus": cpus, "columnar": mine.encode()})
+    params = {"me": host, "live_after": live_after}
     if conn.dialect.name == "postgresql":
-        rows = conn.execute(_PG_READ, {"me": host, "live_after": live_after}).all()
+        if stored_of is None:
+            rows = conn.execute(_PG_READ, params).all()
+        else:
+            rows = conn.execute(_PG_READ_OF, params | {"uids": stored_of}).all()
         others = [r for r in rows if r.host is not None]
         stored = next((r.uid, r.shusage, r.shextime) for r in rows if r.host is None)
         stored = tuple(c or [] for c in stored)
@@ -148,7 +159,10 @@ def exchange(
         h, e = tables.site_hosts.c, tables.entries.c
         live = (h.host != host) & (h.time >= live_after)
         others = conn.execute(select(h.host, h.time, h.cpus, h.columnar).where(live)).all()
-        got = conn.execute(select(e.uid, e.shusage, e.shextime).where(e.shusage > 0)).all()
+        which = e.shusage > 0
+        if stored_of is not None:
+            which = which & e.uid.in_(stored_of)
+        got = conn.execute(select(e.uid, e.shusage, e.shextime).where(which)).all()
         stored = tuple(zip(*got, strict=True)) if got else ((), (), ())
     parts = [Contribution.decode(r.columnar) for r in others]
     cpus_of = {r.host: float(r.cpus) for r in others}
@@ -164,6 +178,7 @@ _PG_READ = text(
     "UNION ALL SELECT NULL, NULL, NULL, NULL, array_agg(uid::bigint), array_agg(shusage), "
     "array_agg(shextime) FROM entries WHERE shusage > 0"
 )
+_PG_READ_OF = text(_PG_READ.text + " AND uid = ANY(CAST(:uids AS int[]))")
 
 
 def _upsert(conn: Connection, host: str, row: dict) -> None:

@@ -303,14 +303,23 @@ class LnodeStore:
             exchange.retract(s, self.host)  # what the last daemon owed is in the entries
         return True
 
-    def exchange(self, mine: Contribution, now: float, cpus: float, live_after: float) -> SiteSums:
+    def exchange(
+        self,
+        mine: Contribution,
+        now: float,
+        cpus: float,
+        live_after: float,
+        stored_of: list[int] | None = None,
+    ) -> SiteSums:
         """GLOBALUSAGE's per-cycle exchange (fairshare.store.exchange): `mine`, this host's
         contribution as of `now` (epoch s, `cpus` CPUs), replaces its last one and the
         other hosts' that exchanged since `live_after` (epoch s) are read back, summed,
-        in one transaction."""
+        with the stored usage of the entries of `stored_of` (None: all), in one
+        transaction."""
         with write_connection(self.engine) as conn:
             fence.check(conn, self.host, self.generation)
-            return exchange.exchange(conn, self.host, now, cpus, mine, live_after)
+            args = (conn, self.host, now, cpus, mine, live_after, stored_of)
+            return exchange.exchange(*args)
 
     def checkpoint(
         self, tree: ShareTree, table: LnodeTable, now: float, counters: Counters | None = None
