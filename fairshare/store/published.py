@@ -567,8 +567,10 @@ _INSERT_PUBLISHED = (
 def _copy_rows(conn: Connection, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
     """Insert `rows` (tuples in `columns` order) into `table` with PostgreSQL's COPY, in
     the transaction of `conn`."""
-    cursor = conn.connection.driver_connection.cursor()
-    with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+    with (
+        conn.connection.driver_connection.cursor() as cursor,
+        cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
+    ):
         for row in rows:
             copy.write_row(row)
 
