@@ -24,15 +24,19 @@ def _free_port() -> int:
 
 
 class PgServer:
-    """One PostgreSQL cluster; `url` is its SQLAlchemy URL (psycopg, Unix socket)."""
+    """One PostgreSQL cluster; `url` is its SQLAlchemy URL (psycopg, Unix socket, or TCP on
+    127.0.0.1 with `tcp`).  `settings`: more server settings (name: value), such as
+    max_connections for a benchmark's hundred hosts."""
 
-    def __init__(self) -> None:
+    def __init__(self, tcp: bool = False, settings: dict[str, str] | None = None) -> None:
         initdb = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         self.bindir = os.path.dirname(initdb[-1])
         self.work = tempfile.mkdtemp(prefix="udb-pg-")
         shutil.chown(self.work, "postgres")
         self.data, self.port = os.path.join(self.work, "data"), _free_port()
-        self.url = f"postgresql+psycopg://postgres@/postgres?host={self.work}&port={self.port}"
+        self.tcp, self.settings = tcp, dict(settings or {})
+        where = "127.0.0.1" if tcp else self.work
+        self.url = f"postgresql+psycopg://postgres@/postgres?host={where}&port={self.port}"
         self._as_postgres(
             f"{self.bindir}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"
         )
@@ -43,9 +47,12 @@ class PgServer:
         )
 
     def start(self) -> None:
+        listen = "127.0.0.1" if self.tcp else ""
+        more = "".join(f" -c {k}={v}" for k, v in self.settings.items())
+        options = f"-p {self.port} -k {self.work} -c listen_addresses='{listen}' -c fsync=off"
         self._as_postgres(
             f"{self.bindir}/pg_ctl", "-D", self.data, "-w", "-l", os.path.join(self.work, "log"),
-            "-o", f"-p {self.port} -k {self.work} -c listen_addresses='' -c fsync=off", "start",
+            "-o", options + more, "start",
         )  # fmt: skip
 
     def stop(self) -> None:

@@ -12,6 +12,8 @@ write-back or checkpoint covered (fairshare.store.published).  `const_changes` a
 shradmin's history and time-of-day settings, `share_changes` shrdist's change log,
 `sync_requests` shrsync's requests to the daemon, `serials` the change counters,
 `host_generations` which daemon may write a host's rows (its fencing token).
+`site_hosts` is GLOBALUSAGE's per-cycle exchange between the hosts of a site
+(fairshare.store.exchange).
 
 Reading needs nothing more: the displays and the daemon's cycle query these with Core
 statements, and never import SQLAlchemy's ORM (a tenth of a second of every command's
@@ -270,4 +272,17 @@ host_generations = Table(
     _key("host", String(255)),
     _col("generation", BigInteger, 0),
     _col("spooled", BigInteger, 0),
+)
+
+#: GLOBALUSAGE's per-cycle exchange (fairshare.store.exchange): one row per host with
+#: what it tells the other hosts, as of `time` (epoch s): `columnar` holds one packed
+#: record per uid it has an lnode for or owes usage to (fairshare.store.exchange.PACKED:
+#: flags, owed usage, CPU rate, wanted CPUs), `cpus` the host's CPUs.
+site_hosts = Table(
+    "site_hosts",
+    metadata,
+    _key("host", String(255)),
+    _col("time", Float),
+    _col("cpus", Float),
+    _col("columnar", LargeBinary),
 )

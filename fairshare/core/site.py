@@ -3,16 +3,22 @@
 Every host's daemon writes what its lnodes accrued into the UDB as increments every
 write-back interval (fairshare.core.lnode.accrued, fairshare.store.published.write_back), so an
 entry's shusage is the site-wide decayed usage of that user or account, give or take
-one interval.  With the GLOBALUSAGE flag each host, at every write-back interval
-(its *refresh*), also
+one interval.  With the GLOBALUSAGE flag each host's daemon, every cycle, also
 
-1. takes that site-wide usage as its lnodes' usage (`refresh_usage`: the stored
-   usage aged to now, plus what it accrued since it last wrote);
-2. reads what the other live hosts published (a `SiteView`: which lnodes are active
-   and want CPU there, on how many hosts, and how much CPU they receive there);
+1. takes the site-wide usage as its lnodes' usage (`refresh_usage`: the stored usage
+   aged to now, plus what the other hosts accrued and have not written yet, plus what
+   it accrued itself since it last wrote);
+2. reads what the other live hosts are doing (a `SiteView`: which lnodes are active
+   and want CPU there, on how many hosts, and how much CPU they receive there).
+
+Both come from the site's per-cycle exchange (fairshare.store.exchange), so the view
+is about one cycle old.  At every write-back interval (its *refresh*) it
+
 3. works out, as the seed's Grid-wide fair share asks (Elmroth and Gardfjall), what
    each lnode is due *of the site*, and nudges its own enforcement toward it
-   (`update_factors`).
+   (`update_factors`): the integral controller keeps the interval's timescale, over
+   which what each host delivered is measured.  (The simulator, fairshare.sim.run,
+   does 1 to 3 at each write-back from its in-memory store.)
 
 Why summing usage is not enough.  With usage summed over hosts, each host still
 splits its own CPUs by m^2 / usage among the lnodes it runs.  Take two 2-CPU hosts,
@@ -78,10 +84,12 @@ class SiteView:
 
     active: the lnode exists on another host; demand: it wants CPU there; hosts: on how
     many other hosts it wants CPU; rate: CPU s per s it receives there; usage: its
-    site-wide usage as stored in the UDB, aged to the refresh (charge units); want: the
-    CPUs it would use there unconstrained (fairshare.core.delivery; a host that did not
-    publish it counts what the lnode receives there).  `host_cpus` maps each other live
-    host to its CPUs.
+    site-wide usage as stored in the UDB, aged to the refresh, plus what the other
+    hosts accrued and have not stored yet (charge units); want: the CPUs it would use
+    there unconstrained (fairshare.core.delivery; a host that did not publish it counts
+    what the lnode receives there).  `host_cpus` maps each other live host to its CPUs;
+    `time`: when the oldest of the other hosts' figures were taken (epoch s; None: no
+    other host), which says how old the view is.
     """
 
     active: np.ndarray
@@ -91,6 +99,7 @@ class SiteView:
     usage: np.ndarray
     want: np.ndarray | None = None
     host_cpus: dict[str, float] = field(default_factory=dict)
+    time: float | None = None
 
     def __post_init__(self) -> None:
         if self.want is None:

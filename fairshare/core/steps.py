@@ -9,9 +9,10 @@
   the guide's site_adjust_lnodes); then what was delivered against the fair target and the flat
   enforcers' shares (fairshare.core.delivery); a value the cycle left not finite keeps
   its last finite value;
-- `refresh_site` (GLOBALUSAGE, at a write-back): the active leaves take their
-  site-wide usage and the host's site factors are updated from the view of the
-  other hosts.
+- `take_site_view` (GLOBALUSAGE, every cycle on a daemon): the active leaves take
+  their site-wide usage and the host keeps the view of the other hosts;
+- `refresh_site` (GLOBALUSAGE, at a write-back): that, and the host's site factors
+  updated from the view (fairshare.core.site.update_factors).
 
 Releasing an lnode whose processes have gone, or writing back what it accrued, is
 fairshare.core.lnode.release and fairshare.core.lnode.accrued.  Where they come in the
@@ -92,10 +93,18 @@ def refresh_site(
     consts: Consts,
     cpus: float,
 ) -> None:
-    """GLOBALUSAGE, at a write-back: the active leaves of `table` take their site-wide
-    `usage` (per node, aged to now, charge units), `view` (the other hosts) becomes
-    the host's, and its site factors are updated for its `cpus` CPUs (in place)."""
+    """GLOBALUSAGE, at a write-back: `take_site_view`, then the host's site factors are
+    updated for its `cpus` CPUs (in place)."""
+    take_site_view(tree, table, site, view, usage)
+    site.factor = update_factors(tree, table, site, consts, cpus)
+
+
+def take_site_view(
+    tree: ShareTree, table: LnodeTable, site: SiteState, view: SiteView, usage: np.ndarray
+) -> None:
+    """GLOBALUSAGE: the active leaves of `table` take their site-wide `usage` (per node,
+    aged to now, charge units; fairshare.core.site.refresh_usage adds what this host
+    owes), and `view` (the other hosts) becomes the host's (in place)."""
     mine = np.flatnonzero(table.active & tree.leaf_mask)
     refresh_usage(table, mine, usage)
     site.view = view
-    site.factor = update_factors(tree, table, site, consts, cpus)

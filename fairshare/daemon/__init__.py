@@ -21,10 +21,14 @@ module named after it (this is the one list of them):
 5. `decisions`: the CPU-quota signals sent, and the enforcer handed its targets (the
    UDB's nice applied beside it, fairshare.enforce.switch).
 6. The lnode table published (fairshare.store.published).
-7. `writeback`: every `writeback` seconds what the lnodes accrued added to the UDB
+7. `exchange`: with GLOBALUSAGE, this host's part of the site's view (what it owes and
+   receives per lnode) sent and the other hosts' read back, in one short transaction:
+   the lnodes take their site-wide usage and the view of the other hosts is one cycle
+   old (fairshare.store.exchange).
+8. `writeback`: every `writeback` seconds what the lnodes accrued added to the UDB
    (increments, so hosts sharing one UDB never erase each other's charges), the lnodes
-   whose processes have all gone released, and with GLOBALUSAGE the site-wide usage and
-   site factors refreshed; every `checkpoint` seconds every active lnode's unwritten
+   whose processes have all gone released, and with GLOBALUSAGE the site factors
+   updated from the view; every `checkpoint` seconds every active lnode's unwritten
    increment checkpointed.  `outage` keeps the daemon scheduling while the UDB cannot
    be reached.
 

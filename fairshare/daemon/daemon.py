@@ -41,7 +41,7 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from fairshare.collect import Collector, ProcessSample
-from fairshare.core.consts import Consts
+from fairshare.core.consts import GLOBALUSAGE, Consts
 from fairshare.core.exits import SiteExit
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.site import SiteState
@@ -50,6 +50,7 @@ from fairshare.daemon.accounts import AccountLookup
 from fairshare.daemon.charges import charge, resources_charged
 from fairshare.daemon.decisions import enforcer_targets, send_quota_signals
 from fairshare.daemon.enrol import Enrolment, NewUids
+from fairshare.daemon.exchange import exchange
 from fairshare.daemon.lock import HostLock, keep_lock
 from fairshare.daemon.loop import Loop
 from fairshare.daemon.outage import UdbCalls
@@ -359,6 +360,11 @@ class Daemon:
         # publish the lnode table (fairshare.store.published)
         header = cycle_header(self, sample.time, consts, float(c.cpu.sum()) / elapsed)
         self.udb.call("publish the lnode table", self.store.publish, ln.tree, ln.table, header)
+        # exchange: GLOBALUSAGE's site-wide usage and view of the other hosts, every cycle
+        if consts.flags & GLOBALUSAGE:
+            args = (self.store, ln, self.site, self.ledger.pending, sample.time, consts)
+            writes_back = self.clock.monotonic() >= self.ledger.next_writeback
+            exchange(self.udb, *args, self.cpus, everyone=writes_back)
         trim_wal(self.engine)  # a SQLite UDB's WAL stays small, even on a small disk
         # writeback: the write-back and the checkpoint when due
         mono = self.clock.monotonic()

@@ -11,8 +11,10 @@ written move into the entry's cpuquotaused) and releases some lnodes, as its
 - SHUTDOWN, when the daemon stops: every lnode is written and released.
 
 After a PERIODIC or SYNC write-back the active entries are read again and, with
-GLOBALUSAGE, the site-wide usage and site factors are refreshed (`refresh_site`,
-fairshare.core.steps.refresh_site).  Every `checkpoint` seconds every active lnode's
+GLOBALUSAGE, the site factors are updated (fairshare.core.site.update_factors) from the
+view of the other hosts that the cycle's exchange keeps fresh (fairshare.daemon.exchange;
+the written increments leave this host's row of the exchange in the write-back's own
+transaction, fairshare.store.exchange.settle).  Every `checkpoint` seconds every active lnode's
 unwritten increment is checkpointed, from which the next start recovers after a crash
 (`WriteBacks.recover`, fairshare.store.published).  Increments the UDB does not take (it
 cannot be reached, the disk is full, the database is read-only) are kept in `pending`,
@@ -37,8 +39,7 @@ from sqlalchemy.exc import DBAPIError
 
 from fairshare.core.consts import GLOBALUSAGE, Consts, decay
 from fairshare.core.lnode import WriteBack, accrued, release
-from fairshare.core.site import SiteState
-from fairshare.core.steps import refresh_site as refresh_site_step
+from fairshare.core.site import SiteState, update_factors
 from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.spool import Spool
 from fairshare.daemon.state import Lnodes, refresh_entries
@@ -86,16 +87,6 @@ def leave(ln: Lnodes, now: float, mode: WriteBackMode) -> list[tuple[int, WriteB
         if st is not None:
             ln.entry[n] = dataclasses.replace(st, cpuquotaused=st.cpuquotaused + wb.cpu_seconds)
     return out
-
-
-def refresh_site(
-    store: LnodeStore, ln: Lnodes, site: SiteState, now: float, consts: Consts, cpus: float
-) -> None:
-    """GLOBALUSAGE: the site-wide usage and factors of `ln` and `site` (a host of `cpus`
-    CPUs) from the UDB at `now` (epoch s; fairshare.core.steps.refresh_site)."""
-    live_after = now - 3 * max(consts.writeback, consts.delta)  # hosts heard from since then
-    view, usage = store.site_view(ln.tree, now, consts.halflife, live_after=live_after)
-    refresh_site_step(ln.tree, ln.table, site, view, usage, consts, cpus)
 
 
 @contextmanager
@@ -235,9 +226,8 @@ class WriteBacks:
             log.debug("wrote back %d lnodes", written)
         if mode is not WriteBackMode.SHUTDOWN:
             udb.read("re-read the active entries", refresh_entries, ln, self.store)
-            if consts.flags & GLOBALUSAGE:
-                args = (self.store, ln, site, now, consts, self.cpus)
-                udb.read("refresh the site-wide usage", refresh_site, *args)
+            if consts.flags & GLOBALUSAGE:  # from the view the cycle's exchange keeps fresh
+                site.factor = update_factors(ln.tree, ln.table, site, consts, self.cpus)
         return written
 
     def log_stopped(self, cycles: int, started: bool, fenced: bool) -> None:

@@ -10,6 +10,9 @@ test uid, and what they charge is compared with the kernel's count of that uid's
 - A SQLite UDB alone on a 1 MB tmpfs: the daemon's WAL stays small; filled to the last
   byte, the daemon logs one line a minute, and SIGTERM (or kill -9) during the outage
   spools what it owes, which the next start writes back once.
+- A PostgreSQL UDB stopped under a daemon, the daemon killed with -9 during the outage
+  and started again once the server is back: the spool and the lnode cgroups' counters
+  it covers lose nothing (within 1% of the kernel's count of the workload).
 
 Both daemons of the PostgreSQL case watch the same machine, so each charges the busy
 loop once: the uid's charges are twice its CPU.  Needs root (the test uid, mounts).
@@ -181,6 +184,61 @@ def test_a_postgresql_restart_and_a_duplicate_daemon_count_nothing_twice(
         # Nothing twice; host a loses what its stopped daemon had not checkpointed
         # before the restart and what ran until the duplicate's first sample.
         assert got <= 2 * used + 0.5, logs
+
+
+@pytest.mark.requires("postgresql")
+def test_kill_9_during_a_postgresql_outage_loses_nothing_once_back(pg_server, pg_db, tmp_path):
+    """The Grid issue's "a host that loses the database keeps scheduling and spools what
+    it owes; a kill -9 during the outage loses nothing once the host is back": the
+    restarted daemon writes the spool back once and charges what ran since it (and
+    while no daemon ran) from the lnode cgroups' counters the spool covers."""
+    from machine_lock import remove_fairshare_cgroups
+
+    from system.test_books_real import busy_in, gone, kernel_cgroup, usage
+    from system.test_daemon_real import kill_test_uids
+
+    fill_udb(pg_db, delta=0.5, writeback=2.0, checkpoint=1.5)
+    spool = tmp_path / "a.spool"
+    cg = kernel_cgroup()
+    first = daemon(pg_db, "a", spool)
+    procs, work = [first], None
+    store = LnodeStore(open_udb(pg_db), "a")
+    try:
+        assert wait_for(store.published_cycle), stop(procs)
+        work = busy_in(cg, UID)
+        time.sleep(4.0)  # write-backs and checkpoints into the UDB
+        pg_server.stop()
+        dispose_all()
+        time.sleep(6.0)  # the outage: what it owes is spooled
+        assert first.poll() is None and spool.exists(), stop(procs)
+        first.kill()  # kill -9 during the outage
+        first.wait()
+        time.sleep(3.0)  # the loop runs on with no daemon and no database
+        pg_server.start()
+        again = daemon(pg_db, "a", spool)
+        procs.append(again)
+        assert wait_for(lambda: (store.published_cycle() or 0) > 2), stop(procs)
+        time.sleep(2.0)
+        kill_test_uids()
+        gone(UID)
+        time.sleep(2.0)  # the daemon's last cycles see the last CPU
+        (log,) = stop([again])
+        truth = usage(cg)
+    finally:
+        kill(procs)
+        if work is not None and work.poll() is None:
+            work.kill()
+            work.wait()
+        kill_test_uids()
+        remove_fairshare_cgroups()
+        cg.rmdir()
+    dispose_all()
+    got = charged(pg_db)
+    print(f"\nPostgreSQL outage + kill -9: {got:.2f} CPU s charged, the kernel counted "
+          f"{truth:.2f} ({got / truth - 1:+.2%})")  # fmt: skip
+    assert "wrote back the spool" in log and not spool.exists(), log
+    assert "charged from its counter" in log, log
+    assert got == pytest.approx(truth, rel=0.01), log
 
 
 # -- 6: a small and then full filesystem -----------------------------------------------------

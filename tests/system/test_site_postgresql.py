@@ -1,6 +1,7 @@
 """Many hosts, one UDB on PostgreSQL (a database of the test's own on the session's
-throwaway server, tests/conftest.py): the tests of tests/integration/test_site.py that
-run on either database, a daemon that outlives its database, two shrdaemon processes.
+throwaway server, tests/conftest.py): the tests of tests/integration/test_site.py and
+tests/integration/test_site_exchange.py that run on either database, a daemon that
+outlives its database, two shrdaemon processes.
 
 Charges: with the default cost_tick (100 per tick, 100 ticks per CPU second) one CPU
 second costs 10,000 charge units.
@@ -17,7 +18,7 @@ import time
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT
-from integration import test_site
+from integration import test_site, test_site_exchange
 from integration.test_site import CHARGE_PER_CPU_S, USERS, entry, site_daemons, slow_site, step_all
 from sqlalchemy import select
 
@@ -39,6 +40,17 @@ def any_udb(request, pg_db):
 test_concurrent_write_backs_lose_nothing = test_site.test_concurrent_write_backs_lose_nothing
 test_the_shared_user_holds_both_hosts_charges_within_one_write_back = (
     test_site.test_the_shared_user_holds_both_hosts_charges_within_one_write_back
+)
+# the site's per-cycle exchange (fairshare.store.exchange): one statement's snapshot, upserts
+test_each_host_reads_the_others_summed = test_site_exchange.test_each_host_reads_the_others_summed
+test_a_silent_host_is_left_out_until_it_exchanges_again = (
+    test_site_exchange.test_a_silent_host_is_left_out_until_it_exchanges_again
+)
+test_a_write_back_moves_what_it_wrote_from_the_exchange_to_the_entries = (
+    test_site_exchange.test_a_write_back_moves_what_it_wrote_from_the_exchange_to_the_entries
+)
+test_concurrent_hosts_exchange_and_write_back_without_waiting_for_each_other = (
+    test_site_exchange.test_concurrent_hosts_exchange_and_write_back_without_waiting_for_each_other
 )
 
 

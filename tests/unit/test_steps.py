@@ -210,14 +210,22 @@ class EntryStore:
         return {}
 
 
-def test_a_write_back_reads_the_entries_and_the_site_again_unless_the_daemon_stops(
+def test_a_write_back_reads_the_entries_and_updates_the_site_factors_unless_it_stops(
     monkeypatch,
 ):
-    monkeypatch.setattr(writeback, "refresh_site", lambda store, *a: store.calls.append("site"))
-    for mode, after in (
-        (WriteBackMode.PERIODIC, [("entry_states", [1001]), "site"]),
-        (WriteBackMode.SYNC, [("entry_states", [1001]), "site"]),
-        (WriteBackMode.SHUTDOWN, []),
+    """The site factors come from the view the cycle's exchange keeps (no read of the
+    site at the write-back: fairshare.daemon.exchange)."""
+    updated = []
+
+    def update_factors(tree, table, site, consts, cpus):
+        updated.append(consts.flags)
+        return site.factor
+
+    monkeypatch.setattr(writeback, "update_factors", update_factors)
+    for mode, after, factors in (
+        (WriteBackMode.PERIODIC, [("entry_states", [1001])], [GLOBALUSAGE]),
+        (WriteBackMode.SYNC, [("entry_states", [1001])], [GLOBALUSAGE]),
+        (WriteBackMode.SHUTDOWN, [], []),
     ):
         ln = user_tree()
         activate(ln.table, ln.tree.node("alice"), 1.0)
@@ -226,11 +234,13 @@ def test_a_write_back_reads_the_entries_and_the_site_again_unless_the_daemon_sto
         ledger = WriteBacks(store, cpus=2.0)
         udb = UdbCalls(lambda: 0.0, ledger.kept, ledger.due_now)
         site = SiteState.new(ln.tree.size)
+        updated.clear()
         assert ledger.write_back(udb, ln, site, 100.0, Consts(flags=GLOBALUSAGE), mode) == 1
         assert store.calls == [("write_back", [1001]), *after], mode
-        store.calls.clear()  # without GLOBALUSAGE the site is not refreshed
+        assert updated == factors, mode
+        updated.clear()  # without GLOBALUSAGE the factors are not updated
         ledger.write_back(udb, ln, site, 101.0, Consts(), mode)
-        assert "site" not in store.calls
+        assert updated == []
 
 
 def test_what_the_udb_does_not_take_is_kept_and_written_when_it_answers_again():
