@@ -166,10 +166,10 @@ def test_cpu_taken_outside_the_tree_leaves_the_trims_alone():
     none could correct another)."""
     tree = two_groups()
 
-    def kernel(table, users):
+    def outside(table, users):
         return water_fill(1.6, np.maximum(table.flat[users], 1e-9), CAP)
 
-    table, _ = drive(tree, kernel, 100)
+    table, _ = drive(tree, outside, 100)
     trims = table.trim[[tree.node(u) for u in ("u1", "u2", "u3")]]
     assert trims.max() < 1.1 and trims.min() > 0.9
 
