@@ -79,6 +79,7 @@ import numpy as np
 
 from fairshare.core.consts import LIMSHARE, TICKS_PER_SECOND, Consts, decay
 from fairshare.core.fair import SplitFigures
+from fairshare.core.grid import GridView
 from fairshare.core.index import SMALL_TREE, Memo, TreeIndex, build_index
 from fairshare.core.lnode import LnodeTable, NodeState
 from fairshare.core.split import even_targets, flat_index, machine_shares, to_tree
@@ -108,6 +109,8 @@ class Consumption:
     want: CPU seconds the leaf's processes would have used unconstrained, where the
     collector knows it (the simulator), else None (fairshare.core.delivery estimates it);
     cpus: the machine's CPUs (0: not given), for the fair target and the CPU delivered.
+    grid: what the grid changes in the split (fairshare.core.grid: the other sites'
+    usage where an entry's scope is global, pooled subtrees), or None: nothing.
     """
 
     cpu: np.ndarray
@@ -121,6 +124,7 @@ class Consumption:
     cpu_charged: np.ndarray | None = None
     want: np.ndarray | None = None
     cpus: float = 0.0
+    grid: GridView | None = None
 
     @classmethod
     def zeros(cls, n: int) -> Consumption:

@@ -96,6 +96,8 @@ class UnicosPolicy:
         sched_leaf = demand_leaf & ~background
         sub_usage, sched = idx.subtree_sum(np.array((usage, sched_leaf)))
 
+        if c.grid is not None:  # other sites' usage, grid factors, pooled subtrees
+            sub_usage = c.grid.scheduling_usage(sub_usage, m)
         floor, limit = limshare_band(consts)
         flat = not consts.flags & ADJGROUPS
         sh = near_future_shares(
