@@ -65,6 +65,8 @@ GAIN = 1.0
 STEP_BOUND = 2.0
 #: Grid factors stay within [FACTOR_FLOOR, 1] (the largest of a sibling set is 1).
 FACTOR_FLOOR = 1e-3
+#: Another site's usage of a node counts it present above this part of its parent's.
+PRESENT_PART = 1e-6
 #: Usage below this (charge units) counts as this, so nothing divides by 0.
 _FLOOR = 1e-9
 
@@ -105,18 +107,42 @@ class GridView:
     remote: np.ndarray | None = None
     factor: np.ndarray | None = None
 
-    def scheduling_usage(self, sub_usage: np.ndarray, m: np.ndarray) -> np.ndarray:
-        """The usage each node is split by (charge units; a new array): its subtree's
-        usage here (`sub_usage`), plus the other sites' where measured globally, over
-        its grid factor; inside a pooled subtree its machine share `m`, so the split
-        there goes by shares alone (m^2 / m = m)."""
-        out = sub_usage.astype(float, copy=True)
+    def split_inputs(
+        self, idx: TreeIndex, m: np.ndarray, sub_usage: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(m, usage) the split works from (new arrays; fractions of the machine, charge
+        units).  Where measured globally: the usage is the subtree's here (`sub_usage`)
+        plus the other sites', and each node's part of its parent's m_share is weighed
+        by its grid factor (the set's total kept), so its due share here, and the
+        edge-effect bound with it, move toward what the grid needs of this site.
+        Inside a pooled subtree the usage is the (new) m_share, so the split there goes
+        by shares alone (m^2 / m = m)."""
+        out_m, out_u = m, sub_usage.astype(float, copy=True)
         if self.remote is not None:
-            grid = (sub_usage + self.remote) / self.factor
-            out = np.where(self.measured, grid, out)
+            out_u = np.where(self.measured, sub_usage + self.remote, out_u)
+            frac = _of_parent(idx, m)
+            weighed = np.where(self.measured, frac * self.factor, frac)
+            total, now = idx.sibling_sum(frac), idx.sibling_sum(weighed)
+            frac = np.divide(weighed * total, now, out=frac, where=self.measured & (now > 0))
+            frac[0] = 1.0
+            out_m = idx.down_product(frac, float(m[0]))
         if self.pooled_below.any():
-            out = np.where(self.pooled_below, np.maximum(m, _FLOOR), out)
-        return out
+            out_u = np.where(self.pooled_below, np.maximum(out_m, _FLOOR), out_u)
+        return out_m, out_u
+
+    def adjustable(self, groups: np.ndarray) -> np.ndarray:
+        """The `groups` ADJGROUPS may adjust (fairshare.core.cycle.group_adjustment):
+        not those measured globally, whose share here is meant to differ from their due
+        share here, nor those inside a pooled subtree."""
+        skip = self.pooled_below if self.remote is None else self.pooled_below | self.measured
+        return groups & ~skip
+
+    def keep_raise(self, raise_: np.ndarray) -> np.ndarray:
+        """The edge effects' usage raise (fairshare.core.cycle.raise_usage) without the
+        nodes measured globally or pooled: their split is not by their usage here, so
+        their usage here is not raised for it."""
+        skip = self.pooled_below if self.remote is None else self.pooled_below | self.measured
+        return np.where(skip, 1.0, raise_)
 
 
 def pooled_below(tree: ShareTree) -> np.ndarray:
@@ -155,11 +181,14 @@ def grid_usage(
 
 
 def present_nodes(tree: ShareTree, active: np.ndarray, measured: np.ndarray, remote) -> np.ndarray:
-    """The nodes that count in their sibling sets: active here, or measured globally and
-    with usage at another site; with their ancestors."""
+    """The nodes that count in their sibling sets: `active` here (the lnodes, or those
+    wanting CPU), or measured globally and with usage at the other sites above
+    PRESENT_PART of their parent's there (an lnode that never ran, at its usage floor,
+    does not count); with their ancestors."""
     mine = active & tree.leaf_mask
     if remote is not None:
-        mine = mine | (measured & (remote > 0))
+        idx = tree_index(tree)
+        mine = mine | (measured & (remote > PRESENT_PART * remote[idx.parent0]))
     out = tree_index(tree).subtree_sum(mine.astype(float)) > 0
     out[0] = True
     return out
@@ -201,7 +230,7 @@ def update_factors(
     kept above FACTOR_FLOOR.  `usage` is this site's per node (the lnode table's),
     `active`, `demand` its lnodes and those that want CPU.  In place."""
     measured = tree.measured_globally(bool(consts.flags & GLOBALUSAGE))
-    present = present_nodes(tree, active, measured, state.remote)
+    present = present_nodes(tree, active & demand, measured, state.remote)
     g = grid_usage(tree, usage, state.remote, measured)
     target, actual = targets_and_actuals(tree, present, g, consts.idleshare == "even")
     mine = measured & active & demand & present
