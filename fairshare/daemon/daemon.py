@@ -185,6 +185,8 @@ class Options:
     site_exits: tuple[SiteExit, ...] = ()
     #: Uids without an entry (fairshare.daemon.enrol): None charges them to unknown.
     new_uids: NewUids | None = None
+    #: This host's speed factor (shrdaemon --speed) over the UDB's (shradmin --speed).
+    speed: float | None = None
 
 
 class Daemon:
@@ -223,6 +225,7 @@ class Daemon:
             process_events, self.enforcement, self.options.enforce_min_uid, account_of
         )
         self.reloader = Reloader()  # the constants and tree read from the UDB
+        self.reloader.speed = self.options.speed
         self.loop = Loop(self.clock, on_hup=self.reloader.request)
         self.cpus = float(self.options.cpus or os.cpu_count() or 1)
         self.lock = lock

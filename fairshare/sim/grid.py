@@ -1,16 +1,17 @@
 """shrsim's grid run: several sites, each the daemon's own cycle on its own machine (seed 001).
 
 `run_grid` takes a loaded grid scenario (fairshare.sim.grid_scenario) and returns a
-`GridResult`.  Every cycle each site runs as a machine scenario does (fairshare.sim.run's
+`GridResult`. Every cycle each site runs as a machine scenario does (fairshare.sim.run's
 `Host`: lnodes come and go, the enforcer's weights share its CPUs, that CPU goes through
-fairshare.core.steps.advance), its CPU charged at the site's speed.  Every `exchange`
-seconds, unless the scenario runs on local usage only, the sites exchange usage as a
-grid would (fairshare.core.grid): each publishes, per node of its tree, the decayed usage
-of the node's subtree there (its lnodes' usage, and the stored usage of its entries
-without one, aged to now), and each takes, per node of its own tree, the sum of what the
-others published under the same name (`GridState.exchange`), then updates its grid
-factors (`update_factors`).  That sum is the interface a real exchange (PostgreSQL
-logical replication of usage records) fills: see docs/architecture.md.
+fairshare.core.steps.advance), its CPU charged at the site's speed (`Consts.speed`).
+Every `exchange` seconds, unless the scenario runs on local usage only, the sites
+exchange usage as a grid would (fairshare.core.grid): each publishes, per node of its
+tree, the decayed usage of the node's subtree there (its lnodes' usage, and the stored
+usage of its entries without one, aged to now), and each takes, per node of its own
+tree, the sum of what the others published under the same name (`GridState.exchange`),
+then updates its grid factors (`update_factors`). That sum is the interface a real
+exchange (PostgreSQL logical replication of usage records) fills: see
+docs/architecture.md.
 
 What it measures, over the window after the warm-up, the way the paper does (Section
 5.1's aggregated utilization): for every entry, its *delivered share*, the CPU its
@@ -110,7 +111,7 @@ def run_grid(grid: Grid, steps: Callable[[Iterable[int], int], Iterable[int]] | 
     for s in grid.sites:
         sc = s.scenario
         h = Host(sc, sc.workloads, sc.cpus, sc.enforcer, s.name)
-        h.grid, h.speed = GridState.new(sc.tree.size), s.speed
+        h.grid = GridState.new(sc.tree.size)
         hosts.append(h)
     stored: list[Stored] = [{} for _ in hosts]
     every = max(1, int(round(grid.exchange / grid.delta)))
@@ -126,7 +127,7 @@ def run_grid(grid: Grid, steps: Callable[[Iterable[int], int], Iterable[int]] | 
             _exchange(hosts, scs, stored, (step + 1) * grid.delta)
         if step >= first:
             for g, h, sc in zip(got, hosts, scs, strict=True):
-                g += sc.tree.subtree_sum(h.cons.cpu * h.speed)
+                g += sc.tree.subtree_sum(h.cons.cpu * sc.consts.speed)
     window = (first * grid.delta, nsteps * grid.delta)
     entries = _entries(grid, got)
     usage = "grid" if grid.exchange_usage else "local"

@@ -138,7 +138,7 @@ def parse_grid(
         raise where.fail("usage", f"expected grid or local, got {mode!r}")
     for s in sites:
         sc = s.scenario
-        sc.consts, sc.warmup, sc.overrides = consts, warmup, overrides
+        sc.consts, sc.warmup, sc.overrides = consts.replace(speed=s.speed), warmup, overrides
         sc.enforcer = enforcer or doc.get("enforcer", "cgroup")
     return Grid(source, sites, exchange, mode == "grid", total, warmup, consts.delta, names)
 

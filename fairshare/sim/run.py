@@ -139,7 +139,6 @@ class Host:
         self.cons.cpus, self.cons.want = cpus, np.zeros(tree.size)  # want: CPU s, last cycle
         self.site = SiteState.new(tree.size) if site else None
         self.grid: GridState | None = None  # a site of a grid: fairshare.sim.grid sets it
-        self.speed = 1.0  # a CPU-second here is charged as `speed` (fairshare.sim.grid)
         nl = len(self.lnodes)
         self.present = np.zeros(nl, dtype=bool)
         self.nrun = np.zeros(nl)
@@ -195,7 +194,7 @@ class Host:
             self.present = here
             self.cons.cpu[self.arr] = 0.0
             self.table, _ = advance(
-                sc.tree, self.table, self._charged(), sc.consts, 0.0, self.site, grid=self.grid
+                sc.tree, self.table, self.cons, sc.consts, 0.0, self.site, grid=self.grid
             )
 
     def run(self, sc: Scenario) -> None:
@@ -214,15 +213,8 @@ class Host:
         self.cpu_l = np.bincount(self.col, weights=got, minlength=len(self.lnodes)) * sc.delta
         self.cons.cpu[self.arr] = self.cpu_l
         self.table, _ = advance(
-            sc.tree, self.table, self._charged(), sc.consts, sc.delta, self.site, grid=self.grid
+            sc.tree, self.table, self.cons, sc.consts, sc.delta, self.site, grid=self.grid
         )
-
-    def _charged(self) -> Consumption:
-        """The cycle's consumption, its CPU charged at this host's speed (SGAS's scaling
-        of host CPU time: a CPU-second on a host twice as fast counts as two)."""
-        if self.speed != 1.0:
-            self.cons.cpu_charged = self.cons.cpu * self.speed
-        return self.cons
 
     def _nested_share(self) -> np.ndarray:
         """CPUs per workload under the nested cgroups, weighted from the table's e_share

@@ -119,3 +119,46 @@ def test_a_bad_grid_scenario_is_one_error_at_its_line(tmp_path):
         parse_grid(text, "g.toml", tmp_path)
     with pytest.raises(ScenarioError, match="exchange: expected at least delta"):
         parse_grid('exchange = "1s"\n' + text.replace('"b"', '"a"'), "g.toml", tmp_path)
+
+
+SPEEDS = """duration = "12h"
+delta = "60s"
+warmup = "4h"
+exchange = "5m"
+directives = \"\"\"
+create:VO:uid:500:shflags:040000:shares:1:scope:global:
+create:x:uid:1001:resgrp:VO:shares:1:
+create:z:uid:1002:resgrp:VO:shares:1:
+\"\"\"
+[consts]
+halflife = "1h"
+flags = ["ADJGROUPS"]
+[[site]]
+name = "a"
+cpus = 10
+[[site]]
+name = "b"
+cpus = 10
+speed = SPEED
+[[workload]]
+name = "z"
+site = "*"
+procs = 20
+[[workload]]
+name = "x"
+site = "b"
+procs = 20
+"""
+
+
+@pytest.mark.parametrize("speed", [1.0, 2.0])
+def test_a_faster_sites_cpu_seconds_count_for_more(tmp_path, speed):
+    """z runs at both sites, x at b only, half of the VO each.  At speed 1 the grid has
+    20 units: z takes a's 10, x b's 10.  With b twice as fast, 30 units: x is due 15,
+    7.5 of b's CPUs, and z gets a's 10 and b's other 2.5 (5 units)."""
+    grid = parse_grid(SPEEDS.replace("SPEED", str(speed)), "s.toml", tmp_path)
+    assert grid.site("b").scenario.consts.speed == speed
+    r = run_grid(grid)
+    assert r.entry("x").delivered == pytest.approx(0.5, abs=PP)
+    x_at_b = r.entry("x").sites["b"][0]  # of VO's CPU-seconds x speed there: all b's
+    assert x_at_b == pytest.approx(1.0 if speed == 1 else 0.75, abs=2 * PP)

@@ -127,3 +127,13 @@ def test_grid_factor_falls_for_an_entry_above_its_global_target():
     # 20%) doubled (the step bound); the set scaled so the largest is 1: P-A1 0.6 / 2.
     assert np.isclose(f[t.node("P-A2")], 1.0) and np.isclose(f[t.node("P-A3")], 1.0)
     assert np.isclose(f[t.node("P-A1")], 0.3)
+
+
+def test_the_speed_factor_scales_what_a_cpu_second_is_charged():
+    from fairshare.core.cycle import leaf_charges
+
+    c = Consumption.zeros(3)
+    c.cpu[1] = 2.0
+    one = leaf_charges(c, Consts())
+    assert np.allclose(leaf_charges(c, Consts(speed=2.5)), 2.5 * one)
+    assert one[1] == 2.0 * 100 * 100  # 2 CPU s x 100 ticks x cost_tick 100
