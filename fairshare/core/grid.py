@@ -50,6 +50,7 @@ tuples (fairshare.core.deviation) the members take the node's standing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -243,3 +244,20 @@ def update_factors(
     scale = top[idx.parent0]
     factor = np.where(mine & (scale > 0), factor / np.where(scale > 0, scale, 1.0), factor)
     state.factor = np.clip(factor, FACTOR_FLOOR, 1.0)
+
+
+def published_usage(tree: ShareTree, leaf_usage: np.ndarray) -> dict[str, float]:
+    """What a site publishes for the others: per entry name, the decayed usage of its
+    subtree at this site (charge units), from each leaf's (`leaf_usage`, per node)."""
+    sums = tree_index(tree).subtree_sum(np.where(tree.leaf_mask, leaf_usage, 0.0))
+    return dict(zip(tree.names[1:], sums[1:].tolist(), strict=True))
+
+
+def remote_usage(tree: ShareTree, others: Iterable[Mapping[str, float]]) -> np.ndarray:
+    """The array `GridState.exchange` takes: per node of `tree`, the sum over the other
+    sites' publications (`published_usage`) of the usage under the node's entry name
+    (0 where no site has it; the root's 0)."""
+    out = np.zeros(tree.size)
+    for pub in others:
+        out[1:] += np.array([pub.get(n, 0.0) for n in tree.names[1:]], dtype=float)
+    return out

@@ -11,7 +11,9 @@
   its last finite value;
 - `refresh_site` (GLOBALUSAGE, at a write-back): the active leaves take their
   site-wide usage and the host's site factors are updated from the view of the
-  other hosts.
+  other hosts;
+- `exchange_grid` (a site of a grid, when the other sites' usage arrives): the site's
+  view of the other sites and its grid factors (fairshare.core.grid).
 
 Releasing an lnode whose processes have gone, or writing back what it accrued, is
 fairshare.core.lnode.release and fairshare.core.lnode.accrued.  Where they come in the
@@ -33,6 +35,7 @@ from fairshare.core.cycle import Consumption, node_decay
 from fairshare.core.delivery import deliver
 from fairshare.core.exits import SiteExit, adjust
 from fairshare.core.grid import GridState, grid_view
+from fairshare.core.grid import update_factors as update_grid_factors
 from fairshare.core.lnode import LnodeTable, activate, aged_usage, keep_finite
 from fairshare.core.policies import run_cycle
 from fairshare.core.site import SiteState, SiteView, apply_factors, refresh_usage, update_factors
@@ -93,6 +96,21 @@ def advance(
     adjust(exits, tree, new, consts)
     deliver(tree, table, new, consumption, consts, elapsed)
     return new, keep_finite(table, new)
+
+
+def exchange_grid(
+    tree: ShareTree,
+    table: LnodeTable,
+    grid: GridState,
+    remote: np.ndarray,
+    consts: Consts,
+) -> None:
+    """A site of a grid, when usage arrives from the other sites: `remote` (per node,
+    the decayed usage of the node's subtree at the other sites, summed; charge units;
+    fairshare.core.grid.remote_usage builds it from their publications) becomes the
+    site's view, and its grid factors are updated from it (in place)."""
+    grid.exchange(remote)
+    update_grid_factors(tree, grid, table.usage, table.active, table.demand, consts)
 
 
 def refresh_site(

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairshare.core.consts import GLOBALUSAGE
-from fairshare.core.grid import GridState, targets_and_actuals, update_factors
+from fairshare.core.grid import GridState, published_usage, remote_usage, targets_and_actuals
 from fairshare.core.lnode import WriteBack, aged_usage
+from fairshare.core.steps import exchange_grid
 from fairshare.sim.grid_scenario import Grid
 from fairshare.sim.run import Host, Stored, _span, _write
 
@@ -135,29 +136,26 @@ def run_grid(grid: Grid, steps: Callable[[Iterable[int], int], Iterable[int]] | 
     return GridResult(grid.source, usage, window, nsteps, cpus, entries)
 
 
-def published_usage(h: Host, tree, stored: Stored, now: float, consts) -> dict[str, float]:
-    """What one site publishes: per entry name, the decayed usage of its subtree there
-    (charge units): its lnodes' usage, and its other entries' stored usage aged to now."""
+def site_usage(h: Host, tree, stored: Stored, now: float, consts) -> dict[str, float]:
+    """What one site publishes (fairshare.core.grid.published_usage): its lnodes' usage,
+    and its other entries' stored usage aged to now."""
     u = np.where(h.table.active & tree.leaf_mask, h.table.usage, 0.0)
     for n, (us, ext) in stored.items():
         if not h.table.active[n]:
             u[n] = aged_usage(us, ext, now, consts)
-    return dict(zip(tree.names, tree.subtree_sum(u).tolist(), strict=True))
+    return published_usage(tree, u)
 
 
 def _exchange(hosts: list[Host], scs, stored: list[Stored], now: float) -> None:
-    """Every site takes the others' usage by entry name, and updates its grid factors."""
+    """Every site takes the others' usage by entry name and updates its grid factors
+    (fairshare.core.steps.exchange_grid)."""
     pubs = [
-        published_usage(h, sc.tree, st, now, sc.consts)
+        site_usage(h, sc.tree, st, now, sc.consts)
         for h, sc, st in zip(hosts, scs, stored, strict=True)
     ]
     for i, (h, sc) in enumerate(zip(hosts, scs, strict=True)):
-        others = [p for j, p in enumerate(pubs) if j != i]
-        remote = np.array([sum(p.get(n, 0.0) for p in others) for n in sc.tree.names])
-        remote[0] = 0.0
-        h.grid.exchange(remote)
-        t = h.table
-        update_factors(sc.tree, h.grid, t.usage, t.active, t.demand, sc.consts)
+        remote = remote_usage(sc.tree, (p for j, p in enumerate(pubs) if j != i))
+        exchange_grid(sc.tree, h.table, h.grid, remote, sc.consts)
 
 
 def _entries(grid: Grid, got: list[np.ndarray]) -> list[EntryShare]:
