@@ -339,6 +339,7 @@ def run_real(
             server = Server(
                 socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth), limits
             )
+            server.answers.remote = daemon.grid_remote
             server.start()
             if limits != Limits():
                 log.info("%s: the socket's clients are held to %s", LIMITS_ENV, limits)

@@ -278,6 +278,15 @@ class Daemon:
 
     # -- the loop (fairshare.daemon.loop) ---------------------------------------------------
 
+    def grid_remote(self) -> dict[str, float]:
+        """The other sites' usage as this daemon last took it (fairshare.core.grid), by
+        entry name: what the socket's priority request adds for global entries."""
+        site, ln = self.site, self._lnodes
+        if site is None or site.grid is None or ln is None:
+            return {}
+        remote = site.grid.remote.copy()
+        return {n: float(u) for n, u in zip(ln.tree.names, remote.tolist(), strict=False) if u}
+
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop the loop, SIGHUP reloads the tree (main thread only)."""
         self.loop.install_signal_handlers()

@@ -26,7 +26,7 @@ import pwd
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +93,9 @@ class Answers:
         self, engine: Engine, host: str, accounts: SessionAccounts | None, auth: Path
     ) -> None:
         self.engine, self.host, self.accounts, self.auth = engine, host, accounts, auth
+        #: The other sites' usage by entry name, for the priority request (a grid; None:
+        #: this site's alone): shrdaemon gives it its daemon's `Daemon.grid_remote`.
+        self.remote: Callable[[], Mapping[str, float]] | None = None
 
     def handlers(self) -> dict[str, Callable[[Peer, dict], dict]]:
         """Each request's name and its method."""
@@ -130,7 +133,8 @@ class Answers:
 
     def priority(self, peer: Peer, req: dict) -> dict:
         host = _text(req, "host", optional=True)
-        return published_priorities(self.engine, host or self.host).as_json()
+        remote = self.remote() if self.remote is not None and host is None else None
+        return published_priorities(self.engine, host or self.host, remote).as_json()
 
     def shrdist(self, peer: Peer, req: dict) -> dict:
         group = _text(req, "group", optional=True)

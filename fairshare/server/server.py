@@ -90,7 +90,8 @@ class Server:
         self.accounts = accounts
         self.auth = auth
         self.limits = limits or Limits()
-        self.handlers = Answers(engine, host, accounts, auth).handlers()
+        self.answers = Answers(engine, host, accounts, auth)
+        self.handlers = self.answers.handlers()
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._thread: threading.Thread | None = None

@@ -65,3 +65,31 @@ def test_the_socket_request_answers_anyone_the_same(published):  # noqa: F811
     assert "priority" in answers.handlers()
     reply = answers.handlers()["priority"](Peer(1, 65534, 65534), {})
     assert reply == published_priorities(open_udb(published), "simulator").as_json()
+
+
+def test_other_sites_usage_counts_below_a_global_entry(published, tmp_path):  # noqa: F811
+    """With A's scope global, me's and a2's standing within A counts what they used at
+    the other sites (the daemon's grid_remote, given to the request); B's does not."""
+    import shutil
+
+    from udb.cli.udbgen import main as udbgen
+
+    path = published.removeprefix("sqlite:///")
+    copy = tmp_path / "udb.sqlite"
+    shutil.copy(path, copy)
+    url = f"sqlite:///{copy}"
+    r = CliRunner().invoke(udbgen, ["--udb", url, "-c", "update:A:scope:global:"])
+    assert r.exit_code == 0, r.output
+    rows = published_rows(published)
+    extra = 10 * (rows["me"].usage + rows["a2"].usage)
+    answers = Answers(open_udb(url), "simulator", None, Path("/x"))
+    answers.remote = lambda: {"a2": extra, "A": extra, "b1": 1e12}
+    doc = answers.priority(Peer(1, 65534, 65534), {})
+    by = {p["name"]: p["deviations"] for p in doc["lnodes"]}
+    um, ua2 = rows["me"].usage, rows["a2"].usage + extra
+    assert by["me"][1] == pytest.approx(50 - 100 * um / (um + ua2), abs=1e-4)
+    local = published_priorities(open_udb(url), "simulator").as_json()
+    assert {p["name"]: p["deviations"] for p in local["lnodes"]}["b1"] == by["b1"]
+    assert by["me"][0] == pytest.approx(
+        75 - 100 * rows["A"].usage / (rows["A"].usage + rows["B"].usage), abs=1e-4
+    )
