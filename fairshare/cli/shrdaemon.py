@@ -290,12 +290,8 @@ def main(
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
-    options = Options(
-        enforce_min_uid=enforce_min_uid,
-        site_exits=site_exits(site_hooks),
-        new_uids=new_uids,
-        speed=speed,
-    )
+    exits = site_exits(site_hooks)
+    options = Options(enforce_min_uid, site_exits=exits, new_uids=new_uids, speed=speed)
     spool = Spool(None if spool_at == "" else Path(spool_at or default_spool(url, host)), host)
     args = (observers, enforcer, options, socket_, auth, cycles, spool)
     store = run_real(engine, lock, consts, *args)
