@@ -82,7 +82,11 @@ def test_ordering_by_flat_priority_is_lexicographic_ordering_by_tuples(drawn, da
         u[n] = data.draw(st.floats(0.0, 100.0, allow_nan=False))
     active = np.zeros(tree.size, dtype=bool)
     active[leaves] = True
-    s = standing(tree, tree.subtree_sum(u), active)
+    # some subtrees global, with usage at other sites
+    measured = np.array([data.draw(st.booleans()) for _ in range(tree.size)])
+    measured[0] = False
+    remote = tree.subtree_sum(np.where(tree.leaf_mask, u[::-1], 0.0))
+    s = standing(tree, tree.subtree_sum(u), active, measured=measured, remote=remote)
     digits = s.digits(leaves)
     prio = s.priority(leaves)
     by_priority = sorted(range(len(leaves)), key=lambda i: (prio[i], i))
