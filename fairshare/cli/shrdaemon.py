@@ -33,7 +33,7 @@ from fairshare.server.server import Limits, Server
 from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store.config import load_consts
 from fairshare.store.published import LnodeStore
-from udb.cli.common import HELP, Command, handle_errors, udb_option, version_option
+from udb.cli.common import HELP, Command, FiniteFloat, handle_errors, udb_option, version_option
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
 from udb.remote import DEFAULT_SOCKET
@@ -205,6 +205,14 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     "hook installed.  See SITE EXITS in shrdaemon(8).",
 )
 @click.option(
+    "--speed",
+    type=FiniteFloat(0, 1000, min_open=True),
+    metavar="FACTOR",
+    help="This host's speed factor: a CPU-second here is charged as FACTOR CPU-seconds "
+    "(default the UDB's, shradmin --speed, 1): for a host faster or slower than the "
+    "site's others.",
+)
+@click.option(
     "-v",
     "--verbose",
     count=True,
@@ -229,6 +237,7 @@ def main(
     metrics_at,
     metrics_lnodes,
     site_hooks,
+    speed,
     verbose,
     pid_file,
     control,
@@ -281,9 +290,8 @@ def main(
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
-    options = Options(
-        enforce_min_uid=enforce_min_uid, site_exits=site_exits(site_hooks), new_uids=new_uids
-    )
+    exits = site_exits(site_hooks)
+    options = Options(enforce_min_uid, site_exits=exits, new_uids=new_uids, speed=speed)
     spool = Spool(None if spool_at == "" else Path(spool_at or default_spool(url, host)), host)
     args = (observers, enforcer, options, socket_, auth, cycles, spool)
     store = run_real(engine, lock, consts, *args)
@@ -327,6 +335,7 @@ def run_real(
             server = Server(
                 socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth), limits
             )
+            server.answers.remote = daemon.grid_remote
             server.start()
             if limits != Limits():
                 log.info("%s: the socket's clients are held to %s", LIMITS_ENV, limits)

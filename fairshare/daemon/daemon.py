@@ -185,6 +185,8 @@ class Options:
     site_exits: tuple[SiteExit, ...] = ()
     #: Uids without an entry (fairshare.daemon.enrol): None charges them to unknown.
     new_uids: NewUids | None = None
+    #: This host's speed factor (shrdaemon --speed) over the UDB's (shradmin --speed).
+    speed: float | None = None
 
 
 class Daemon:
@@ -223,6 +225,7 @@ class Daemon:
             process_events, self.enforcement, self.options.enforce_min_uid, account_of
         )
         self.reloader = Reloader()  # the constants and tree read from the UDB
+        self.reloader.speed = self.options.speed
         self.loop = Loop(self.clock, on_hup=self.reloader.request)
         self.cpus = float(self.options.cpus or os.cpu_count() or 1)
         self.lock = lock
@@ -274,6 +277,15 @@ class Daemon:
         return self.reloader.schedule
 
     # -- the loop (fairshare.daemon.loop) ---------------------------------------------------
+
+    def grid_remote(self) -> dict[str, float]:
+        """The other sites' usage as this daemon last took it (fairshare.core.grid), by
+        entry name: what the socket's priority request adds for global entries."""
+        site, ln = self.site, self._lnodes
+        if site is None or site.grid is None or ln is None:
+            return {}
+        remote = site.grid.remote.copy()
+        return {n: float(u) for n, u in zip(ln.tree.names, remote.tolist(), strict=False) if u}
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop the loop, SIGHUP reloads the tree (main thread only)."""

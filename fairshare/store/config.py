@@ -31,7 +31,8 @@ _schedule = tables.schedules.c
 _change = tables.const_changes.c
 #: The entry columns a tree is built from; `select(*TREE_COLUMNS)` gives rows for `build_tree`.
 TREE_COLUMNS = (
-    _entry.name, _entry.uid, _entry.resgrp, _entry.shares, _entry.shflags, _entry.halflife
+    _entry.name, _entry.uid, _entry.resgrp, _entry.shares, _entry.shflags, _entry.halflife,
+    _entry.scope, _entry.pooled,
 )  # fmt: skip
 
 
@@ -72,8 +73,8 @@ def load_tree(session: Session | Connection, mode: str | None = None) -> ShareTr
     rows = core(session).execute(select(*TREE_COLUMNS)).all()
     if not rows:
         return build_tree([], mode)
-    *cols, halflives = zip(*rows, strict=True)
-    return build_tree_columns(*cols, mode=mode, halflives=halflives)
+    *cols, halflives, scopes, pooled = zip(*rows, strict=True)
+    return build_tree_columns(*cols, mode=mode, halflives=halflives, scopes=scopes, pooled=pooled)
 
 
 def history(session: Session | Connection, limit: int | None = None) -> list[Row]:
