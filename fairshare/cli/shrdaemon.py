@@ -24,6 +24,7 @@ from fairshare.admin.shrdist import auth_path
 from fairshare.daemon import background
 from fairshare.daemon.daemon import Daemon, Options
 from fairshare.daemon.enrol import parse_new_uids
+from fairshare.daemon.grid import GRID_INTERVAL
 from fairshare.daemon.lock import AlreadyRunning, DaemonLock
 from fairshare.daemon.service import Notifier, log_formatter
 from fairshare.daemon.spool import Spool, default_spool
@@ -33,7 +34,7 @@ from fairshare.server.server import Limits, Server
 from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store.config import load_consts
 from fairshare.store.published import LnodeStore
-from udb.cli.common import HELP, Command, handle_errors, udb_option, version_option
+from udb.cli.common import HELP, Command, FiniteFloat, handle_errors, udb_option, version_option
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
 from udb.remote import DEFAULT_SOCKET
@@ -205,6 +206,15 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     "hook installed.  See SITE EXITS in shrdaemon(8).",
 )
 @click.option(
+    "--grid-interval",
+    type=FiniteFloat(0, 86400),
+    default=GRID_INTERVAL,
+    show_default=True,
+    metavar="SECONDS",
+    help="A grid: fetch the mounted policies and pull the peers' usage records this often "
+    "(0: never); see RUNNING A GRID in shrdaemon(8).",
+)
+@click.option(
     "-v",
     "--verbose",
     count=True,
@@ -229,6 +239,7 @@ def main(
     metrics_at,
     metrics_lnodes,
     site_hooks,
+    grid_interval,
     verbose,
     pid_file,
     control,
@@ -275,14 +286,16 @@ def main(
     if scenario:
         serve(observers)
         with lock:
-            run_simulation(
-                engine, scenario, cycles, enforcer, host, observers, site_exits(site_hooks)
-            )
+            args = (engine, scenario, cycles, enforcer, host, observers, site_exits(site_hooks))
+            run_simulation(*args, grid_interval)
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
     options = Options(
-        enforce_min_uid=enforce_min_uid, site_exits=site_exits(site_hooks), new_uids=new_uids
+        enforce_min_uid=enforce_min_uid,
+        site_exits=site_exits(site_hooks),
+        new_uids=new_uids,
+        grid_interval=grid_interval,
     )
     spool = Spool(None if spool_at == "" else Path(spool_at or default_spool(url, host)), host)
     args = (observers, enforcer, options, socket_, auth, cycles, spool)
@@ -437,14 +450,17 @@ def make_daemon(engine, choice, host, options: Options, by_account=False) -> Dae
     )
 
 
-def run_simulation(engine, scenario, cycles, enforcer, host, observers=(), exits=()) -> None:
+def run_simulation(
+    engine, scenario, cycles, enforcer, host, observers=(), exits=(), grid_interval=GRID_INTERVAL
+) -> None:
     """Run the daemon's loop on the simulator's machine described by `scenario`, with
-    the site's hooks `exits`."""
+    the site's hooks `exits` and a grid's exchange every `grid_interval` simulated s."""
     from fairshare.sim.daemon import simulated_daemon
 
     daemon, model, length = simulated_daemon(
-        engine, scenario, enforcer, host=host or "simulator", cycles=cycles, site_exits=exits
-    )
+        engine, scenario, enforcer, host=host or "simulator", cycles=cycles, site_exits=exits,
+        grid_interval=grid_interval,
+    )  # fmt: skip
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
     daemon.observers.extend(observers)
     daemon.install_signal_handlers()
