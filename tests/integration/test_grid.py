@@ -282,3 +282,24 @@ def test_a_user_burning_cpu_at_a_gets_less_at_b_within_one_exchange(urls, tmp_pa
     uid = int(a.tree.ids[a.tree.node("gu1")])
     assert cpu == pytest.approx(tally["A"][uid], rel=1e-9)
     assert np.isfinite(e_share(b, "gu1"))
+
+
+def test_shrtree_shows_where_each_mount_comes_from_and_when_it_was_fetched(urls):
+    from fairshare.cli.shrtree import main as shrtree
+
+    provider, sites = urls
+    make_grid(provider, {"A": sites["A"]})
+    r = run(shrtree, "--udb", sites["A"], "-l")
+    assert "MOUNTED POLICIES (read-only here)" in r.output, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("vo: VO-A from "))
+    assert provider.removeprefix("sqlite:///") in line and "last fetched 20" in line
+    Path(provider.removeprefix("sqlite:///")).unlink()
+    mounts._sources.clear()
+    run(shrgrid, "--udb", sites["A"], "--fetch")
+    r = run(shrgrid, "--udb", sites["A"])
+    r = run(shrtree, "--udb", sites["A"], "-l")
+    assert "failed, the last good version kept: " in r.output, r.output
+    assert "gu1" in r.output  # still mounted
+    doc = __import__("json").loads(run(shrtree, "--udb", sites["A"], "--json").output)
+    (m,) = doc["mounts"]
+    assert m["name"] == "vo" and m["policy"] == "VO-A" and m["fetched"] and m["error"]
