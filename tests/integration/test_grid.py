@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrgrid import main as shrgrid
 from fairshare.core.lnode import WriteBack
+from fairshare.daemon.spool import Spool
 from fairshare.sim.daemon import simulated_daemon
 from fairshare.store import grid
 from fairshare.store.published import LnodeStore
@@ -56,19 +57,21 @@ def run(cmd, *args) -> object:
     return CliRunner().invoke(cmd, list(args))
 
 
-def make_grid(provider: str, sites: dict[str, str], interval_peers: bool = True) -> None:
+def make_grid(provider: str, sites: dict[str, str], reader=lambda url: url) -> None:
     """The VO's policy at `provider`; each site (name -> URL) with VO-A mounted at vo,
-    fetched, and every other site as a peer."""
+    fetched, and every other site as a peer, each reached at `reader(url)` (its
+    read-only role's URL)."""
     load(provider, POLICY)
     for name, url in sites.items():
         load(url, SITE)
         r = run(shrgrid, "--udb", url, "--site", name)
         assert r.exit_code == 0, r.output
-        r = run(shrgrid, "--udb", url, "--policy", "VO-A", "--mount", "vo", "--from", provider)
+        source = reader(provider)
+        r = run(shrgrid, "--udb", url, "--policy", "VO-A", "--mount", "vo", "--from", source)
         assert r.exit_code == 0, r.output
         for other, their in sites.items():
-            if other != name and interval_peers:
-                r = run(shrgrid, "--udb", url, "--peer", other, "--from", their)
+            if other != name:
+                r = run(shrgrid, "--udb", url, "--peer", other, "--from", reader(their))
                 assert r.exit_code == 0, r.output
         r = run(shrgrid, "--udb", url, "--fetch")
         assert "vo: 5 entries changed" in r.output, r.output
@@ -223,27 +226,35 @@ def workload(name: str, procs: int = 4) -> str:
     return f'[[workload]]\nname = "{name}"\nprocs = {procs}\n'
 
 
+def grid_daemon(url: str, scenario_path: Path, host: str, epoch=EPOCH, interval=8.0, spool=None):
+    """A simulated daemon of the site at `url` (host `host`, spooling to the file `spool`),
+    started, and the tally (uid -> CPU s) of what its machine gave each uid."""
+    d, _m, _n = simulated_daemon(
+        open_udb(url), str(scenario_path), host=host, epoch=epoch, grid_interval=interval
+    )
+    if spool is not None:
+        d.ledger.spool = Spool(spool, host)
+    got = defaultdict(float)
+    sample = d.collector.sample
+
+    def counted(*args, **kw):
+        out = sample(*args, **kw)
+        for p in out.processes:
+            got[p.uid] += p.cpu
+        return out
+
+    d.collector.sample = counted
+    d.start()
+    return d, got
+
+
 def grid_daemons(sites: dict[str, str], tmp_path: Path, works: dict[str, str], interval=8.0):
     """A simulated daemon per site (host h<site>), started, with a tally of the CPU
     seconds its machine gave each uid."""
     daemons, tally = {}, {}
     for s, url in sites.items():
         sc = scenario(tmp_path, s, works[s])
-        d, _m, _n = simulated_daemon(
-            open_udb(url), str(sc), host=f"h{s}", epoch=EPOCH, grid_interval=interval
-        )
-        got = tally[s] = defaultdict(float)
-        sample = d.collector.sample
-
-        def counted(*args, sample=sample, got=got, **kw):
-            out = sample(*args, **kw)
-            for p in out.processes:
-                got[p.uid] += p.cpu
-            return out
-
-        d.collector.sample = counted
-        d.start()
-        daemons[s] = d
+        daemons[s], tally[s] = grid_daemon(url, sc, f"h{s}", interval=interval)
     return daemons, tally
 
 

@@ -1,0 +1,190 @@
+"""A grid on loopback (seed 001): three throwaway PostgreSQL servers, a VO's policy
+provider and two sites, each site with its own shrdaemon on a simulated machine.
+Every site reaches the others' databases only as the read-only role `grid_reader`,
+with the grants docs/grid.md gives.
+
+It shows that the mounted subtree appears at both sites; that a user who burns CPU at
+site A gets a lower share at site B within one exchange (A's write-back interval plus
+B's --grid-interval); and that stopping site B's database server for two (simulated)
+minutes, with B's daemon killed in the middle and started again only once the server is
+back, loses and doubles nothing: each site's usage of the other, after the spool's
+replay and the pulls, is what the other's machine gave within 1% (here: exactly).
+
+The outage lasts GRID_OUTAGE_S simulated seconds (default 120; the daemons run on a
+simulated clock, so it takes a few wall-clock seconds either way); the daemon is
+"killed" by dropping it without a shutdown, as kill -9 leaves it: its spool file and
+its checkpoint are all that remain of it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from integration.test_grid import (
+    CHARGE_PER_CPU_S,
+    e_share,
+    entries,
+    grid_daemon,
+    make_grid,
+    scenario,
+    step,
+    workload,
+)
+from pgserver import PgServer, new_database, skip_unless_pg_possible
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.exc import DBAPIError
+
+from fairshare.admin.shrgrid import fetch_now
+from udb import mounts, tables
+from udb.session import dispose_all, open_udb, read_connection
+
+pytestmark = pytest.mark.requires("postgresql")
+
+#: Simulated seconds site B's database is down.
+OUTAGE_S = float(os.environ.get("GRID_OUTAGE_S", "120"))
+WRITEBACK_S, GRID_S, DELTA_S = 20.0, 8.0, 4.0
+
+#: What the VO's provider grants the sites, and what each site grants its peers.
+PROVIDER_GRANTS = """
+CREATE ROLE grid_reader LOGIN;
+GRANT USAGE ON SCHEMA public TO grid_reader;
+GRANT SELECT (name, uid, resgrp, shares, shflags, halflife) ON entries TO grid_reader;
+GRANT SELECT ON serials TO grid_reader;
+"""
+SITE_GRANTS = """
+CREATE ROLE grid_reader LOGIN;
+GRANT USAGE ON SCHEMA public TO grid_reader;
+GRANT SELECT ON grid_usage TO grid_reader;
+GRANT SELECT (site, source) ON grid_peers TO grid_reader;
+"""
+
+
+def as_reader(url: str) -> str:
+    return url.replace("postgres@", "grid_reader@", 1)
+
+
+def grant(url: str, sql: str) -> None:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            for stmt in filter(None, (s.strip() for s in sql.split(";"))):
+                conn.execute(text(stmt))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def servers():
+    skip_unless_pg_possible()
+    made = []
+    try:
+        for _ in range(3):
+            made.append(PgServer())
+            made[-1].start()
+    except Exception as err:  # noqa: BLE001 - a machine that cannot start three says why
+        for s in made:
+            s.remove()
+        pytest.skip(f"could not start three throwaway PostgreSQL servers: {err}")
+    yield made
+    dispose_all()
+    mounts._sources.clear()
+    for s in made:
+        s.remove()
+
+
+def remote_cpu(url: str, site: str) -> float:
+    r = tables.grid_remote.c
+    with read_connection(open_udb(url)) as conn:
+        query = select(func.coalesce(func.sum(r.cpu_seconds), 0.0)).where(r.site == site)
+        return float(conn.execute(query).scalar())
+
+
+def local_cpu(url: str, names) -> tuple[float, float]:
+    """The CPU s and charge the site's entries `names` hold."""
+    e = tables.entries.c
+    with read_connection(open_udb(url)) as conn:
+        rows = conn.execute(select(e.cpuquotaused, e.shcharge).where(e.name.in_(names))).all()
+    return sum(r[0] for r in rows), sum(r[1] for r in rows)
+
+
+def test_a_grid_of_two_sites_and_a_vo_on_three_postgresql_servers(servers, tmp_path):
+    vo_server, a_server, b_server = servers
+    provider = new_database(vo_server)
+    sites = {"A": new_database(a_server), "B": new_database(b_server)}
+    open_udb(provider, create=True)
+    for url in sites.values():
+        open_udb(url, create=True)
+    grant(provider, PROVIDER_GRANTS)
+    for url in sites.values():
+        grant(url, SITE_GRANTS)
+    make_grid(provider, sites, reader=as_reader)
+
+    # The role the others use reads and cannot write.
+    with pytest.raises(DBAPIError, match="permission denied"):
+        engine = create_engine(as_reader(sites["A"]))
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM grid_usage"))
+    engine.dispose()
+
+    # The mounted subtree at both sites.
+    for url in sites.values():
+        got = entries(url)
+        assert {n for n, row in got.items() if row[4]} == {"P1", "P2", "gu1", "gu2", "gu3"}
+
+    works = {"A": workload("gu1"), "B": workload("gu1") + workload("gu2")}
+    paths = {s: scenario(tmp_path, s, works[s]) for s in sites}
+    spool = tmp_path / "hB.spool"
+    a, got_a = grid_daemon(sites["A"], paths["A"], "hA", interval=GRID_S)
+    b, got_b = grid_daemon(sites["B"], paths["B"], "hB", interval=GRID_S, spool=spool)
+    step([a, b], 2)
+    assert e_share(b, "gu1") == pytest.approx(e_share(b, "gu2"), rel=0.05)
+
+    # Within one exchange, gu1 (burning at A) gets less at B than gu2.
+    cycles = 0
+    while e_share(b, "gu1") >= 0.8 * e_share(b, "gu2"):
+        step([a, b])
+        cycles += 1
+        assert cycles * DELTA_S <= WRITEBACK_S + GRID_S + 2 * DELTA_S, cycles
+    assert remote_cpu(sites["B"], "A") > 0
+
+    # Site B's database goes away; B's daemon is killed half-way through and comes back
+    # with the server.
+    outage = int(OUTAGE_S / DELTA_S)
+    b_server.stop()
+    try:
+        step([a, b], outage // 2)
+        assert b.ledger.kept() and spool.exists()
+        killed_at = b.clock.time()
+        step([a], outage - outage // 2)  # B's machine unwatched: no daemon charges it
+    finally:
+        b_server.start()
+    before = dict(got_b)
+    b, got_b = grid_daemon(sites["B"], paths["B"], "hB", killed_at, GRID_S, spool)
+    assert not spool.exists()  # its start replayed it
+    step([a, b], int((WRITEBACK_S + GRID_S) / DELTA_S) * 3)
+    a.shutdown()
+    b.shutdown()
+    for url in sites.values():  # the last records, pulled now
+        fetch_now(open_udb(url), b.clock.time())
+
+    uid = {n: entries(sites["B"])[n][0] for n in ("gu1", "gu2")}
+    b_gave = sum(before.get(uid[n], 0.0) + got_b.get(uid[n], 0.0) for n in uid)
+    a_gave = sum(got_a.values())
+    b_holds, b_charge = local_cpu(sites["B"], ("gu1", "gu2"))
+    a_holds, a_charge = local_cpu(sites["A"], ("gu1",))
+    a_of_b, b_of_a = remote_cpu(sites["A"], "B"), remote_cpu(sites["B"], "A")
+    print(f"B gave {b_gave:.3f} CPU s, holds {b_holds:.3f}; A holds of B {a_of_b:.3f}")
+    print(f"A gave {a_gave:.3f} CPU s, holds {a_holds:.3f}; B holds of A {b_of_a:.3f}")
+    assert b_holds == pytest.approx(b_gave, rel=0.01)
+    assert b_charge == pytest.approx(b_gave * CHARGE_PER_CPU_S, rel=0.01)
+    assert remote_cpu(sites["A"], "B") == pytest.approx(b_gave, rel=0.01)
+    assert a_holds == pytest.approx(a_gave, rel=0.01)
+    assert remote_cpu(sites["B"], "A") == pytest.approx(a_gave, rel=0.01)
+    # Each record once: as many serials applied as were exported.
+    with read_connection(open_udb(sites["B"])) as conn:
+        exported = conn.execute(select(func.max(tables.grid_usage.c.serial))).scalar()
+    with read_connection(open_udb(sites["A"])) as conn:
+        p = tables.grid_peers.c
+        applied = conn.execute(select(p.applied).where(p.site == "B")).scalar()
+    assert applied == exported
