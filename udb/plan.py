@@ -172,6 +172,21 @@ class Plan:
         self.touched.pop(d.name, None)
         self.uid_gone[row["uid"]] = d
 
+    def keep_mount_points(self) -> None:
+        """OptionError when a replacement run leaves out a mount point (its mounted
+        entries, which a replacement keeps, would hang from nothing)."""
+        gone = sorted(
+            n
+            for n in self.ro.points
+            if n not in self.entries or self.entries[n]["uid"] != self.original[n]["uid"]
+        )
+        if gone:
+            raise OptionError(
+                f"the replacement leaves out the mount point {gone[0]} (or moves its uid): "
+                "keep it, or "
+                "unmount it first (shrgrid --unmount)"
+            )
+
     def _refuse_mounted(self, d: Directive) -> None:
         """DirectiveError when `d` changes a mounted (read-only) entry."""
         why = self.ro.why(d.name)

@@ -130,9 +130,17 @@ def test_mounted_entries_are_read_only_to_udbgen_and_shrdist(urls, tmp_path):
         assert len(r.output.strip().splitlines()) == 1, r.output
         assert "read-only" in r.output or "mount point" in r.output, r.output
     assert entries(url) == before
-    # The mount point's own share is the site's to set; a replacement keeps the mounts.
+    # The mount point's own share is the site's to set; a replacement keeps the mounts,
+    # and may not leave the mount point out.
     assert run(udbgen, "--udb", url, "-c", "update:vo:shares:3:").exit_code == 0
     assert path.exists()
+    r = run(udbgen, "--udb", url, "--replace", "-c", "create:Local:uid:701:shflags:040000:")
+    assert r.exit_code == 2 and "leaves out the mount point vo" in r.output, r.output
+    keep = "create:vo:uid:700:shflags:040000:shares:2: create:Local:uid:701:shflags:040000:"
+    assert run(udbgen, "--udb", url, "--replace", "-c", keep).exit_code == 0
+    after = entries(url)
+    assert {n: after[n] for n in ("P1", "gu1")} == {n: before[n] for n in ("P1", "gu1")}
+    assert "loc" not in after
 
 
 def test_a_policy_change_arrives_with_the_next_fetch_and_a_lost_source_keeps_the_last(urls):
