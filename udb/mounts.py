@@ -30,11 +30,11 @@ from __future__ import annotations
 import pwd
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, create_engine, delete, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
-from sqlalchemy.orm import Session
 
 from udb import tables
 from udb.errors import UdbError
@@ -48,11 +48,15 @@ from udb.session import (
     write_session,
 )
 
+if TYPE_CHECKING:  # the displays and the daemon's write-back import this module: no ORM
+    from sqlalchemy.orm import Session
+
 #: Uids given to mounted groups, and to mounted users without a local account: from
 #: here up (far above any account's uid; a site may not use them for its own entries).
 GRID_UID_BASE = 2_000_000_000
-#: Seconds a fetch waits for the source's server to answer a connection.
+#: Seconds a fetch waits for the source's server to answer a connection, and a query.
 CONNECT_TIMEOUT = 5
+STATEMENT_TIMEOUT = 30
 
 
 class MountError(UdbError):
@@ -172,7 +176,12 @@ def source_engine(source: str) -> Engine:
         if url.get_backend_name() == "sqlite":
             engine = open_readonly(source)
         else:
-            args = {"connect_timeout": CONNECT_TIMEOUT}
+            # A server that stops answering mid-query holds the daemon's cycle no longer
+            # than this either.
+            args = {
+                "connect_timeout": CONNECT_TIMEOUT,
+                "options": f"-c statement_timeout={STATEMENT_TIMEOUT * 1000}",
+            }
             engine = create_engine(source, pool_pre_ping=True, connect_args=args)
         _sources[source] = engine
     return engine

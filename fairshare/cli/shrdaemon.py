@@ -180,7 +180,8 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     type=click.Path(dir_okay=False),
     help="Keep what the UDB cannot take (down, full, read-only) in this file until it can "
     "(default: /var/lib/fairshare/shrdaemon-HOST-DIGEST.spool for root, else under "
-    "$XDG_STATE_HOME/fairshare); '' keeps it in memory only.",
+    "$XDG_STATE_HOME/fairshare); '' keeps it in memory only.  With --simulate: only the "
+    "file given (default: none).",
 )
 @click.option(
     "--metrics",
@@ -287,7 +288,9 @@ def main(
         serve(observers)
         with lock:
             args = (engine, scenario, cycles, enforcer, host, observers, site_exits(site_hooks))
-            run_simulation(*args, grid_interval)
+            # A simulation spools only to a file named (never to the real daemon's).
+            spool = Spool(Path(spool_at), host) if spool_at else None
+            run_simulation(*args, grid_interval, spool)
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
@@ -451,10 +454,19 @@ def make_daemon(engine, choice, host, options: Options, by_account=False) -> Dae
 
 
 def run_simulation(
-    engine, scenario, cycles, enforcer, host, observers=(), exits=(), grid_interval=GRID_INTERVAL
+    engine,
+    scenario,
+    cycles,
+    enforcer,
+    host,
+    observers=(),
+    exits=(),
+    grid_interval=GRID_INTERVAL,
+    spool: Spool | None = None,
 ) -> None:
     """Run the daemon's loop on the simulator's machine described by `scenario`, with
-    the site's hooks `exits` and a grid's exchange every `grid_interval` simulated s."""
+    the site's hooks `exits`, a grid's exchange every `grid_interval` simulated s, and
+    what the UDB does not take kept in `spool` (None: in memory)."""
     from fairshare.sim.daemon import simulated_daemon
 
     daemon, model, length = simulated_daemon(
@@ -462,6 +474,8 @@ def run_simulation(
         grid_interval=grid_interval,
     )  # fmt: skip
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
+    if spool is not None:
+        daemon.ledger.spool = spool
     daemon.observers.extend(observers)
     daemon.install_signal_handlers()
     run_logged(daemon, cycles or length)

@@ -18,9 +18,15 @@ its checkpoint are all that remain of it.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
+from conftest import ROOT
 from integration.test_grid import (
     CHARGE_PER_CPU_S,
     e_share,
@@ -188,3 +194,93 @@ def test_a_grid_of_two_sites_and_a_vo_on_three_postgresql_servers(servers, tmp_p
         p = tables.grid_peers.c
         applied = conn.execute(select(p.applied).where(p.site == "B")).scalar()
     assert applied == exported
+
+
+# -- the same with shrdaemon processes, site B's killed with SIGKILL -------------------------
+
+#: Wall-clock seconds site B's server is down around the SIGKILL of its daemon process
+#: (GRID_OUTAGE_WALL_S=120 for the issue's two minutes; 20 by default, for CI), and the
+#: simulated length of each daemon's run.
+OUTAGE_WALL_S = float(os.environ.get("GRID_OUTAGE_WALL_S", "20"))
+SCENARIO = os.environ.get("GRID_SCENARIO", "4h")
+
+
+def shrdaemon(url: str, scenario_path, host: str, *more: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fairshare.cli.shrdaemon", "--udb", url, "--simulate",
+         str(scenario_path), "--host", host, "--grid-interval", str(GRID_S), *more],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def header(url: str, host: str):
+    c = tables.lnode_cycles.c
+    with read_connection(open_udb(url)) as conn:
+        return conn.execute(select(tables.lnode_cycles).where(c.host == host)).first()
+
+
+def wait_published(url: str, host: str, proc: subprocess.Popen, timeout=120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while header(url, host) is None or header(url, host).cycle < 5:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_shrdaemon_processes_lose_and_double_nothing_through_an_outage_and_sigkill(
+    servers, tmp_path
+):
+    vo_server, a_server, b_server = servers
+    provider = new_database(vo_server)
+    sites = {"A": new_database(a_server), "B": new_database(b_server)}
+    for url in (provider, *sites.values()):
+        open_udb(url, create=True)
+    grant(provider, PROVIDER_GRANTS)
+    for url in sites.values():
+        grant(url, SITE_GRANTS)
+    make_grid(provider, sites, reader=as_reader)
+    # Long enough (simulated) for B's first daemon to outlive half the outage.
+    length = f'"{SCENARIO}"'
+    for s, work in (("A", workload("gu1")), ("B", workload("gu1") + workload("gu2"))):
+        text_ = scenario(tmp_path, s, work).read_text()
+        (tmp_path / f"{s}.toml").write_text(text_.replace('"2h"', length))
+    spool = tmp_path / "hB.spool"
+    a = shrdaemon(sites["A"], tmp_path / "A.toml", "hA")
+    b = shrdaemon(sites["B"], tmp_path / "B.toml", "hB", "--spool", str(spool))
+    wait_published(sites["B"], "hB", b)
+    started = header(sites["B"], "hB").started
+    b_server.stop()
+    try:
+        time.sleep(OUTAGE_WALL_S / 2)
+        assert b.poll() is None, b.communicate()  # scheduling on without its database
+        b.send_signal(signal.SIGKILL)
+        b.communicate(timeout=60)
+        left = json.loads(spool.read_text())  # what the killed daemon owed, to the cycle
+        time.sleep(OUTAGE_WALL_S / 2)
+    finally:
+        b_server.start()
+    spooled_to = max(row[2] for row in left["owed"])  # its last sample (epoch s)
+    b1_gave = 2.0 * (spooled_to - started)  # two CPUs, always busy
+    b = shrdaemon(sites["B"], tmp_path / "B.toml", "hB", "--spool", str(spool))
+    out_b, err_b = b.communicate(timeout=900)
+    out_a, err_a = a.communicate(timeout=900)
+    assert (a.returncode, b.returncode) == (0, 0), (err_a[-2000:], err_b[-2000:])
+    assert "wrote back the spool" in err_b, err_b[-2000:]
+    assert not spool.exists()
+    for url in sites.values():
+        fetch_now(open_udb(url), time.time())
+
+    b2_gave = header(sites["B"], "hB").counts["tick"] / 100.0
+    a_gave = header(sites["A"], "hA").counts["tick"] / 100.0
+    b_holds, b_charge = local_cpu(sites["B"], ("gu1", "gu2"))
+    a_holds, _ = local_cpu(sites["A"], ("gu1",))
+    a_of_b, b_of_a = remote_cpu(sites["A"], "B"), remote_cpu(sites["B"], "A")
+    print(f"B's machine gave {b1_gave:.1f} + {b2_gave:.1f} CPU s; B holds {b_holds:.1f}")
+    print(f"A holds {a_of_b:.1f} of B")
+    print(f"A's machine gave {a_gave:.1f} CPU s; A holds {a_holds:.1f}, B of A {b_of_a:.1f}")
+    assert b_holds == pytest.approx(b1_gave + b2_gave, rel=0.01)
+    assert b_charge == pytest.approx(b_holds * CHARGE_PER_CPU_S, rel=1e-6)
+    assert a_of_b == pytest.approx(b_holds, rel=1e-9)  # every record once
+    assert a_holds == pytest.approx(a_gave, rel=1e-9)
+    assert b_of_a == pytest.approx(a_holds, rel=1e-9)
