@@ -38,7 +38,7 @@ from integration.test_grid import (
     step,
     workload,
 )
-from pgserver import PgServer, new_database, skip_unless_pg_possible
+from pgserver import PgServer, drop_database, new_database, skip_unless_pg_possible
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.exc import DBAPIError
 
@@ -285,3 +285,43 @@ def test_shrdaemon_processes_lose_and_double_nothing_through_an_outage_and_sigki
     assert a_of_b == pytest.approx(b_holds, rel=1e-9)  # every record once
     assert a_holds == pytest.approx(a_gave, rel=1e-9)
     assert b_of_a == pytest.approx(a_holds, rel=1e-9)
+
+
+def test_hosts_of_one_site_pulling_at_once_apply_each_record_once(pg_server):
+    import threading
+
+    from integration.test_grid import EPOCH, peer, record
+
+    from fairshare.store import grid
+    from fairshare.store.published import LnodeStore
+
+    provider, sites = new_database(pg_server), {s: new_database(pg_server) for s in "AB"}
+    for url in (provider, *sites.values()):
+        open_udb(url, create=True)
+    make_grid(provider, sites)
+    a, b = open_udb(sites["A"]), open_udb(sites["B"])
+    uid = entries(sites["A"])["gu1"][0]
+    writers = [LnodeStore(a, f"h{i}") for i in range(4)]
+    for n in range(50):  # 200 records from 4 hosts
+        for w in writers:
+            w.write_back([(uid, record(1.0, EPOCH + n))], 1e12)
+    errors = []
+
+    def pull() -> None:
+        try:
+            for _ in range(5):
+                grid.pull(b, peer(sites["B"], "A"), EPOCH + 100, 1e12)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=pull) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert remote_cpu(sites["B"], "A") == pytest.approx(200.0)
+    assert peer(sites["B"], "A").applied == 200
+    for url in (provider, *sites.values()):
+        dispose_all()
+        drop_database(pg_server, url)
