@@ -119,6 +119,7 @@ class Plan:
         # the mounted ones, which are the policy fetcher's, not the directives'.
         kept = {n: r for n, r in self.original.items() if n in self.ro.mounted}
         self.entries: dict[str, dict] = kept if replace else dict(self.original)
+        self.replace = replace
         self.accounts: dict[str, int] = {} if replace else dict(self.accounts0)
         self.touched: dict[str, Directive] = {}  # entry name -> last directive touching it
         self.uid_gone: dict[int, Directive] = {}  # uid a directive removed or re-flagged
@@ -132,6 +133,8 @@ class Plan:
         self._verbs[d.verb](d)
 
     def _create(self, d: Directive) -> None:
+        if self.replace and d.name in self.ro.mounted:
+            return  # a backup's copy of a mounted entry (udbsee -a): the fetched one stays
         if d.name in self.entries:
             raise d.error(f"an entry named {d.name} already exists")
         row = _NEW_ROW.copy()

@@ -141,6 +141,14 @@ def test_mounted_entries_are_read_only_to_udbgen_and_shrdist(urls, tmp_path):
     after = entries(url)
     assert {n: after[n] for n in ("P1", "gu1")} == {n: before[n] for n in ("P1", "gu1")}
     assert "loc" not in after
+    # udbsee -a > saved; udbgen --replace saved: the backup's mounted entries are skipped.
+    from udb.cli.udbsee import main as udbsee
+
+    saved = tmp_path / "saved.udb"
+    saved.write_text(run(udbsee, "--udb", url, "-a").output)
+    r = run(udbgen, "--udb", url, "--replace", str(saved))
+    assert r.exit_code == 0, r.output
+    assert entries(url) == after
 
 
 def test_a_policy_change_arrives_with_the_next_fetch_and_a_lost_source_keeps_the_last(urls):
