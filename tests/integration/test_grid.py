@@ -330,3 +330,27 @@ def test_shrtree_shows_where_each_mount_comes_from_and_when_it_was_fetched(urls)
     doc = __import__("json").loads(run(shrtree, "--udb", sites["A"], "--json").output)
     (m,) = doc["mounts"]
     assert m["name"] == "vo" and m["policy"] == "VO-A" and m["fetched"] and m["error"]
+
+
+def test_the_daemon_takes_a_changed_policy_and_says_once_when_it_cannot(urls, tmp_path, caplog):
+    import logging
+
+    provider, sites = urls
+    make_grid(provider, {"A": sites["A"]})
+    daemons, _tally = grid_daemons({"A": sites["A"]}, tmp_path, {"A": workload("gu1")})
+    a = daemons["A"]
+    step([a], 2)
+    assert a.tree.find("gu4") is None
+    directives.run(open_udb(provider), directives.parse("create:gu4:uid:5004:resgrp:P2:", "vo"))
+    step([a], 4)  # one grid interval (8 s), then the next cycle's reload
+    assert a.tree.find("gu4") is not None
+    path = Path(provider.removeprefix("sqlite:///"))
+    path.rename(f"{path}.gone")
+    mounts._sources.clear()
+    with caplog.at_level(logging.INFO, logger="shrdaemon"):
+        logging.getLogger("shrdaemon").propagate = True
+        step([a], 12)
+    said = [r.getMessage() for r in caplog.records if "mount vo" in r.getMessage()]
+    assert len(said) == 1 and "the last good version kept" in said[0], said
+    assert a.tree.find("gu4") is not None  # still scheduled from the last good version
+    a.shutdown()
