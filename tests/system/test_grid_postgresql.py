@@ -201,9 +201,10 @@ def test_a_grid_of_two_sites_and_a_vo_on_three_postgresql_servers(servers, tmp_p
 
 #: Wall-clock seconds site B's server is down around the SIGKILL of its daemon process
 #: (GRID_OUTAGE_WALL_S=120 for the issue's two minutes; 20 by default, for CI), and the
-#: simulated length of each daemon's run.
+#: simulated length of each daemon's run (GRID_SCENARIO; with a two-minute outage give
+#: "4h", so that B's first daemon outlives the first minute).
 OUTAGE_WALL_S = float(os.environ.get("GRID_OUTAGE_WALL_S", "20"))
-SCENARIO = os.environ.get("GRID_SCENARIO", "4h")
+SCENARIO = os.environ.get("GRID_SCENARIO", "2h")
 
 
 def shrdaemon(url: str, scenario_path, host: str, *more: str) -> subprocess.Popen:
