@@ -12,6 +12,9 @@ write-back or checkpoint covered (fairshare.store.published).  `const_changes` a
 shradmin's history and time-of-day settings, `share_changes` shrdist's change log,
 `sync_requests` shrsync's requests to the daemon, `serials` the change counters,
 `host_generations` which daemon may write a host's rows (its fencing token).
+`grid_mounts`, `grid_peers`, `grid_usage` and `grid_remote` are a grid's (udb.mounts,
+fairshare.store.grid): the policy subtrees mounted from elsewhere, this site's name
+and its peers, the usage records this site exports and what it applied of its peers'.
 
 Reading needs nothing more: the displays and the daemon's cycle query these with Core
 statements, and never import SQLAlchemy's ORM (a tenth of a second of every command's
@@ -74,6 +77,9 @@ entries = Table(
     _col("scope", String(8), "", server_default=""),
     _col("pooled", Integer, 0, server_default="0"),
     _col("comment", Text, ""),
+    # The uid of the mount point whose policy fetch brought this entry; 0: defined here
+    # (migration 0018, udb.mounts).  Mounted entries are read-only to udbgen and shrdist.
+    _col("mount", Integer, 0, server_default="0"),
 )
 
 #: The account registry (/etc/acid): account number <-> name.
@@ -275,4 +281,72 @@ host_generations = Table(
     _key("host", String(255)),
     _col("generation", BigInteger, 0),
     _col("spooled", BigInteger, 0),
+)
+
+
+#: A policy subtree mounted at a local resource group (udb.mounts): the group's `entry`
+#: uid (the mount point), the `source` UDB's URL (no password: ~/.pgpass or a libpq
+#: service file holds it), the `policy` (the name of the group at the source whose
+#: children are copied in), when it was last fetched whole (`fetched`, epoch s) at the
+#: source's entries serial `serial`, and the last attempt (`tried`) with why it failed
+#: (`error`, None when it worked: the entries keep the last good version).
+grid_mounts = Table(
+    "grid_mounts",
+    metadata,
+    _key("entry", Integer, autoincrement=False),
+    _col("source", String(1024)),
+    _col("policy", String(64)),
+    _col("fetched", Float, null=True),
+    _col("serial", BigInteger, 0),
+    _col("tried", Float, null=True),
+    _col("error", Text, null=True),
+)
+
+#: This site (the row whose `source` is None: its name is what its usage records carry)
+#: and the peer sites whose usage records it pulls (fairshare.store.grid): the peer's
+#: UDB `source` URL, the last serial `applied` from it (each record is applied once),
+#: when it was last pulled (`pulled`, epoch s) and the last attempt (`tried`, `error`).
+grid_peers = Table(
+    "grid_peers",
+    metadata,
+    _key("site", String(64)),
+    _col("source", String(1024), null=True),
+    _col("applied", BigInteger, 0),
+    _col("pulled", Float, null=True),
+    _col("tried", Float, null=True),
+    _col("error", Text, null=True),
+)
+
+#: The usage records this site exports: one row per mounted leaf a write-back charged,
+#: the record's identity (`site`, `serial`; the serial grows with every write-back that
+#: charged a mounted entry, in commit order), the leaf as `policy` (the mount's policy
+#: name) and `node` (its name there), the usage increment (charge units, as of `time`,
+#: epoch s), the charge and the CPU seconds.  Peers read it with a read-only role.
+grid_usage = Table(
+    "grid_usage",
+    metadata,
+    _key("site", String(64)),
+    _key("serial", BigInteger, autoincrement=False),
+    _key("policy", String(64)),
+    _key("node", String(64)),
+    _col("usage", Float),
+    _col("time", Float),
+    _col("charge", Float),
+    _col("cpu_seconds", Float),
+)
+
+#: What this site applied of each peer's records, per (`site`, `policy`, `node`): the
+#: decayed usage as of `time` (epoch s, charge units), the charges and CPU seconds
+#: summed, and the serial of the last record applied.
+grid_remote = Table(
+    "grid_remote",
+    metadata,
+    _key("site", String(64)),
+    _key("policy", String(64)),
+    _key("node", String(64)),
+    _col("usage", Float),
+    _col("time", Float),
+    _col("charge", Float),
+    _col("cpu_seconds", Float),
+    _col("serial", BigInteger, 0),
 )

@@ -50,6 +50,7 @@ from fairshare.daemon.accounts import AccountLookup
 from fairshare.daemon.charges import charge, resources_charged
 from fairshare.daemon.decisions import enforcer_targets, send_quota_signals
 from fairshare.daemon.enrol import Enrolment, NewUids
+from fairshare.daemon.grid import GRID_INTERVAL, GridExchange
 from fairshare.daemon.lock import HostLock, keep_lock
 from fairshare.daemon.loop import Loop
 from fairshare.daemon.outage import UdbCalls
@@ -187,6 +188,9 @@ class Options:
     new_uids: NewUids | None = None
     #: This host's speed factor (shrdaemon --speed) over the UDB's (shradmin --speed).
     speed: float | None = None
+    #: Seconds between a grid's fetches of mounted policies and pulls of peers' usage
+    #: records (fairshare.daemon.grid; 0: never).
+    grid_interval: float = GRID_INTERVAL
 
 
 class Daemon:
@@ -231,6 +235,8 @@ class Daemon:
         self.lock = lock
         self.ledger = WriteBacks(store, self.cpus, spool)  # what the UDB is owed
         follow_counters(self.ledger, collector)
+        self.grid = GridExchange(engine, self.options.grid_interval)
+        self.ledger.remote = self.grid.remote
         self.udb = UdbCalls(
             self.clock.monotonic, self.ledger.kept, self.ledger.due_now, self.loop.stop
         )
@@ -372,8 +378,11 @@ class Daemon:
         header = cycle_header(self, sample.time, consts, float(c.cpu.sum()) / elapsed)
         self.udb.call("publish the lnode table", self.store.publish, ln.tree, ln.table, header)
         trim_wal(self.engine)  # a SQLite UDB's WAL stays small, even on a small disk
-        # writeback: the write-back and the checkpoint when due
+        # grid: the mounted policies fetched, the peers' usage records pulled, when due
         mono = self.clock.monotonic()
+        if self.grid.when_due(self.udb, sample.time, mono, consts):
+            self.ledger.due_now()  # the other sites' usage taken with this cycle's write-back
+        # writeback: the write-back and the checkpoint when due
         self.ledger.when_due(self.udb, ln, self.site, sample.time, mono, consts)
         self._tell("cycled", time.perf_counter() - t0)
 

@@ -15,7 +15,7 @@ Revises: 0016
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017_grid_policy"
+revision = "0017"
 down_revision = "0016"
 branch_labels = None
 depends_on = None
