@@ -213,6 +213,8 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     help="This host's speed factor: a CPU-second here is charged as FACTOR CPU-seconds "
     "(default the UDB's, shradmin --speed, 1): for a host faster or slower than the "
     "site's others.",
+)
+@click.option(
     "--grid-interval",
     type=FiniteFloat(0, 86400),
     default=GRID_INTERVAL,
