@@ -73,7 +73,7 @@ entries = Table(
     _col("halflife", Float, 0.0, server_default="0"),
     # The usage its subtree is divided by: '' inherit, 'local' (this site's) or 'global'
     # (every site's); and whether its members are pooled, not ranked against each other
-    # (migration 0017_grid_policy, seed 001).
+    # (migration 0017, seed 001).
     _col("scope", String(8), "", server_default=""),
     _col("pooled", Integer, 0, server_default="0"),
     _col("comment", Text, ""),

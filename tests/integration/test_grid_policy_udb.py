@@ -1,4 +1,4 @@
-"""The grid policy columns through the UDB: migration 0017_grid_policy adds scope and
+"""The grid policy columns through the UDB: migration 0017 adds scope and
 pooled, udbgen sets them (one-line errors otherwise), udbsee lists them, the daemon's
 tree carries them (seed 001)."""
 
@@ -60,7 +60,7 @@ def test_migration_0017_adds_the_columns_keeping_every_row(tmp_path):
         )
     engine.dispose()
     upgraded = open_udb(url)
-    assert current_revision(upgraded) == head_revision() == "0017_grid_policy"
+    assert current_revision(upgraded) == head_revision()
     with upgraded.connect() as conn:
         row = conn.execute(text("SELECT name, shares, scope, pooled FROM entries")).one()
     assert tuple(row) == ("Grp", 7, "", 0)
