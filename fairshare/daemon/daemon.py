@@ -236,7 +236,6 @@ class Daemon:
         self.ledger = WriteBacks(store, self.cpus, spool)  # what the UDB is owed
         follow_counters(self.ledger, collector)
         self.grid = GridExchange(engine, self.options.grid_interval)
-        self.ledger.remote = self.grid.remote
         self.udb = UdbCalls(
             self.clock.monotonic, self.ledger.kept, self.ledger.due_now, self.loop.stop
         )
@@ -378,10 +377,9 @@ class Daemon:
         header = cycle_header(self, sample.time, consts, float(c.cpu.sum()) / elapsed)
         self.udb.call("publish the lnode table", self.store.publish, ln.tree, ln.table, header)
         trim_wal(self.engine)  # a SQLite UDB's WAL stays small, even on a small disk
-        # grid: the mounted policies fetched, the peers' usage records pulled, when due
+        # grid: the mounted policies fetched, the peers' usage records pulled and taken
         mono = self.clock.monotonic()
-        if self.grid.when_due(self.udb, sample.time, mono, consts):
-            self.ledger.due_now()  # the other sites' usage taken with this cycle's write-back
+        self.grid.when_due(self.udb, ln, self.site, sample.time, mono, consts)
         # writeback: the write-back and the checkpoint when due
         self.ledger.when_due(self.udb, ln, self.site, sample.time, mono, consts)
         self._tell("cycled", time.perf_counter() - t0)
@@ -433,6 +431,7 @@ class Daemon:
         self.ledger.keep(carry_over(ln, new, self.clock.time()))
         self._lnodes = new
         self.site = SiteState.new(new.tree.size)  # site factors restart on the new tree
+        self.grid.again()  # and the other sites' usage is taken again at the next cycle
         refresh_entries(new, self.store)
         log.info("share tree reloaded (%s)", reason)
         log_tree(new)

@@ -1,9 +1,11 @@
 """A grid's exchange in the daemon's loop (seed 001): every `interval` seconds the
 mounted policies are fetched (udb.mounts: a changed policy bumps the entries' serial,
-so the next cycle's reload takes the new tree) and the peers' usage records pulled
-(fairshare.store.grid); when records arrived, a write-back is made due at the end of
-the cycle, and it gives the active mounted leaves the other sites' usage
-(`add_remote`, called by fairshare.daemon.writeback).
+so the next cycle's reload takes the new tree), the peers' usage records pulled
+(fairshare.store.grid), and the other sites' usage of the mounted nodes taken into the
+policy model (`GridExchange.take`: fairshare.core.steps.exchange_grid), which counts
+it for the entries whose scope is global and updates their grid factors.  That is the
+one path by which the other sites' usage reaches the scheduler: it is never added to
+the users' own usage (this site's, which the write-back keeps and exports).
 
 A source or peer that cannot be reached is said once when it fails (and again when its
 reason changes) and once when it answers again; the mount keeps its last good version
@@ -19,8 +21,12 @@ import numpy as np
 from sqlalchemy import Engine
 
 from fairshare.core.consts import Consts
+from fairshare.core.grid import remote_usage as remote_array
+from fairshare.core.site import SiteState
+from fairshare.core.steps import exchange_grid
 from fairshare.core.tree import ShareTree
 from fairshare.daemon.outage import UdbCalls
+from fairshare.daemon.state import Lnodes
 from fairshare.store.grid import pull_all, remote_usage
 from udb.mounts import fetch_all
 
@@ -31,8 +37,8 @@ GRID_INTERVAL = 60.0
 
 
 class GridExchange:
-    """Fetching and pulling every `interval` s of the monotonic clock (0: never), and the
-    last thing said about each source."""
+    """Fetching, pulling and taking the other sites' usage every `interval` s of the
+    monotonic clock (0: never), and the last thing said about each source."""
 
     def __init__(self, engine: Engine, interval: float = GRID_INTERVAL) -> None:
         self.engine, self.interval = engine, interval
@@ -40,9 +46,15 @@ class GridExchange:
         self.exchanges = 0
         self._said: dict[str, str | None] = {}
 
-    def when_due(self, udb: UdbCalls, now: float, mono: float, consts: Consts) -> bool:
-        """Fetch and pull when due at `mono` (`now`: epoch s); True when peers' records
-        arrived (their usage is to be taken at once)."""
+    def again(self) -> None:
+        """Exchange at the next cycle (a new tree restarted the grid state)."""
+        self.next = 0.0
+
+    def when_due(
+        self, udb: UdbCalls, ln: Lnodes, site: SiteState, now: float, mono: float, consts: Consts
+    ) -> bool:
+        """Fetch, pull and take the other sites' usage into `site.grid` when due at `mono`
+        (`now`: epoch s); True when it was taken (the site has peers)."""
         if self.interval <= 0 or mono < self.next:
             return False
         self.next = mono + self.interval
@@ -51,12 +63,20 @@ class GridExchange:
             self._say(f"mount {m.name}", said, said.startswith("not fetched"))
         args = (self.engine, now, consts.halflife)
         pulled = udb.call("pull the peers' usage records", pull_all, *args)
-        arrived = False
         for p, said in pulled or ():
             self._say(f"peer {p.site}", said, said.startswith("not pulled"))
-            arrived |= not said.startswith(("not pulled", "0 "))
         self.exchanges += 1
-        return arrived
+        if not pulled or site.grid is None:
+            return False
+        return bool(udb.read("take the other sites' usage", self.take, ln, site, now, consts))
+
+    def take(self, ln: Lnodes, site: SiteState, now: float, consts: Consts) -> bool:
+        """The other sites' usage of `ln`'s mounted nodes as of `now` becomes the site's
+        view of them and its grid factors are updated (fairshare.core.steps.exchange_grid;
+        only the entries whose scope is global count it).  True when done."""
+        remote = self.remote(ln.tree, now, consts.halflife)
+        exchange_grid(ln.tree, ln.table, site.grid, remote, consts)
+        return True
 
     def _say(self, who: str, said: str, failed: bool) -> None:
         """Log a failure when it starts or its reason changes, and the recovery once."""
@@ -69,15 +89,7 @@ class GridExchange:
             log.debug("%s: %s", who, said)
         self._said[who] = said if failed else None
 
-    def remote(self, tree: ShareTree, now: float, halflife: float) -> np.ndarray | None:
-        """The other sites' usage of `tree`'s nodes (charge units, aged to `now`), None
-        when there is none."""
-        by_name = remote_usage(self.engine, now, halflife)
-        if not by_name:
-            return None
-        out = np.zeros(tree.size)
-        for name, usage in by_name.items():
-            node = tree.find(name)
-            if node is not None:
-                out[node] = usage
-        return out
+    def remote(self, tree: ShareTree, now: float, halflife: float) -> np.ndarray:
+        """The other sites' usage of `tree`'s nodes (charge units, aged to `now`; 0 for
+        the nodes none of them used: fairshare.core.grid.remote_usage)."""
+        return remote_array(tree, [remote_usage(self.engine, now, halflife)])

@@ -37,9 +37,8 @@ from sqlalchemy.exc import DBAPIError
 
 from fairshare.core.consts import GLOBALUSAGE, Consts, decay
 from fairshare.core.lnode import WriteBack, accrued, release
-from fairshare.core.site import SiteState, refresh_usage
+from fairshare.core.site import SiteState
 from fairshare.core.steps import refresh_site as refresh_site_step
-from fairshare.core.tree import ShareTree
 from fairshare.daemon.outage import UdbCalls
 from fairshare.daemon.spool import Spool
 from fairshare.daemon.state import Lnodes, refresh_entries
@@ -90,33 +89,15 @@ def leave(ln: Lnodes, now: float, mode: WriteBackMode) -> list[tuple[int, WriteB
 
 
 def refresh_site(
-    store: LnodeStore,
-    ln: Lnodes,
-    site: SiteState,
-    now: float,
-    consts: Consts,
-    cpus: float,
-    remote: np.ndarray | None = None,
+    store: LnodeStore, ln: Lnodes, site: SiteState, now: float, consts: Consts, cpus: float
 ) -> None:
     """GLOBALUSAGE: the site-wide usage and factors of `ln` and `site` (a host of `cpus`
-    CPUs) from the UDB at `now` (epoch s; fairshare.core.steps.refresh_site), plus the
-    other sites' usage of mounted nodes (`remote`, per node: fairshare.daemon.grid)."""
+    CPUs) from the UDB at `now` (epoch s; fairshare.core.steps.refresh_site).  This
+    site's usage only: the other sites' of a grid is the grid state's
+    (fairshare.daemon.grid), counted where an entry's scope is global."""
     live_after = now - 3 * max(consts.writeback, consts.delta)  # hosts heard from since then
     view, usage = store.site_view(ln.tree, now, consts.halflife, live_after=live_after)
-    if remote is not None:
-        usage = usage + remote
     refresh_site_step(ln.tree, ln.table, site, view, usage, consts, cpus)
-
-
-def add_remote(store: LnodeStore, ln: Lnodes, now: float, consts: Consts, remote) -> None:
-    """Without GLOBALUSAGE, a grid: the active leaves the other sites used (`remote`,
-    per node, charge units aged to `now`) take their stored usage plus the others',
-    plus what they accrued here and did not write (fairshare.core.site.refresh_usage);
-    the rest keep this host's view."""
-    live_after = now - 3 * max(consts.writeback, consts.delta)
-    _view, usage = store.site_view(ln.tree, now, consts.halflife, live_after=live_after)
-    nodes = np.flatnonzero(ln.table.active & ln.tree.leaf_mask & (remote > 0))
-    refresh_usage(ln.table, nodes, usage + remote)
 
 
 @contextmanager
@@ -155,11 +136,6 @@ class WriteBacks:
         #: The lnode cgroups' counters a write-back or checkpoint at `now` covers (the
         #: daemon's collector; None: it has none).
         self.covered: Callable[[float], Counters | None] = lambda now: None
-        #: The other sites' usage of the tree's nodes at `now` (a grid's:
-        #: fairshare.daemon.grid), None when there is none.
-        self.remote: Callable[[ShareTree, float, float], np.ndarray | None] = (
-            lambda tree, now, halflife: None
-        )
 
     def kept(self) -> int:
         """How many lnodes' increments wait for the UDB."""
@@ -265,15 +241,10 @@ class WriteBacks:
         return written
 
     def _refresh(self, udb: UdbCalls, ln: Lnodes, site: SiteState, now: float, consts: Consts):
-        """After a write-back: with GLOBALUSAGE the site-wide usage and factors, with a
-        grid's remote usage added; without, the remote usage alone."""
-        remote = udb.read("read the other sites' usage", self.remote, ln.tree, now, consts.halflife)
+        """After a write-back, with GLOBALUSAGE: the site-wide usage and factors."""
         if consts.flags & GLOBALUSAGE:
-            args = (self.store, ln, site, now, consts, self.cpus, remote)
+            args = (self.store, ln, site, now, consts, self.cpus)
             udb.read("refresh the site-wide usage", refresh_site, *args)
-        elif remote is not None:
-            args = (self.store, ln, now, consts, remote)
-            udb.read("refresh the grid-wide usage", add_remote, *args)
 
     def log_stopped(self, cycles: int, started: bool, fenced: bool) -> None:
         """The daemon's last line, after `cycles` cycles: whether everything was written

@@ -300,6 +300,11 @@ def test_a_user_burning_cpu_at_a_gets_less_at_b_within_one_exchange(urls, tmp_pa
     used_at_a = grid.remote_usage(open_udb(sites["B"]), b.clock.time(), 1e12)
     assert used_at_a["gu1"] > 0 and "gu2" not in used_at_a
     assert e_share(b, "gu1") < 0.8 * e_share(b, "gu2")
+    # Counted once: B's grid state holds A's usage, gu1's own usage at B is B's alone.
+    gu1 = b.tree.node("gu1")
+    assert b.site.grid.remote[gu1] == pytest.approx(used_at_a["gu1"], rel=0.05)
+    assert b.table.usage[gu1] < 0.75 * b.site.grid.remote[gu1]
+    assert b.grid_remote()["gu1"] == pytest.approx(b.site.grid.remote[gu1])
     # And the usage B holds of A is what A's machine gave gu1 and A wrote back.
     step([a, b], 10)
     a.shutdown()
@@ -309,6 +314,38 @@ def test_a_user_burning_cpu_at_a_gets_less_at_b_within_one_exchange(urls, tmp_pa
     uid = int(a.tree.ids[a.tree.node("gu1")])
     assert cpu == pytest.approx(tally["A"][uid], rel=1e-9)
     assert np.isfinite(e_share(b, "gu1"))
+
+
+def test_a_mount_point_is_global_unless_its_scope_is_set(urls):
+    from fairshare.store.config import load_tree
+
+    provider, sites = urls
+    make_grid(provider, {"A": sites["A"]})
+    with read_connection(open_udb(sites["A"])) as conn:
+        tree = load_tree(conn)
+    measured = tree.measured_globally()
+    assert measured[tree.node("P1")] and measured[tree.node("gu1")]
+    assert not measured[tree.node("vo")] and not measured[tree.node("loc")]
+    assert run(udbgen, "--udb", sites["A"], "-c", "update:vo:scope:local:").exit_code == 0
+    with read_connection(open_udb(sites["A"])) as conn:
+        assert not load_tree(conn).measured_globally().any()
+
+
+def test_under_a_local_mount_point_the_other_sites_usage_changes_nothing(urls, tmp_path):
+    provider, sites = urls
+    make_grid(provider, sites)
+    r = run(udbgen, "--udb", sites["B"], "-c", "update:vo:scope:local:")
+    assert r.exit_code == 0, r.output
+    works = {"A": workload("gu1"), "B": workload("gu1") + workload("gu2")}
+    daemons, _tally = grid_daemons(sites, tmp_path, works)
+    a, b = daemons["A"], daemons["B"]
+    step([a, b], 20 // 4 + 8 // 4 + 4)
+    assert b.grid.exchanges >= 2
+    gu1 = b.tree.node("gu1")
+    assert b.site.grid.remote[gu1] > 0  # B has A's usage of gu1, and does not count it
+    assert e_share(b, "gu1") == pytest.approx(e_share(b, "gu2"), rel=0.05)
+    a.shutdown()
+    b.shutdown()
 
 
 def test_shrtree_shows_where_each_mount_comes_from_and_when_it_was_fetched(urls):
