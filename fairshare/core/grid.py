@@ -20,8 +20,11 @@ What the other sites used comes in as one array (`GridState.exchange`): per node
 this site's tree, the decayed usage (charge units, as this site charges) of the node's
 subtree at every other site, summed over the sites, as of the exchange.  A group's value
 may exceed the sum of its children's (members this site does not have).  Between
-exchanges it decays with the node's half-life, as this site's own usage does.  Whoever
-carries usage between sites (PostgreSQL replication, a test, the simulator) fills it.
+exchanges it decays with the node's half-life, as this site's own usage does.  The
+daemon fills it from the usage records it pulls from its peers (fairshare.daemon.grid),
+the simulator from its other sites (fairshare.sim.grid).  It is the only place the
+other sites' usage enters the cycle: a user's own usage (the lnode table's) is this
+site's alone, so nothing is counted twice.
 
 Why usage alone does not meet a global target.  On one machine the Kay-Lauder split
 (m^2 / usage among the siblings that want CPU) settles where every sibling's usage is in

@@ -21,8 +21,9 @@ module named after it (this is the one list of them):
 5. `decisions`: the CPU-quota signals sent, and the enforcer handed its targets (the
    UDB's nice applied beside it, fairshare.enforce.switch).
 6. The lnode table published (fairshare.store.published).
-   `grid`: every --grid-interval seconds a grid's mounted policies fetched and its
-   peers' usage records pulled (a write-back made due when some arrived).
+   `grid`: every --grid-interval seconds a grid's mounted policies fetched, its
+   peers' usage records pulled and the other sites' usage taken into the policy
+   (fairshare.core.steps.exchange_grid: counted for global entries only).
 7. `writeback`: every `writeback` seconds what the lnodes accrued added to the UDB
    (increments, so hosts sharing one UDB never erase each other's charges), the lnodes
    whose processes have all gone released, and with GLOBALUSAGE the site-wide usage and
