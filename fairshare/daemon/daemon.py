@@ -50,7 +50,7 @@ from fairshare.daemon.accounts import AccountLookup
 from fairshare.daemon.charges import charge, resources_charged
 from fairshare.daemon.decisions import enforcer_targets, send_quota_signals
 from fairshare.daemon.enrol import Enrolment, NewUids
-from fairshare.daemon.grid import GRID_INTERVAL, GridExchange
+from fairshare.daemon.grid import GRID_INTERVAL, GridExchange, remote_by_name
 from fairshare.daemon.lock import HostLock, keep_lock
 from fairshare.daemon.loop import Loop
 from fairshare.daemon.outage import UdbCalls
@@ -245,7 +245,7 @@ class Daemon:
         self.counts: dict[str, float] = {}  # resource totals since start (shrview -ds)
         # Set by `start`, then by every cycle:
         self.consts: Consts | None = None
-        self.site: SiteState | None = None  # GLOBALUSAGE state (fairshare.core.site)
+        self.site: SiteState | None = None  # GLOBALUSAGE and grid state (core.site, core.grid)
         self._lnodes: Lnodes | None = None
         self._pids: dict[int, list[ProcessSample]] = {}  # leaf -> its processes, last sample
 
@@ -284,13 +284,9 @@ class Daemon:
     # -- the loop (fairshare.daemon.loop) ---------------------------------------------------
 
     def grid_remote(self) -> dict[str, float]:
-        """The other sites' usage as this daemon last took it (fairshare.core.grid), by
-        entry name: what the socket's priority request adds for global entries."""
-        site, ln = self.site, self._lnodes
-        if site is None or site.grid is None or ln is None:
-            return {}
-        remote = site.grid.remote.copy()
-        return {n: float(u) for n, u in zip(ln.tree.names, remote.tolist(), strict=False) if u}
+        """The other sites' usage now, by entry name (the socket's priority request)."""
+        ln, site = self._lnodes, self.site
+        return {} if ln is None or site is None else remote_by_name(ln.tree, site.grid)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop the loop, SIGHUP reloads the tree (main thread only)."""

@@ -21,6 +21,7 @@ import numpy as np
 from sqlalchemy import Engine
 
 from fairshare.core.consts import Consts
+from fairshare.core.grid import GridState
 from fairshare.core.grid import remote_usage as remote_array
 from fairshare.core.site import SiteState
 from fairshare.core.steps import exchange_grid
@@ -93,3 +94,13 @@ class GridExchange:
         """The other sites' usage of `tree`'s nodes (charge units, aged to `now`; 0 for
         the nodes none of them used: fairshare.core.grid.remote_usage)."""
         return remote_array(tree, [remote_usage(self.engine, now, halflife)])
+
+
+def remote_by_name(tree: ShareTree, grid: GridState | None) -> dict[str, float]:
+    """The other sites' usage as `grid` holds it now (aged since the last exchange), by
+    entry name of `tree`, the nodes with none left out: what the socket's priority
+    request counts for the global entries (Daemon.grid_remote)."""
+    if grid is None:
+        return {}
+    pairs = zip(tree.names[1:], grid.remote[1:].tolist(), strict=False)
+    return {name: float(u) for name, u in pairs if u}
