@@ -16,7 +16,9 @@ grid_peers: docs/grid.md), so no site ever writes another's database.
   one site pulling at once apply each record once.  An unreachable peer is simply
   pulled later: its records wait in its own UDB, which is its spool.
 - `remote_usage`: what the scheduler consumes, the other sites' decayed usage of every
-  mounted node, keyed by the node's name (groups: the sum of their leaves').
+  mounted node, keyed by the node's name (groups: the sum of their leaves'); the
+  daemon takes it into the policy model at every exchange (fairshare.daemon.grid,
+  fairshare.core.steps.exchange_grid), never into a user's own usage.
 """
 
 from __future__ import annotations
