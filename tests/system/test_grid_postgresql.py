@@ -201,10 +201,12 @@ def test_a_grid_of_two_sites_and_a_vo_on_three_postgresql_servers(servers, tmp_p
 
 #: Wall-clock seconds site B's server is down around the SIGKILL of its daemon process
 #: (GRID_OUTAGE_WALL_S=120 for the issue's two minutes; 20 by default, for CI), and the
-#: simulated length of each daemon's run (GRID_SCENARIO; with a two-minute outage give
-#: "4h", so that B's first daemon outlives the first minute).
+#: simulated length of each daemon's run (GRID_SCENARIO), long enough that B's first
+#: daemon outlives half the outage: without its database a simulated cycle takes a few
+#: ms, and with "2h" (1,800 cycles) it had ended before the SIGKILL; give more with a
+#: two-minute outage.
 OUTAGE_WALL_S = float(os.environ.get("GRID_OUTAGE_WALL_S", "20"))
-SCENARIO = os.environ.get("GRID_SCENARIO", "2h")
+SCENARIO = os.environ.get("GRID_SCENARIO", "6h")
 
 
 def shrdaemon(url: str, scenario_path, host: str, *more: str) -> subprocess.Popen:
