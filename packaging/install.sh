@@ -32,7 +32,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 EXTRAS=${EXTRAS:-}
 UNINSTALL=
 SOURCE=$(cd "$(dirname "$0")/.." && pwd)
-COMMANDS="udbgen udbsee shrtree shradmin shrdaemon shrview shrinfo shrdist shrsync newacct shrsim"
+COMMANDS="udbgen udbsee shrtree shradmin shrdaemon shrview shrinfo shrprio shrdist shrsync shrgrid newacct shrsim"
 
 die() { echo "install.sh: $*" >&2; exit 2; }
 

@@ -259,6 +259,8 @@ def apply(
             d.seq = seq
             plan.apply(d)
         plan.validate()
+        if replace:
+            plan.keep_mount_points()
         ch = plan.changes()
         if replace and not force:
             refuse_emptying(plan, ch)

@@ -141,6 +141,32 @@ def _halflife(text: str) -> float:
     return value
 
 
+#: The usage scopes an entry may set (udbgen's scope field; '' inherits its parent's).
+SCOPES = ("", "local", "global")
+
+
+def _scope(text: str) -> str:
+    """An entry's usage scope: local, global, or empty (inherit its parent's)."""
+    s = text.strip().lower()
+    if s not in SCOPES:
+        raise ValueError("expected local, global or nothing (inherit)")
+    return s
+
+
+def _yes_no(text: str) -> int:
+    """A flag: yes/no, on/off, true/false or 1/0, as 1 or 0."""
+    s = text.strip().lower()
+    if s in ("1", "yes", "on", "true"):
+        return 1
+    if s in ("0", "no", "off", "false"):
+        return 0
+    raise ValueError("expected yes or no")
+
+
+def _fmt_yes_no(value: object) -> str:
+    return "yes" if value else "no"
+
+
 def _text_upto(limit: int) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if len(text) > limit or not text.isprintable():
@@ -186,6 +212,8 @@ FIELDS: dict[str, Field] = {
         Field("cpuquotaused", _ufloat_upto(MAX_CPU_SECONDS), repr, 0.0, "CPU s used of the quota"),
         Field("nice", _nice, str, 0, "default nice value, -20..19"),
         Field("halflife", _halflife, repr, 0.0, "usage half-life (s) of its subtree, 0 inherit"),
+        Field("scope", _scope, str, "", "usage it divides by: local, global; '' inherit"),
+        Field("pooled", _yes_no, _fmt_yes_no, 0, "yes: members not ranked against each other"),
         Field("passwd", _text_upto(MAX_PASSWD), str, "", "password hash; * means no login"),
         Field("comment", _text_upto(MAX_COMMENT), str, "", "free text (printable)"),
     )

@@ -44,7 +44,7 @@ SHOWN: dict[str, tuple[str, ...]] = {
     "alembic_version": ("version_num",),
     "entries": (
         "id", "name", "uid", "gids", "acids", "resgrp", "shares", "shflags",
-        "shusage", "shcharge", "shextime", "nice", "halflife",
+        "shusage", "shcharge", "shextime", "nice", "halflife", "scope", "pooled",
     ),
     "accounts": ("acid", "name"),
     "consts": ("name", "value"),

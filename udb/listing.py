@@ -29,8 +29,8 @@ def format_entry(row, fields: Sequence[str] | None = None, verb: str = "create")
         value = get(f)
         if f == "passwd" and shown_passwd(value) is None:
             continue
-        if f == "halflife" and fields is None and not value:
-            continue  # inherited (the default): listed only where a node sets its own
+        if f in ("halflife", "scope", "pooled") and fields is None and not value:
+            continue  # inherited or off (the default): listed only where a node sets it
         parts += (f, FIELDS[f].format(value))
     return ":".join(parts) + ":"
 

@@ -21,6 +21,7 @@ from udb.errors import DirectiveError, OptionError
 from udb.fields import BASE_FIELD, DEFAULTS, FIELDS, MAXVIDS, VERBS, Directive, shown_passwd
 from udb.listing import format_entry
 from udb.models import SHF_ACCOUNT, SHF_GROUP, Account
+from udb.mounts import read_only
 from udb.rules import parent_fault, walk_groups
 
 _ENTRIES = tables.entries
@@ -112,8 +113,13 @@ class Plan:
         for row in session.execute(select(*cols).order_by(_ENTRIES.c.id)):
             self.original[row[1]] = dict(zip(_COLUMNS, row, strict=True))
         self.accounts0 = dict(session.execute(select(Account.name, Account.acid)).all())
-        # With replace, the run starts from nothing: every old row reads as deleted.
-        self.entries: dict[str, dict] = {} if replace else dict(self.original)
+        #: Mounted entries and mount points (udb.mounts): read-only to this run.
+        self.ro = read_only(session)
+        # With replace, the run starts from nothing: every old row reads as deleted, but
+        # the mounted ones, which are the policy fetcher's, not the directives'.
+        kept = {n: r for n, r in self.original.items() if n in self.ro.mounted}
+        self.entries: dict[str, dict] = kept if replace else dict(self.original)
+        self.replace = replace
         self.accounts: dict[str, int] = {} if replace else dict(self.accounts0)
         self.touched: dict[str, Directive] = {}  # entry name -> last directive touching it
         self.uid_gone: dict[int, Directive] = {}  # uid a directive removed or re-flagged
@@ -127,6 +133,8 @@ class Plan:
         self._verbs[d.verb](d)
 
     def _create(self, d: Directive) -> None:
+        if self.replace and d.name in self.ro.mounted:
+            return  # a backup's copy of a mounted entry (udbsee -a): the fetched one stays
         if d.name in self.entries:
             raise d.error(f"an entry named {d.name} already exists")
         row = _NEW_ROW.copy()
@@ -134,6 +142,7 @@ class Plan:
         self._set(d, row)
         if row["uid"] is None:
             raise d.error("a new entry needs a uid field")
+        self._refuse_mounted_parent(d, row)
         if row["shflags"] & _NO_LOGIN and not any(f[0] == "passwd" for f in d.fields):
             row["passwd"] = "*"
         self.entries[d.name] = row
@@ -143,20 +152,59 @@ class Plan:
         row = self.entries.get(d.name)
         if row is None:
             raise d.error(f"no entry named {d.name}")
+        self._refuse_mounted(d)
         if d.name not in self.touched:
             row = self.entries[d.name] = dict(row)
-        old_uid, old_flags = row["uid"], row["shflags"]
+        old_uid, old_flags, old_resgrp = row["uid"], row["shflags"], row["resgrp"]
         self._set(d, row)
+        if row["resgrp"] != old_resgrp:
+            self._refuse_mounted_parent(d, row)
+        if row["uid"] != old_uid and d.name in self.ro.points:
+            raise d.error(f"{d.name} is a mount point: its uid holds the mounted subtree")
         if row["uid"] != old_uid or row["shflags"] != old_flags:
             self.uid_gone[old_uid] = d
         self.touched[d.name] = d
 
     def _delete(self, d: Directive) -> None:
+        self._refuse_mounted(d)
+        if d.name in self.ro.points and d.name in self.entries:
+            raise d.error(f"{d.name} is a mount point: unmount it first (shrgrid --unmount)")
         row = self.entries.pop(d.name, None)
         if row is None:
             raise d.error(f"no entry named {d.name}")
         self.touched.pop(d.name, None)
         self.uid_gone[row["uid"]] = d
+
+    def keep_mount_points(self) -> None:
+        """OptionError when a replacement run leaves out a mount point (its mounted
+        entries, which a replacement keeps, would hang from nothing)."""
+        gone = sorted(
+            n
+            for n in self.ro.points
+            if n not in self.entries or self.entries[n]["uid"] != self.original[n]["uid"]
+        )
+        if gone:
+            raise OptionError(
+                f"the replacement leaves out the mount point {gone[0]} (or moves its uid): "
+                "keep it, or "
+                "unmount it first (shrgrid --unmount)"
+            )
+
+    def _refuse_mounted(self, d: Directive) -> None:
+        """DirectiveError when `d` changes a mounted (read-only) entry."""
+        why = self.ro.why(d.name)
+        if why:
+            raise d.error(why)
+
+    def _refuse_mounted_parent(self, d: Directive, row: dict) -> None:
+        """DirectiveError when `row` would join a mounted subtree (its members are the
+        policy's: udb.mounts)."""
+        if row["resgrp"] in self.ro.uids:
+            name = next((n for n, r in self.entries.items() if r["uid"] == row["resgrp"]), "")
+            raise d.error(
+                f"resgrp {name or row['resgrp']} is in a mounted subtree (read-only): its "
+                "members come from the VO's policy"
+            )
 
     def _acid(self, d: Directive) -> None:
         number = d.fields[0][1]

@@ -120,12 +120,20 @@ def _sqlite_setup(engine: Engine) -> None:
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
+def _revision_of(path: Path) -> str:
+    """The revision id of migration file `path`: its ``revision = "..."`` line (the
+    number that starts its name, or the number and a name, as 0017_grid_policy)."""
+    found = re.search(r'^revision = "([^"]+)"', path.read_text(), re.M)
+    return found.group(1) if found else path.name.split("_", 1)[0]
+
+
 @cache
 def head_revision() -> str:
-    """The newest schema revision.  Revision ids are the zero-padded number that starts
-    each file name in migrations/versions, so this needs no Alembic import (which costs
-    every command a few tenths of a second); a test checks it against Alembic's head."""
-    return max(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+    """The newest schema revision: that of the migration whose file name starts with the
+    highest zero-padded number in migrations/versions, read without importing Alembic
+    (which costs every command a few tenths of a second); a test checks it against
+    Alembic's head."""
+    return known_revisions()[-1]
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -507,8 +515,10 @@ def database_problem(err: DBAPIError) -> str:
 
 
 def known_revisions() -> list[str]:
-    """Every schema revision this version knows, oldest first."""
-    return sorted(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+    """Every schema revision this version knows, oldest first (by the number that starts
+    each migration's file name)."""
+    files = sorted((MIGRATIONS / "versions").glob("[0-9]*_*.py"), key=lambda p: p.name)
+    return [_revision_of(p) for p in files]
 
 
 def recognise(engine: Engine, name: str, create: bool = False) -> str | None:

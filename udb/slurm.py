@@ -13,10 +13,12 @@ under that parent, with ``Fairshare=N`` their shares::
 `dump_directives` turns the associations into udbgen directives (Share by User): an
 account is a resource group (shflags 040000, a uid from SLURM_GROUP_UID up), a user an
 entry under its account, with the uid its login has (in the UDB already, else in the
-name service).  A user with associations under several accounts goes in its
+name service). A user with associations under several accounts goes in its
 DefaultAccount's (else its first); ``Fairshare=parent`` (the user takes its account's
-share) becomes 1 share.  The root account and root user are the tree's root and are
-not entries.  An existing entry is updated (resgrp, shares), a missing one created.
+share) becomes 1 share, and an account all of whose associations say so is pooled (its
+members are not ranked against each other, udbgen's pooled field). The root account and
+root user are the tree's root and are not entries. An existing entry is updated (resgrp,
+shares), a missing one created.
 
 `tree_dump` writes the UDB's tree back in the same format (``udbsee --sacctmgr``), so
 ``udbsee --sacctmgr | udbgen --sacctmgr -`` round-trips it.
@@ -100,6 +102,7 @@ def dump_directives(
     uid_of = uid_of or _login_uid
     assocs = list(assocs)
     users = _chosen_users(assocs)
+    pooled = _pooled_accounts(assocs)
     taken = set(taken_uids)
     next_uid = SLURM_GROUP_UID
     out: list[Directive] = []
@@ -112,6 +115,8 @@ def dump_directives(
             ("resgrp", 0 if a.parent == "root" else a.parent, 0),
             ("shares", 1 if a.fairshare is None else a.fairshare, 0),
         ]
+        if a.kind == "Account" and a.name in pooled:
+            fields.append(("pooled", 1, 0))
         if a.name in existing:
             out.append(Directive("update", a.name, fields, source, a.line, 0, f"update:{a.name}:"))
             continue
@@ -134,6 +139,14 @@ def dump_directives(
         fields = [("uid", uid, 0), *fields, *extra]
         out.append(Directive("create", a.name, fields, source, a.line, 0, f"create:{a.name}:"))
     return out
+
+
+def _pooled_accounts(assocs: list[Association]) -> set[str]:
+    """The accounts whose every association below says Fairshare=parent."""
+    kids: dict[str, list[Association]] = {}
+    for a in assocs:
+        kids.setdefault(a.parent, []).append(a)
+    return {p for p, mine in kids.items() if p != "root" and all(a.fairshare is None for a in mine)}
 
 
 def _chosen_users(assocs: list[Association]) -> dict[str, Association]:

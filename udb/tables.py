@@ -14,6 +14,9 @@ shradmin's history and time-of-day settings, `share_changes` shrdist's change lo
 `host_generations` which daemon may write a host's rows (its fencing token).
 `site_hosts` is GLOBALUSAGE's per-cycle exchange between the hosts of a site
 (fairshare.store.exchange).
+`grid_mounts`, `grid_peers`, `grid_usage` and `grid_remote` are a grid's (udb.mounts,
+fairshare.store.grid): the policy subtrees mounted from elsewhere, this site's name
+and its peers, the usage records this site exports and what it applied of its peers'.
 
 Reading needs nothing more: the displays and the daemon's cycle query these with Core
 statements, and never import SQLAlchemy's ORM (a tenth of a second of every command's
@@ -70,7 +73,15 @@ entries = Table(
     _col("passwd", String(256), ""),
     # A resource group's own usage half-life (s) for its subtree; 0: inherit (migration 0016).
     _col("halflife", Float, 0.0, server_default="0"),
+    # The usage its subtree is divided by: '' inherit, 'local' (this site's) or 'global'
+    # (every site's); and whether its members are pooled, not ranked against each other
+    # (migration 0017, seed 001).
+    _col("scope", String(8), "", server_default=""),
+    _col("pooled", Integer, 0, server_default="0"),
     _col("comment", Text, ""),
+    # The uid of the mount point whose policy fetch brought this entry; 0: defined here
+    # (migration 0018, udb.mounts).  Mounted entries are read-only to udbgen and shrdist.
+    _col("mount", Integer, 0, server_default="0"),
 )
 
 #: The account registry (/etc/acid): account number <-> name.
@@ -285,4 +296,71 @@ site_hosts = Table(
     _col("time", Float),
     _col("cpus", Float),
     _col("columnar", LargeBinary),
+)
+
+#: A policy subtree mounted at a local resource group (udb.mounts): the group's `entry`
+#: uid (the mount point), the `source` UDB's URL (no password: ~/.pgpass or a libpq
+#: service file holds it), the `policy` (the name of the group at the source whose
+#: children are copied in), when it was last fetched whole (`fetched`, epoch s) at the
+#: source's entries serial `serial`, and the last attempt (`tried`) with why it failed
+#: (`error`, None when it worked: the entries keep the last good version).
+grid_mounts = Table(
+    "grid_mounts",
+    metadata,
+    _key("entry", Integer, autoincrement=False),
+    _col("source", String(1024)),
+    _col("policy", String(64)),
+    _col("fetched", Float, null=True),
+    _col("serial", BigInteger, 0),
+    _col("tried", Float, null=True),
+    _col("error", Text, null=True),
+)
+
+#: This site (the row whose `source` is None: its name is what its usage records carry)
+#: and the peer sites whose usage records it pulls (fairshare.store.grid): the peer's
+#: UDB `source` URL, the last serial `applied` from it (each record is applied once),
+#: when it was last pulled (`pulled`, epoch s) and the last attempt (`tried`, `error`).
+grid_peers = Table(
+    "grid_peers",
+    metadata,
+    _key("site", String(64)),
+    _col("source", String(1024), null=True),
+    _col("applied", BigInteger, 0),
+    _col("pulled", Float, null=True),
+    _col("tried", Float, null=True),
+    _col("error", Text, null=True),
+)
+
+#: The usage records this site exports: one row per mounted leaf a write-back charged,
+#: the record's identity (`site`, `serial`; the serial grows with every write-back that
+#: charged a mounted entry, in commit order), the leaf as `policy` (the mount's policy
+#: name) and `node` (its name there), the usage increment (charge units, as of `time`,
+#: epoch s), the charge and the CPU seconds.  Peers read it with a read-only role.
+grid_usage = Table(
+    "grid_usage",
+    metadata,
+    _key("site", String(64)),
+    _key("serial", BigInteger, autoincrement=False),
+    _key("policy", String(64)),
+    _key("node", String(64)),
+    _col("usage", Float),
+    _col("time", Float),
+    _col("charge", Float),
+    _col("cpu_seconds", Float),
+)
+
+#: What this site applied of each peer's records, per (`site`, `policy`, `node`): the
+#: decayed usage as of `time` (epoch s, charge units), the charges and CPU seconds
+#: summed, and the serial of the last record applied.
+grid_remote = Table(
+    "grid_remote",
+    metadata,
+    _key("site", String(64)),
+    _key("policy", String(64)),
+    _key("node", String(64)),
+    _col("usage", Float),
+    _col("time", Float),
+    _col("charge", Float),
+    _col("cpu_seconds", Float),
+    _col("serial", BigInteger, 0),
 )

@@ -42,6 +42,7 @@ from fairshare.core.tree import Kind, ShareTree
 from fairshare.store.config import load_tree
 from udb.errors import NotFound, OptionError, UdbError
 from udb.models import MAX_SHARES, Entry, ShareChange
+from udb.mounts import MountError, read_only
 from udb.session import mark_entries_changed
 
 #: Where shrdist looks for its authorisation file unless --auth or SHRDIST_AUTH says.
@@ -401,6 +402,7 @@ def redistribute(
     per member changed (`now`, epoch s).  Returns the resulting distribution and warnings.
     """
     view = authorise(caller, load_tree(session), group, auth)
+    refuse_mounted(session, view)
     _lock_members(session, view)
     warnings = check_assignments(view, assignments)
     result = plan(view, assignments)
@@ -415,6 +417,18 @@ def redistribute(
         mark_entries_changed(session)
     session.flush()
     return result, warnings
+
+
+def refuse_mounted(session: Session, view: GroupView) -> None:
+    """MountError (one line) when the group's members are a mounted policy's
+    (udb.mounts): they are read-only here, changed only at the VO's policy."""
+    ro = read_only(session)
+    if view.group in ro.points or view.group in ro.mounted:
+        source = ro.points.get(view.group) or ro.points.get(ro.mounted[view.group], "?")
+        raise MountError(
+            f"-g {view.group}: its members are mounted from {source} (read-only): "
+            "change them in the VO's policy"
+        )
 
 
 def _lock_members(session: Session, view: GroupView) -> None:

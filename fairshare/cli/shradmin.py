@@ -74,6 +74,13 @@ SETTINGS = (
         "due share (edge effects); 2; above 1 up to 1000.",
     ),
     ("-Y", "--mingshare", "mingshare", "mingshare (ADJGROUPS): between 0 and 1."),
+    (
+        None,
+        "--speed",
+        "speed",
+        "Speed factor: a CPU-second on these hosts is charged as FACTOR CPU-seconds, so "
+        "usage compares across a grid's sites (SGAS's scaling); 1; above 0 up to 1000.",
+    ),
     ("-Z", "--sharemin", "sharemin", "sharemin: minimum machine share of an lnode, 0 to 0.99."),
     ("-U", "--maxusage", "maxusage", "MAXUSAGE: usage that puts a user on idle CPU, 1 to 1e30."),
     ("-G", "--maxlevels", "maxlevels", "Levels in the share tree (root is level 0), 2 to 64."),

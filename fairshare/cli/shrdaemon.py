@@ -24,6 +24,7 @@ from fairshare.admin.shrdist import auth_path
 from fairshare.daemon import background
 from fairshare.daemon.daemon import Daemon, Options
 from fairshare.daemon.enrol import parse_new_uids
+from fairshare.daemon.grid import GRID_INTERVAL
 from fairshare.daemon.lock import AlreadyRunning, DaemonLock
 from fairshare.daemon.service import Notifier, log_formatter
 from fairshare.daemon.spool import Spool, default_spool
@@ -33,7 +34,7 @@ from fairshare.server.server import Limits, Server
 from fairshare.sim.scenario import scenario_brings_udb
 from fairshare.store.config import load_consts
 from fairshare.store.published import LnodeStore
-from udb.cli.common import HELP, Command, handle_errors, udb_option, version_option
+from udb.cli.common import HELP, Command, FiniteFloat, handle_errors, udb_option, version_option
 from udb.errors import OptionError, UdbError
 from udb.jsonout import echo_json
 from udb.remote import DEFAULT_SOCKET
@@ -179,7 +180,8 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     type=click.Path(dir_okay=False),
     help="Keep what the UDB cannot take (down, full, read-only) in this file until it can "
     "(default: /var/lib/fairshare/shrdaemon-HOST-DIGEST.spool for root, else under "
-    "$XDG_STATE_HOME/fairshare); '' keeps it in memory only.",
+    "$XDG_STATE_HOME/fairshare); '' keeps it in memory only.  With --simulate: only the "
+    "file given (default: none).",
 )
 @click.option(
     "--metrics",
@@ -203,6 +205,23 @@ def setup_logging(verbose: int, log_file: str | None) -> None:
     help="Run this site hook every cycle before the enforcer (repeatable): an entry point "
     "of the group fairshare.site_hooks, or MODULE:ATTR; 'none' runs none.  Default: every "
     "hook installed.  See SITE EXITS in shrdaemon(8).",
+)
+@click.option(
+    "--speed",
+    type=FiniteFloat(0, 1000, min_open=True),
+    metavar="FACTOR",
+    help="This host's speed factor: a CPU-second here is charged as FACTOR CPU-seconds "
+    "(default the UDB's, shradmin --speed, 1): for a host faster or slower than the "
+    "site's others.",
+)
+@click.option(
+    "--grid-interval",
+    type=FiniteFloat(0, 86400),
+    default=GRID_INTERVAL,
+    show_default=True,
+    metavar="SECONDS",
+    help="A grid: fetch the mounted policies and pull the peers' usage records this often "
+    "(0: never); see RUNNING A GRID in shrdaemon(8).",
 )
 @click.option(
     "-v",
@@ -229,6 +248,8 @@ def main(
     metrics_at,
     metrics_lnodes,
     site_hooks,
+    speed,
+    grid_interval,
     verbose,
     pid_file,
     control,
@@ -275,14 +296,19 @@ def main(
     if scenario:
         serve(observers)
         with lock:
-            run_simulation(
-                engine, scenario, cycles, enforcer, host, observers, site_exits(site_hooks)
-            )
+            args = (engine, scenario, cycles, enforcer, host, observers, site_exits(site_hooks))
+            # A simulation spools only to a file named (never to the real daemon's).
+            spool = Spool(Path(spool_at), host) if spool_at else None
+            run_simulation(*args, grid_interval, spool)
         if show:
             show_published(LnodeStore(engine, host), as_json)
         return
     options = Options(
-        enforce_min_uid=enforce_min_uid, site_exits=site_exits(site_hooks), new_uids=new_uids
+        enforce_min_uid=enforce_min_uid,
+        site_exits=site_exits(site_hooks),
+        new_uids=new_uids,
+        speed=speed,
+        grid_interval=grid_interval,
     )
     spool = Spool(None if spool_at == "" else Path(spool_at or default_spool(url, host)), host)
     args = (observers, enforcer, options, socket_, auth, cycles, spool)
@@ -327,6 +353,7 @@ def run_real(
             server = Server(
                 socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth), limits
             )
+            server.answers.remote = daemon.grid_remote
             server.start()
             if limits != Limits():
                 log.info("%s: the socket's clients are held to %s", LIMITS_ENV, limits)
@@ -437,15 +464,29 @@ def make_daemon(engine, choice, host, options: Options, by_account=False) -> Dae
     )
 
 
-def run_simulation(engine, scenario, cycles, enforcer, host, observers=(), exits=()) -> None:
+def run_simulation(
+    engine,
+    scenario,
+    cycles,
+    enforcer,
+    host,
+    observers=(),
+    exits=(),
+    grid_interval=GRID_INTERVAL,
+    spool: Spool | None = None,
+) -> None:
     """Run the daemon's loop on the simulator's machine described by `scenario`, with
-    the site's hooks `exits`."""
+    the site's hooks `exits`, a grid's exchange every `grid_interval` simulated s, and
+    what the UDB does not take kept in `spool` (None: in memory)."""
     from fairshare.sim.daemon import simulated_daemon
 
     daemon, model, length = simulated_daemon(
-        engine, scenario, enforcer, host=host or "simulator", cycles=cycles, site_exits=exits
-    )
+        engine, scenario, enforcer, host=host or "simulator", cycles=cycles, site_exits=exits,
+        grid_interval=grid_interval,
+    )  # fmt: skip
     log.info("enforcer sim (%s model): --simulate %s drives the simulated machine", model, scenario)
+    if spool is not None:
+        daemon.ledger.spool = spool
     daemon.observers.extend(observers)
     daemon.install_signal_handlers()
     run_logged(daemon, cycles or length)

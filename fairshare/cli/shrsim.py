@@ -11,6 +11,8 @@ from rich.table import Table
 
 from fairshare.core.consts import parse_duration
 from fairshare.sim.compare import Comparison, parse_policies, policy_list, run_compare
+from fairshare.sim.grid import GridResult, run_grid
+from fairshare.sim.grid_scenario import is_grid, load_grid
 from fairshare.sim.machine import ENFORCERS
 from fairshare.sim.plot import plot, plot_compare
 from fairshare.sim.record import Measured, SimResult
@@ -57,8 +59,14 @@ PLOT_FORMATS = (".png", ".svg")
     "--plot draws one row of panels per policy, --json nests each policy's document "
     "under its name.",
 )
+@click.option(
+    "--usage",
+    type=click.Choice(("grid", "local")),
+    help="A grid scenario ([[site]] tables): exchange usage between the sites (grid), or "
+    "schedule every site from its own usage only (local).  Default: the scenario's, else grid.",
+)
 @handle_errors
-def main(scenario, udb, as_json, plot_file, window, enforcer, compare):
+def main(scenario, udb, as_json, plot_file, window, enforcer, compare, usage):
     """Simulate SCENARIO (a TOML file) and report the fair against the delivered CPU share.
 
     The simulator runs the daemon's own scheduling cycle every delta seconds of
@@ -78,6 +86,11 @@ def main(scenario, udb, as_json, plot_file, window, enforcer, compare):
         for name, origin in policy_list():
             click.echo(f"{name}  {origin}")
         return
+    if is_grid(scenario):
+        run_grid_scenario(scenario, enforcer, usage, as_json, plot_file or window or compare)
+        return
+    if usage is not None:
+        raise OptionError("--usage: only for a grid scenario (one with [[site]] tables)")
     sc = load_scenario(scenario, enforcer=enforcer, udb=udb)
     span = None
     if window is not None:
@@ -110,6 +123,47 @@ def main(scenario, udb, as_json, plot_file, window, enforcer, compare):
         echo_json(result.as_json(), indent=True)
     else:
         render(result, Console())
+
+
+def run_grid_scenario(path, enforcer, usage, as_json: bool, refused) -> None:
+    """Simulate the grid scenario at `path` and print its entries' shares (or JSON);
+    --plot, --window and --compare are refused (`refused` set) for a grid."""
+    if refused:
+        raise OptionError("--plot, --window and --compare: not for a grid scenario")
+    grid = load_grid(path, enforcer=enforcer, usage=usage)
+    label = f"shrsim: simulating {len(grid.sites)} sites"
+    result = run_grid(grid, steps=lambda cycles, n: track(cycles, label, total=n))
+    if as_json:
+        echo_json(result.as_json(), indent=True)
+    else:
+        render_grid(result, Console())
+
+
+def render_grid(result: GridResult, console: Console) -> None:
+    """Print every entry's target and delivered share of its parent, over the grid and
+    the range over the sites."""
+    start, stop = result.window
+    sites = ", ".join(f"{k} {v:g}" for k, v in result.sites.items())
+    console.print(
+        f"{result.scenario}: {len(result.sites)} sites (CPUs: {sites}), usage {result.usage}, "
+        f"window {start:g}s..{stop:g}s, {result.cycles} cycles",
+        soft_wrap=True,
+        markup=False,
+    )
+    t = Table(title="Entries (shares of the parent)", title_justify="left", box=box.SIMPLE_HEAD)
+    for head in ("Name", "Scope", "Target %", "Grid %", "Dev pp", "Sites %", "Worst site pp"):
+        t.add_column(head, justify="left" if head in ("Name", "Scope") else "right")
+    for e in result.entries:
+        at = [d * 100 for d, _t in e.sites.values()]
+        span = f"{min(at):.1f}-{max(at):.1f}" if at else "-"
+        worst = f"{e.worst_site_pp:.2f}" if e.scope == "local" else "-"
+        t.add_row(
+            e.name, e.scope, f"{e.target * 100:.2f}", f"{e.delivered * 100:.2f}",
+            _pp(e.deviation_pp), span, worst,
+        )  # fmt: skip
+    console.print(t)
+    worst = max((abs(e.deviation_pp) for e in result.entries if e.scope == "global"), default=0)
+    console.print(f"Largest deviation of a global entry over the grid: {worst:.2f} pp")
 
 
 def _pp(value: float) -> str:

@@ -22,6 +22,9 @@ In the order one cycle uses them:
   against which delivered CPU is judged.
 - `steps`: the daemon's steps on plain values, which shrdaemon and shrsim both run.
 - `site`: GLOBALUSAGE: many hosts, one UDB, and the site's records.
+- `grid`: a grid of sites (seed 001): each entry's usage scope, the other sites' usage,
+  the grid factors, pooled subtrees; `deviation`: the target-deviation tuples and the
+  flat base-200 priority.
 - `schedule`: shradmin's time-of-day schedules, parsed and applied.
 - `sshare`: Slurm's sshare figures; `nicetables`: the guide's nice tables; `dist`: a
   redistribution of shares inside a group (shrdist's records).

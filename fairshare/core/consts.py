@@ -109,6 +109,7 @@ class Consts:
     feedback_form: str = "dominating"  # equation 10's max: max(u / s), or "literal" max(u)
     dampening: float = 1.0  # --dampening, slurm: F = 2 ** (-UE / S / dampening)
     idleshare: str = "proportional"  # --idle-share: where an idle member's share goes
+    speed: float = 1.0  # --speed: a CPU-second here is charged as `speed` (SGAS's scaling)
 
     @property
     def K(self) -> float:
@@ -325,6 +326,7 @@ RANGES: dict[str, Range] = {
     "feedback_period": Range(0.0, DAY, "s"),
     "feedback_v": Range(1.0, 100.0, lo_open=True),
     "dampening": Range(1.0, 9999.0),
+    "speed": Range(0.0, 1000.0, lo_open=True),
 }
 #: The most levels `feedback_kmu` may name (the deepest share tree shradmin -G allows).
 MAX_KMU_LEVELS = 64

@@ -12,7 +12,9 @@ shares (rates, counts, group sums, the long-term charge, CPU seconds, the priori
 policy, in the order of the guide and Kay-Lauder's paper (docs/architecture.md draws the
 cycle around it), one named function per step:
 
-1. `leaf_charges`: cost x resources x percent/100 per leaf (charge units).  CPU ticks
+1. `leaf_charges`: cost x resources x percent/100 per leaf (charge units), CPU ticks
+   times the host's `speed` (a CPU-second on a host twice as fast counts as two, as
+   SGAS scales host CPU time for a grid's usage; 1 by default).  CPU ticks
    are charged by nice (`Consumption.cpu_charged`, the guide's Nice Ticks: 150% at nice
    -20 down to 55% at 18); processes at the weakest nice are not charged: the daemon
    leaves them out of `Consumption`.
@@ -79,6 +81,7 @@ import numpy as np
 
 from fairshare.core.consts import LIMSHARE, TICKS_PER_SECOND, Consts, decay
 from fairshare.core.fair import SplitFigures
+from fairshare.core.grid import GridView
 from fairshare.core.index import SMALL_TREE, Memo, TreeIndex, build_index
 from fairshare.core.lnode import LnodeTable, NodeState
 from fairshare.core.split import even_targets, flat_index, machine_shares, to_tree
@@ -108,6 +111,8 @@ class Consumption:
     want: CPU seconds the leaf's processes would have used unconstrained, where the
     collector knows it (the simulator), else None (fairshare.core.delivery estimates it);
     cpus: the machine's CPUs (0: not given), for the fair target and the CPU delivered.
+    grid: what the grid changes in the split (fairshare.core.grid: the other sites'
+    usage where an entry's scope is global, pooled subtrees), or None: nothing.
     """
 
     cpu: np.ndarray
@@ -121,6 +126,7 @@ class Consumption:
     cpu_charged: np.ndarray | None = None
     want: np.ndarray | None = None
     cpus: float = 0.0
+    grid: GridView | None = None
 
     @classmethod
     def zeros(cls, n: int) -> Consumption:
@@ -200,7 +206,7 @@ def leaf_charges(consumption: Consumption, consts: Consts) -> np.ndarray:
     """Charges per node for the cycle (charge units; zero where nothing was consumed)."""
     c = consumption
     cpu = c.cpu if c.cpu_charged is None else c.cpu_charged
-    total = consts.cost_tick * TICKS_PER_SECOND * cpu
+    total = consts.cost_tick * TICKS_PER_SECOND * consts.speed * cpu
     for cost, amount in (
         (consts.cost_bio, c.bio),
         (consts.cost_sio, c.sio),

@@ -67,6 +67,7 @@ import numpy as np
 
 from fairshare.core.consts import ADJGROUPS, Consts
 from fairshare.core.cycle import USAGE_FLOOR, apply_sharemin, limshare_band, near_future_shares
+from fairshare.core.grid import GridState
 from fairshare.core.lnode import LnodeTable
 from fairshare.core.maxmin import maxmin_allocation
 from fairshare.core.split import machine_shares
@@ -116,16 +117,18 @@ class SiteView:
 class SiteState:
     """One host's GLOBALUSAGE state: `factor` per node (1 = no correction), the CPU s
     each leaf received here since the last refresh (`cpu`) over `elapsed` seconds, and
-    the last `view` of the other hosts."""
+    the last `view` of the other hosts; `grid`, the host's site's view of the other sites
+    of a grid (fairshare.core.grid: their usage, the grid factors)."""
 
     factor: np.ndarray
     cpu: np.ndarray
     elapsed: float
     view: SiteView
+    grid: GridState | None = None
 
     @classmethod
     def new(cls, n: int) -> SiteState:
-        return cls(np.ones(n), np.zeros(n), 0.0, SiteView.empty(n))
+        return cls(np.ones(n), np.zeros(n), 0.0, SiteView.empty(n), GridState.new(n))
 
     def add(self, cpu: np.ndarray, elapsed: float) -> None:
         """Count one cycle: CPU s per node received here over `elapsed` seconds."""

@@ -13,6 +13,8 @@
   their site-wide usage and the host keeps the view of the other hosts;
 - `refresh_site` (GLOBALUSAGE, at a write-back): that, and the host's site factors
   updated from the view (fairshare.core.site.update_factors).
+- `exchange_grid` (a site of a grid, when the other sites' usage arrives): the site's
+  view of the other sites and its grid factors (fairshare.core.grid).
 
 Releasing an lnode whose processes have gone, or writing back what it accrued, is
 fairshare.core.lnode.release and fairshare.core.lnode.accrued.  Where they come in the
@@ -24,14 +26,17 @@ hours the UDB round trips would take.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
 
 from fairshare.core.consts import GLOBALUSAGE, Consts
-from fairshare.core.cycle import Consumption
+from fairshare.core.cycle import Consumption, node_decay
 from fairshare.core.delivery import deliver
 from fairshare.core.exits import SiteExit, adjust
+from fairshare.core.grid import GridState, grid_view
+from fairshare.core.grid import update_factors as update_grid_factors
 from fairshare.core.lnode import LnodeTable, activate, aged_usage, keep_finite
 from fairshare.core.policies import run_cycle
 from fairshare.core.site import SiteState, SiteView, apply_factors, refresh_usage, update_factors
@@ -65,6 +70,7 @@ def advance(
     elapsed: float,
     site: SiteState | None = None,
     exits: Sequence[SiteExit] = (),
+    grid: GridState | None = None,
 ) -> tuple[LnodeTable, list[tuple[int, str]]]:
     """The lnode table after one cycle of `elapsed` seconds of `consumption`, and the
     (node, field) pairs that were not finite and kept their value from `table`.
@@ -73,7 +79,16 @@ def advance(
     CPU is counted for the site factors and, under GLOBALUSAGE, e_share is corrected
     by them (fairshare.core.site.apply_factors).  Then each of the site's `exits`
     adjusts the e_shares in turn (fairshare.core.exits; one that fails is skipped).
+    With `grid` (a site of a grid: the other sites' usage and the grid factors,
+    fairshare.core.grid), the other sites' usage is aged over the cycle and the split
+    of the entries whose scope is global counts it; pooled subtrees are split by shares
+    alone with or without it.
     """
+    if grid is not None:
+        grid.age(node_decay(tree, elapsed, consts))
+    view = grid_view(tree, consts, grid)
+    if view is not None:
+        consumption = dataclasses.replace(consumption, grid=view)
     new = run_cycle(tree, table, consumption, consts, elapsed)
     if site is not None:
         site.add(consumption.cpu, elapsed)
@@ -82,6 +97,21 @@ def advance(
     adjust(exits, tree, new, consts)
     deliver(tree, table, new, consumption, consts, elapsed)
     return new, keep_finite(table, new)
+
+
+def exchange_grid(
+    tree: ShareTree,
+    table: LnodeTable,
+    grid: GridState,
+    remote: np.ndarray,
+    consts: Consts,
+) -> None:
+    """A site of a grid, when usage arrives from the other sites: `remote` (per node,
+    the decayed usage of the node's subtree at the other sites, summed; charge units;
+    fairshare.core.grid.remote_usage builds it from their publications) becomes the
+    site's view, and its grid factors are updated from it (in place)."""
+    grid.exchange(remote)
+    update_grid_factors(tree, grid, table.usage, table.active, table.demand, consts)
 
 
 def refresh_site(

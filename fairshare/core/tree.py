@@ -51,6 +51,11 @@ from udb.rules import (
     walk_groups,
 )
 
+#: A node's own usage scope (ShareTree.scope): inherited, this site's, every site's.
+SCOPE_INHERIT, SCOPE_LOCAL, SCOPE_GLOBAL = 0, 1, 2
+#: The UDB's scope column's values and their codes.
+SCOPE_CODES = {"": SCOPE_INHERIT, "local": SCOPE_LOCAL, "global": SCOPE_GLOBAL}
+
 
 class Kind(IntEnum):
     ROOT = 0
@@ -103,6 +108,11 @@ class ShareTree:
     detached_source: np.ndarray | None = None
     #: Each node's own usage half-life (s; 0: its parent's), None when no entry sets one.
     halflife: np.ndarray | None = None
+    #: Each node's own usage scope (SCOPE_INHERIT, SCOPE_LOCAL, SCOPE_GLOBAL; int8), None
+    #: when no entry sets one; and whether each node pools its members (fair share not
+    #: applied among them), None when none does (seed 001; fairshare.core.grid).
+    scope: np.ndarray | None = None
+    pooled: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -153,6 +163,29 @@ class ShareTree:
             for nodes in self.levels[1:]:
                 out[nodes] = np.where(own[nodes] > 0, own[nodes], out[self.parent[nodes]])
         self.__dict__["_halflives"] = (default, out)
+        return out
+
+    def global_scope(self, globalusage: bool = False) -> np.ndarray:
+        """Per node, whether it divides its share among its children by every site's usage
+        (seed 001's global scope): its own scope, else its nearest ancestor's, else the
+        root's, global with `globalusage` (the GLOBALUSAGE flag: every entry global)."""
+        out = np.full(self.size, bool(globalusage))
+        if self.scope is not None:
+            own = self.scope
+            for nodes in self.levels[1:]:
+                inherit = out[self.parent[nodes]]
+                out[nodes] = np.where(
+                    own[nodes] == SCOPE_INHERIT, inherit, own[nodes] == SCOPE_GLOBAL
+                )
+        return out
+
+    def measured_globally(self, globalusage: bool = False) -> np.ndarray:
+        """Per node, whether its standing among its siblings is measured from every site's
+        usage: its parent divides globally (`global_scope`).  The paper's rule: an entry's
+        usage is measured with the usage data source of its parent.  The root: False."""
+        g = self.global_scope(globalusage)
+        out = np.zeros(self.size, dtype=bool)
+        out[1:] = g[self.parent[1:]]
         return out
 
     @cached_property
@@ -277,6 +310,7 @@ def build_tree(rows: Iterable[TreeRow], mode: str = "user") -> ShareTree:
     of the tree and listed in `detached`.
     """
     names, uids, resgrps, shares, shflags, halflives = [], [], [], [], [], []
+    scopes, pooled = [], []
     for r in rows:
         names.append(r.name)
         uids.append(r.uid)
@@ -284,7 +318,12 @@ def build_tree(rows: Iterable[TreeRow], mode: str = "user") -> ShareTree:
         shares.append(r.shares)
         shflags.append(r.shflags)
         halflives.append(getattr(r, "halflife", 0.0) or 0.0)
-    return build_tree_columns(names, uids, resgrps, shares, shflags, mode, halflives=halflives)
+        scopes.append(getattr(r, "scope", "") or "")
+        pooled.append(getattr(r, "pooled", 0) or 0)
+    return build_tree_columns(
+        names, uids, resgrps, shares, shflags, mode, halflives=halflives, scopes=scopes,
+        pooled=pooled,
+    )  # fmt: skip
 
 
 def build_tree_columns(
@@ -296,6 +335,8 @@ def build_tree_columns(
     mode: str = "user",
     *,
     halflives: Sequence[float] | None = None,
+    scopes: Sequence[str] | None = None,
+    pooled: Sequence[int] | None = None,
 ) -> ShareTree:
     """`build_tree` over entry columns (one list per field, entries in the same order).
 
@@ -303,7 +344,9 @@ def build_tree_columns(
     so 100,000 entries take tens of milliseconds.  Nodes are numbered breadth
     first; within a level by parent node, then by the entries' order.  Which entries
     are nodes, and why one is detached, are udb.rules' (`in_tree`, `place_entry`).
-    `halflives`: each entry's own usage half-life (s; 0 or None: inherited).
+    `halflives`: each entry's own usage half-life (s; 0 or None: inherited); `scopes`:
+    each entry's usage scope ('', 'local', 'global'); `pooled`: whether each pools its
+    members (seed 001; fairshare.core.grid).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -338,7 +381,23 @@ def build_tree_columns(
         own = np.asarray(halflives, dtype=float)[entry_of_node]
         if np.count_nonzero(own):
             tree.halflife = np.concatenate(([0.0], own))
+    _grid_columns(tree, entry_of_node, scopes, pooled)
     return tree
+
+
+def _grid_columns(tree: ShareTree, entry_of_node: np.ndarray, scopes, pooled) -> None:
+    """Set `tree.scope` and `tree.pooled` from the entries' columns, where any is set."""
+    if not len(entry_of_node):
+        return
+    if scopes is not None:
+        codes = np.array([SCOPE_CODES.get(s or "", 0) for s in scopes], dtype=np.int8)
+        own = codes[entry_of_node]
+        if np.count_nonzero(own):
+            tree.scope = np.concatenate(([SCOPE_INHERIT], own)).astype(np.int8)
+    if pooled is not None:
+        flags = np.asarray([bool(p) for p in pooled], dtype=bool)[entry_of_node]
+        if flags.any():
+            tree.pooled = np.concatenate(([False], flags))
 
 
 def _kinds(uid: np.ndarray, shflags: np.ndarray) -> np.ndarray:

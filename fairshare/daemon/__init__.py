@@ -25,7 +25,10 @@ module named after it (this is the one list of them):
    receives per lnode) sent and the other hosts' read back, in one short transaction:
    the lnodes take their site-wide usage and the view of the other hosts is one cycle
    old (fairshare.store.exchange).
-8. `writeback`: every `writeback` seconds what the lnodes accrued added to the UDB
+8. `grid`: every --grid-interval seconds a grid's mounted policies fetched, its
+   peers' usage records pulled and the other sites' usage taken into the policy
+   (fairshare.core.steps.exchange_grid: counted for global entries only).
+9. `writeback`: every `writeback` seconds what the lnodes accrued added to the UDB
    (increments, so hosts sharing one UDB never erase each other's charges), the lnodes
    whose processes have all gone released, and with GLOBALUSAGE the site factors
    updated from the view; every `checkpoint` seconds every active lnode's unwritten

@@ -51,6 +51,7 @@ from fairshare.daemon.charges import charge, resources_charged
 from fairshare.daemon.decisions import enforcer_targets, send_quota_signals
 from fairshare.daemon.enrol import Enrolment, NewUids
 from fairshare.daemon.exchange import exchange
+from fairshare.daemon.grid import GRID_INTERVAL, GridExchange, remote_by_name
 from fairshare.daemon.lock import HostLock, keep_lock
 from fairshare.daemon.loop import Loop
 from fairshare.daemon.outage import UdbCalls
@@ -186,6 +187,11 @@ class Options:
     site_exits: tuple[SiteExit, ...] = ()
     #: Uids without an entry (fairshare.daemon.enrol): None charges them to unknown.
     new_uids: NewUids | None = None
+    #: This host's speed factor (shrdaemon --speed) over the UDB's (shradmin --speed).
+    speed: float | None = None
+    #: Seconds between a grid's fetches of mounted policies and pulls of peers' usage
+    #: records (fairshare.daemon.grid; 0: never).
+    grid_interval: float = GRID_INTERVAL
 
 
 class Daemon:
@@ -224,11 +230,13 @@ class Daemon:
             process_events, self.enforcement, self.options.enforce_min_uid, account_of
         )
         self.reloader = Reloader()  # the constants and tree read from the UDB
+        self.reloader.speed = self.options.speed
         self.loop = Loop(self.clock, on_hup=self.reloader.request)
         self.cpus = float(self.options.cpus or os.cpu_count() or 1)
         self.lock = lock
         self.ledger = WriteBacks(store, self.cpus, spool)  # what the UDB is owed
         follow_counters(self.ledger, collector)
+        self.grid = GridExchange(engine, self.options.grid_interval)
         self.udb = UdbCalls(
             self.clock.monotonic, self.ledger.kept, self.ledger.due_now, self.loop.stop
         )
@@ -238,7 +246,7 @@ class Daemon:
         self.counts: dict[str, float] = {}  # resource totals since start (shrview -ds)
         # Set by `start`, then by every cycle:
         self.consts: Consts | None = None
-        self.site: SiteState | None = None  # GLOBALUSAGE state (fairshare.core.site)
+        self.site: SiteState | None = None  # GLOBALUSAGE and grid state (core.site, core.grid)
         self._lnodes: Lnodes | None = None
         self._pids: dict[int, list[ProcessSample]] = {}  # leaf -> its processes, last sample
 
@@ -275,6 +283,11 @@ class Daemon:
         return self.reloader.schedule
 
     # -- the loop (fairshare.daemon.loop) ---------------------------------------------------
+
+    def grid_remote(self) -> dict[str, float]:
+        """The other sites' usage now, by entry name (the socket's priority request)."""
+        ln, site = self._lnodes, self.site
+        return {} if ln is None or site is None else remote_by_name(ln.tree, site.grid)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop the loop, SIGHUP reloads the tree (main thread only)."""
@@ -366,8 +379,10 @@ class Daemon:
             writes_back = self.clock.monotonic() >= self.ledger.next_writeback
             exchange(self.udb, *args, self.cpus, everyone=writes_back)
         trim_wal(self.engine)  # a SQLite UDB's WAL stays small, even on a small disk
-        # writeback: the write-back and the checkpoint when due
+        # grid: the mounted policies fetched, the peers' usage records pulled and taken
         mono = self.clock.monotonic()
+        self.grid.when_due(self.udb, ln, self.site, sample.time, mono, consts)
+        # writeback: the write-back and the checkpoint when due
         self.ledger.when_due(self.udb, ln, self.site, sample.time, mono, consts)
         self._tell("cycled", time.perf_counter() - t0)
 
@@ -418,6 +433,7 @@ class Daemon:
         self.ledger.keep(carry_over(ln, new, self.clock.time()))
         self._lnodes = new
         self.site = SiteState.new(new.tree.size)  # site factors restart on the new tree
+        self.grid.again()  # and the other sites' usage is taken again at the next cycle
         refresh_entries(new, self.store)
         log.info("share tree reloaded (%s)", reason)
         log_tree(new)

@@ -117,6 +117,7 @@ class Reloader:
         self.requested = False
         self.requests = 0  # shrsync requests waiting, as of the last poll
         self._stored = None  # (consts serial, stored constants, schedules) last read
+        self.speed: float | None = None  # shrdaemon --speed: this host's, over the UDB's
 
     def read(
         self, engine: Engine, host: str, ln: Lnodes, cycle: int, now: float
@@ -152,6 +153,8 @@ class Reloader:
                 self._stored = (serial, load_consts(s), schedules(s))
         _serial, stored, rows = self._stored
         consts, schedule = effective_consts(stored, rows, datetime.fromtimestamp(now))
+        if self.speed is not None:
+            consts = consts.replace(speed=self.speed)
         if schedule != self.schedule:
             log.info("schedule %s now in force", schedule or "(none: base settings)")
             self.schedule = schedule

@@ -198,7 +198,7 @@ def advance_lnodes(
     lnode kept its last finite value where the cycle produced NaN or infinity (the
     constants' ranges should make that impossible) and which constants were in play,
     so the site keeps its scheduler."""
-    ln.table, not_finite = advance(ln.tree, ln.table, c, consts, elapsed, site, exits)
+    ln.table, not_finite = advance(ln.tree, ln.table, c, consts, elapsed, site, exits, site.grid)
     for node, name in not_finite:
         names = [k for k in _CONSTS_OF.get(name, ()) if getattr(consts, k)]
         involved = ", ".join(f"{k}={getattr(consts, k):g}" for k in names)

@@ -68,7 +68,8 @@ def settings_lines(consts: Consts, rows: Sequence[Schedule], in_force: str) -> l
         + ("" if consts.policy == "slurm" else " (unused: another policy)"),
         f"Idle share = {consts.idleshare}, split "
         + ("group by group (ADJGROUPS)" if consts.has(ADJGROUPS) else "flat over all lnodes"),
-        f"Charging percentage = {_g(consts.percent)}%",
+        f"Charging percentage = {_g(consts.percent)}%, speed factor = {_g(consts.speed)}"
+        " (a CPU-second here is charged as that many)",
         f"Usage decay rate = {consts.K:.8f} per {_g(consts.delta)} s cycle "
         f"(half-life of {consts.halflife:.1f} seconds), shradmin -K {consts.halflife / 3600:g}"
         " (-K takes hours)",

@@ -3,11 +3,14 @@ section 4.4.11.3 share tree display, its -e problem listing, or the --json docum
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fairshare.display import columns, octal, percent
 from fairshare.report.sharetree import (
     STATUS_LETTER,
+    MountReport,
     NodeReport,
     TreeReport,
     status_number,
@@ -122,7 +125,29 @@ def display_lines(report: TreeReport, long: bool = False) -> list[str]:
     """The share tree display (groups only unless `long`): plain lines, printed as they
     are (rich's console took 1.2 s to pass 100,000 unstyled lines through its Text)."""
     nodes = visible_nodes(report, long)
-    return header_lines(report, long) + tree_lines(nodes, long, report.own_halflives)
+    lines = header_lines(report, long) + tree_lines(nodes, long, report.own_halflives)
+    return lines + mount_lines(report.mounts)
+
+
+def mount_lines(mounts: Sequence[MountReport]) -> list[str]:
+    """After the tree, each mounted policy: where it comes from, when it was last
+    fetched, and a failed last attempt (the last good version is what the tree shows)."""
+    if not mounts:
+        return []
+    out = ["", "MOUNTED POLICIES (read-only here)"]
+    for m in mounts:
+        fetched = _when(m.fetched) if m.fetched is not None else "never"
+        out.append(f"{m.name}: {m.policy} from {m.source}, last fetched {fetched}")
+        if m.error:
+            out.append(
+                f"{' ' * len(m.name)}  last try {_when(m.tried)} failed, the last good "
+                f"version kept: {m.error}"
+            )
+    return out
+
+
+def _when(epoch: float | None) -> str:
+    return "?" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
 def render_problems(report: TreeReport, console: Console, long: bool = False) -> None:
@@ -168,6 +193,8 @@ def report_json(report: TreeReport, long: bool = False, errors: bool = False) ->
         "problems": report.problems,
         "warnings": report.warnings,
         "errors": report.errors,
+        # MountReports themselves: name, source, policy, fetched, tried, error.
+        "mounts": list(report.mounts),
     }
 
 

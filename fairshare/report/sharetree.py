@@ -27,6 +27,7 @@ listed after the tree with level None.  To add a per-node figure: a field of
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -55,7 +56,7 @@ from udb.check import (
 from udb.errors import NotFound
 from udb.remote import Reader
 from udb.rules import ROOT_UID, SHF_ACCOUNT, SHF_GROUP
-from udb.session import read_connection, resolve_url
+from udb.session import display_name, read_connection, resolve_url
 
 #: The name the root of the share tree goes by in displays and JSON.
 ROOT_NAME = "ROOT"
@@ -118,6 +119,21 @@ class NodeReport:
 
 
 @dataclass(frozen=True)
+class MountReport:
+    """A mounted policy (udb.mounts): the mount point's name, where the policy comes
+    from (its UDB, password masked, and its group there), when it was last fetched
+    whole (epoch s, None: never), and the last attempt's failure (None: it worked),
+    which leaves the last good version in place."""
+
+    name: str
+    source: str
+    policy: str
+    fetched: float | None
+    tried: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
 class TreeReport:
     """Everything shrtree shows, for the whole tree or the subtree under `node`."""
 
@@ -132,6 +148,7 @@ class TreeReport:
     user_count: int
     own_halflives: bool = False  # some group sets its own half-life: shrtree shows them
     delta: float = 4.0  # s, the share cycle (shradmin -R): repeat and continuous modes' pace
+    mounts: tuple[MountReport, ...] = ()  # the policies mounted from elsewhere (a grid)
 
     @cached_property  # asked by the header, the JSON document and the exit status
     def warnings(self) -> int:
@@ -392,7 +409,8 @@ def load_tree_report(
         accounts = load_accounts(session)
         maxlevels = configured_maxlevels(session)
         consts = load_consts(session)
-    return analyse_tree(
+        mounted = mount_reports(session)
+    report = analyse_tree(
         cols,
         accounts,
         now=now,
@@ -403,4 +421,22 @@ def load_tree_report(
         node=node,
         udb=reader.name,
         delta=consts.delta,
+    )
+    return dataclasses.replace(report, mounts=mounted) if mounted else report
+
+
+def mount_reports(conn) -> tuple[MountReport, ...]:
+    """The UDB's mounted policies (none where the UDB has no grid tables: a daemon's
+    image of an older UDB)."""
+    from sqlalchemy.exc import DBAPIError
+
+    from udb.mounts import mounts
+
+    try:
+        found = mounts(conn)
+    except DBAPIError:
+        return ()
+    return tuple(
+        MountReport(m.name, display_name(m.source), m.policy, m.fetched, m.tried, m.error)
+        for m in found
     )

@@ -8,6 +8,9 @@ is the reply's error.  Who may make which request:
 - `hello`: anyone; the daemon's protocol version, UDB, host and the caller as seen.
 - `udb`: anyone; the UDB as the caller may see it (`udb.image`), for the readers.
 - `cycle`: anyone; the published cycle number of a host (shrview waits with it).
+- `priority`: anyone; every lnode of a host (default this daemon's) with its
+  target-deviation tuple and flat priority, highest first (fairshare.store.priority;
+  seed 001's fairshare priority factor callout, for a batch scheduler's plug-in).
 - `shrdist`: anyone shrdist.auth lists for the group (root: any group); the same
   checks and the same one transaction as shrdist run by root, recorded under the
   caller's login.
@@ -23,7 +26,7 @@ import pwd
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,7 @@ from fairshare.admin.shrdist import (
 from fairshare.admin.shrsync import submit, wait
 from fairshare.daemon.sessions import SessionAccounts, session_request
 from fairshare.daemon.sync import KINDS
+from fairshare.store.priority import published_priorities
 from fairshare.store.published import LnodeStore
 from udb.errors import UdbError
 from udb.image import make_image
@@ -89,6 +93,9 @@ class Answers:
         self, engine: Engine, host: str, accounts: SessionAccounts | None, auth: Path
     ) -> None:
         self.engine, self.host, self.accounts, self.auth = engine, host, accounts, auth
+        #: The other sites' usage by entry name, for the priority request (a grid; None:
+        #: this site's alone): shrdaemon gives it its daemon's `Daemon.grid_remote`.
+        self.remote: Callable[[], Mapping[str, float]] | None = None
 
     def handlers(self) -> dict[str, Callable[[Peer, dict], dict]]:
         """Each request's name and its method."""
@@ -96,6 +103,7 @@ class Answers:
             "hello": self.hello,
             "udb": self.udb,
             "cycle": self.cycle,
+            "priority": self.priority,
             "shrdist": self.shrdist,
             "newacct": self.newacct,
             "shrsync": self.shrsync,
@@ -122,6 +130,11 @@ class Answers:
     def cycle(self, peer: Peer, req: dict) -> dict:
         host = _text(req, "host", optional=True)
         return {"cycle": LnodeStore(self.engine, host or self.host).published_cycle()}
+
+    def priority(self, peer: Peer, req: dict) -> dict:
+        host = _text(req, "host", optional=True)
+        remote = self.remote() if self.remote is not None and host is None else None
+        return published_priorities(self.engine, host or self.host, remote).as_json()
 
     def shrdist(self, peer: Peer, req: dict) -> dict:
         group = _text(req, "group", optional=True)

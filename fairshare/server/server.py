@@ -84,13 +84,12 @@ class Server:
         auth: Path,
         limits: Limits | None = None,
     ) -> None:
-        self.path = path
-        self.engine = engine
-        self.host = host
+        self.path, self.engine, self.host = path, engine, host
         self.accounts = accounts
         self.auth = auth
         self.limits = limits or Limits()
-        self.handlers = Answers(engine, host, accounts, auth).handlers()
+        self.answers = Answers(engine, host, accounts, auth)  # .remote: shrdaemon's grid
+        self.handlers = self.answers.handlers()
         self._listener: socket.socket | None = None
         self._inode: int | None = None
         self._thread: threading.Thread | None = None

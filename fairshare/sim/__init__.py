@@ -10,6 +10,9 @@
   `shrdaemon --simulate`.
 - run.py: shrsim's run, the daemon's own steps (fairshare.core.steps) cycle by cycle on the
   machine, one host or a site of several.
+- grid_scenario.py, grid.py: a grid of sites ([[site]] tables), each a host of run.py
+  with its own tree, exchanging usage (fairshare.core.grid); every entry's delivered
+  share of its parent against its target.
 - record.py: what a run measured (entitled, fair and delivered share, the deviation
   from the fair share) and its series.
 - plot.py: shrsim --plot, lnodes and groups.

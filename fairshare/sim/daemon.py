@@ -20,6 +20,7 @@ from fairshare.core.consts import consts_from_mapping, from_user
 from fairshare.core.exits import SiteExit
 from fairshare.daemon.accounts import AccountsOf
 from fairshare.daemon.daemon import Daemon, Options
+from fairshare.daemon.grid import GRID_INTERVAL
 from fairshare.daemon.reload import load_lnodes
 from fairshare.sim.collector import SimCollector
 from fairshare.sim.enforcer import SimEnforcer
@@ -47,6 +48,7 @@ def simulated_daemon(
     epoch: float | None = None,
     cycles: int | None = None,
     site_exits: tuple[SiteExit, ...] = (),
+    grid_interval: float = GRID_INTERVAL,
 ) -> tuple[Daemon, str, int]:
     """The daemon's loop on the simulated machine of `scenario` (a shrsim TOML file).
 
@@ -57,7 +59,8 @@ def simulated_daemon(
     cgroup, nice, none.  Simulated second 0 is `epoch` (default: early enough that a
     run of `cycles`, else of the whole scenario, ends now, so displays show a fresh
     table).  `site_exits`: the site's hooks (fairshare.core.exits), run every cycle as
-    the real daemon runs them.  Returns (daemon, model, cycles the scenario lasts).
+    the real daemon runs them; `grid_interval`: a grid's exchange (simulated s,
+    fairshare.daemon.grid).  Returns (daemon, model, cycles the scenario lasts).
     """
     model = MODELS.get(enforcer, enforcer)
     # The whole scenario is checked (TOML, ranges, its directives) before the UDB is touched.
@@ -84,7 +87,9 @@ def simulated_daemon(
         LnodeStore(engine, host),
         actions,
         clock=clock,
-        options=Options(enforce_min_uid=0, cpus=cpus, site_exits=site_exits),
+        options=Options(
+            enforce_min_uid=0, cpus=cpus, site_exits=site_exits, grid_interval=grid_interval
+        ),
         account_of=AccountsOf(lambda p: p.uid) if consts.share_by_account else None,
     )
     return daemon, sc.enforcer, length

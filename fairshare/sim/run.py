@@ -54,6 +54,7 @@ import numpy as np
 
 from fairshare.core.consts import GLOBALUSAGE, Consts
 from fairshare.core.cycle import Consumption
+from fairshare.core.grid import GridState
 from fairshare.core.lnode import WriteBack, accrued, add_usage, aged_usage, new_table, release
 from fairshare.core.maxmin import maxmin_allocation
 from fairshare.core.site import SiteState, SiteView
@@ -104,7 +105,7 @@ def fair_cpus(sc: Scenario, lnodes: np.ndarray, want: np.ndarray, cpus: float) -
     return maxmin_allocation(tree.index, tree.shares, demand, cpus, even=even)[lnodes]
 
 
-class _Host:
+class Host:
     """One simulated machine running the daemon's steps: its workloads as arrays (a
     workload's column is its lnode's index in `lnodes`), its lnode table and, on a host
     of a site, its GLOBALUSAGE state."""
@@ -137,6 +138,7 @@ class _Host:
         self.cons = Consumption.zeros(tree.size)  # its cpu: CPU s per node, last cycle
         self.cons.cpus, self.cons.want = cpus, np.zeros(tree.size)  # want: CPU s, last cycle
         self.site = SiteState.new(tree.size) if site else None
+        self.grid: GridState | None = None  # a site of a grid: fairshare.sim.grid sets it
         nl = len(self.lnodes)
         self.present = np.zeros(nl, dtype=bool)
         self.nrun = np.zeros(nl)
@@ -191,7 +193,9 @@ class _Host:
             # Re-plan at once (no time passes) so newcomers have an e_share.
             self.present = here
             self.cons.cpu[self.arr] = 0.0
-            self.table, _ = advance(sc.tree, self.table, self.cons, sc.consts, 0.0, self.site)
+            self.table, _ = advance(
+                sc.tree, self.table, self.cons, sc.consts, 0.0, self.site, grid=self.grid
+            )
 
     def run(self, sc: Scenario) -> None:
         """One cycle: the machine runs `delta` s by the enforcer's weights, and that CPU
@@ -208,7 +212,9 @@ class _Host:
             got = self.machine.share(self.count, self.cap, weight, w_idle)
         self.cpu_l = np.bincount(self.col, weights=got, minlength=len(self.lnodes)) * sc.delta
         self.cons.cpu[self.arr] = self.cpu_l
-        self.table, _ = advance(sc.tree, self.table, self.cons, sc.consts, sc.delta, self.site)
+        self.table, _ = advance(
+            sc.tree, self.table, self.cons, sc.consts, sc.delta, self.site, grid=self.grid
+        )
 
     def _nested_share(self) -> np.ndarray:
         """CPUs per workload under the nested cgroups, weighted from the table's e_share
@@ -271,7 +277,7 @@ def run_scenario(
     if sc.hosts:
         return run_site(sc, enforcer, window)
     nsteps, first = _span(sc, window)
-    host = _Host(sc, sc.workloads, sc.cpus, enforcer)
+    host = Host(sc, sc.workloads, sc.cpus, enforcer)
     rec = Recorder(sc.tree, host.lnodes, nsteps, first)
     stored: Stored = dict(sc.shusage)
     for step in steps(range(nsteps), nsteps) if steps else range(nsteps):
@@ -288,7 +294,7 @@ def run_scenario(
 # -- a site: several hosts, one UDB ------------------------------------------------------
 
 
-def _view_of(tree: ShareTree, others: list[_Host], usage: np.ndarray, delta: float) -> SiteView:
+def _view_of(tree: ShareTree, others: list[Host], usage: np.ndarray, delta: float) -> SiteView:
     """The SiteView one host reads: what the `others` publish, `usage` the stored one."""
     leaf = tree.leaf_mask
     active = np.zeros(tree.size, dtype=bool)
@@ -308,7 +314,7 @@ def _view_of(tree: ShareTree, others: list[_Host], usage: np.ndarray, delta: flo
     return view
 
 
-def _refresh_sites(sc: Scenario, hosts: list[_Host], stored: Stored, now: float) -> None:
+def _refresh_sites(sc: Scenario, hosts: list[Host], stored: Stored, now: float) -> None:
     """GLOBALUSAGE at a write-back: every host takes the site-wide usage and a view of
     the others, and updates its site factors."""
     tree = sc.tree
@@ -320,7 +326,7 @@ def _refresh_sites(sc: Scenario, hosts: list[_Host], stored: Stored, now: float)
         refresh_site(tree, h.table, h.site, view, usage, sc.consts, h.cpus)
 
 
-def _site_fair(sc: Scenario, hosts: list[_Host], lnodes: np.ndarray, cpus: float) -> np.ndarray:
+def _site_fair(sc: Scenario, hosts: list[Host], lnodes: np.ndarray, cpus: float) -> np.ndarray:
     """The site's fair target, CPUs per lnode of `lnodes`: the max-min allocation of
     all the site's `cpus` for what every host's live processes want, as if the site
     were one machine (the target GLOBALUSAGE steers toward).  It ignores that a process
@@ -347,7 +353,7 @@ def run_site(sc: Scenario, enforcer: str, window: float | None = None) -> SimRes
     tree, consts, delta = sc.tree, sc.consts, sc.delta
     nsteps, first = _span(sc, window)
     hosts = [
-        _Host(sc, [w for w in sc.workloads if w.host == name], cpus, enforcer, name, site=True)
+        Host(sc, [w for w in sc.workloads if w.host == name], cpus, enforcer, name, site=True)
         for name, cpus in sc.hosts.items()
     ]
     lnodes = sorted({tree.node(w.name) for w in sc.workloads})

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import Row, case, insert, literal, select, update
 
 from fairshare.core.consts import FIELDS, Consts, consts_from_stored, validate
 from fairshare.core.schedule import effective_consts
@@ -29,9 +29,20 @@ _entry = tables.entries.c
 _const = tables.consts.c
 _schedule = tables.schedules.c
 _change = tables.const_changes.c
+#: An entry's usage scope as the tree takes it: its own, except that a grid's mount
+#: point (udb.mounts) whose administrator set none is global, so a VO's mounted projects
+#: divide the VO's share by what they used at every site (seed 001; docs/grid.md).
+_SCOPE = case(
+    (
+        (_entry.scope == "") & _entry.uid.in_(select(tables.grid_mounts.c.entry)),
+        literal("global"),
+    ),
+    else_=_entry.scope,
+).label("scope")
 #: The entry columns a tree is built from; `select(*TREE_COLUMNS)` gives rows for `build_tree`.
 TREE_COLUMNS = (
-    _entry.name, _entry.uid, _entry.resgrp, _entry.shares, _entry.shflags, _entry.halflife
+    _entry.name, _entry.uid, _entry.resgrp, _entry.shares, _entry.shflags, _entry.halflife,
+    _SCOPE, _entry.pooled,
 )  # fmt: skip
 
 
@@ -72,8 +83,8 @@ def load_tree(session: Session | Connection, mode: str | None = None) -> ShareTr
     rows = core(session).execute(select(*TREE_COLUMNS)).all()
     if not rows:
         return build_tree([], mode)
-    *cols, halflives = zip(*rows, strict=True)
-    return build_tree_columns(*cols, mode=mode, halflives=halflives)
+    *cols, halflives, scopes, pooled = zip(*rows, strict=True)
+    return build_tree_columns(*cols, mode=mode, halflives=halflives, scopes=scopes, pooled=pooled)
 
 
 def history(session: Session | Connection, limit: int | None = None) -> list[Row]:

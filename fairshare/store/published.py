@@ -56,7 +56,7 @@ from sqlalchemy import (
 from fairshare.core.consts import TICKS_PER_SECOND, decay
 from fairshare.core.lnode import LnodeTable, WriteBack, add_usage
 from fairshare.core.tree import Kind, ShareTree
-from fairshare.store import exchange, fence
+from fairshare.store import exchange, fence, grid
 from udb import tables
 from udb.columnar import Columns, row_columns
 from udb.columnar import decode as decode_columns
@@ -503,6 +503,9 @@ def _write_back(
         "cpu": inc_cpu[at].tolist(),
     }
     _update_entries(conn, values, pg)
+    # A grid: the mounted leaves' increments become this site's usage record, in this
+    # transaction, so the record exists exactly when the charges do (fairshare.store.grid).
+    grid.export(conn, released)
 
 
 def _update_entries(conn: Connection, values: dict[str, list], pg: bool) -> None:

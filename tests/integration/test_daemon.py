@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from busy import RecordedOs
 from click.testing import CliRunner
@@ -629,3 +630,30 @@ def test_once_and_cycles_together_is_an_error(udb_url):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__]))
+
+
+# -- a site of a grid ------------------------------------------------------------------
+
+
+def test_the_daemons_speed_and_the_other_sites_usage(engine):
+    """shrdaemon --speed doubles what a CPU second is charged; with G global, the other
+    sites' usage the daemon takes (fairshare.core.steps.exchange_grid) splits G between
+    alice and bob, and the socket's priority request gets it by name."""
+    from fairshare.core.steps import exchange_grid
+
+    with write_session(engine) as s:
+        s.scalars(select(Entry).where(Entry.name == "G")).one().scope = "global"
+    both = lambda i: [proc(7, 1001, 1.0), proc(8, 1002, 1.0)]  # noqa: E731
+    d, clock, *_ = make(engine, both, options=Options(enforce_min_uid=1000, speed=2.0))
+    d.start()
+    cycle(d, clock)
+    assert published(d)[1]["alice"].charge == 2.0 * PER_CPU_S
+    assert d.grid_remote() == {}
+    ln = d._lnodes
+    remote = np.zeros(ln.tree.size)
+    remote[ln.tree.node("alice")] = remote[ln.tree.node("G")] = 1e9
+    exchange_grid(ln.tree, ln.table, d.site.grid, remote, d.consts)
+    assert d.grid_remote()["alice"] == 1e9
+    cycle(d, clock)
+    e = d._lnodes.table.e_share
+    assert e[ln.tree.node("bob")] > 10 * e[ln.tree.node("alice")]

@@ -31,7 +31,7 @@ def test_every_field_is_parsed_to_its_value():
     got = values(
         "create:x:uid:5:gids:1,20:acids:3,acme:resgrp:Grp:shares:10:shflags:040000:"
         "shusage:1.5:shcharge:2.25:shextime:100:cpuquota:10:cpuquotaused:0.5:nice:-5:"
-        "halflife:8h:passwd:*:comment:hello # world:"
+        "halflife:8h:scope:global:pooled:yes:passwd:*:comment:hello # world:"
     )
     assert got == {
         "uid": 5,
@@ -47,6 +47,8 @@ def test_every_field_is_parsed_to_its_value():
         "cpuquotaused": 0.5,
         "nice": -5,
         "halflife": 28800.0,
+        "scope": "global",
+        "pooled": 1,
         "passwd": "*",
         "comment": "hello # world",
     }

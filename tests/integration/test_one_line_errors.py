@@ -18,6 +18,7 @@ from fairshare.cli.shradmin import main as shradmin
 from fairshare.cli.shrdaemon import main as shrdaemon
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrinfo import main as shrinfo
+from fairshare.cli.shrprio import main as shrprio
 from fairshare.cli.shrsim import main as shrsim
 from fairshare.cli.shrsync import main as shrsync
 from fairshare.cli.shrtree import main as shrtree
@@ -40,6 +41,7 @@ COMMANDS = {
     "shrtree": lambda url: (shrtree, ["--udb", url, "-l"]),
     "shrview": lambda url: (shrview, ["--udb", url, "-dm"]),
     "shrinfo": lambda url: (shrinfo, ["--udb", url]),
+    "shrprio": lambda url: (shrprio, ["--udb", url]),
     "shradmin": lambda url: (shradmin, ["--udb", url]),
     "shrdist": lambda url: (shrdist, ["--udb", url, "--history"]),
     "shrsync": lambda url: (shrsync, ["--udb", url, "-u"]),

@@ -152,3 +152,13 @@ def test_shrtree_parsable_gives_sshare_s_field_names_and_the_json_values(tmp_pat
     assert len(lines) == 1 + len(nodes)
     r = CliRunner().invoke(shrtree, [*args, "-P", "--json"])
     assert r.exit_code == 2
+
+
+def test_an_account_whose_users_all_take_its_fairshare_is_pooled(udb_url, tmp_path):
+    dump = tmp_path / "lab.dump"
+    dump.write_text(DUMP.replace("User - 'carol':Fairshare=5", "User - 'carol':Fairshare=parent"))
+    r = CliRunner().invoke(udbgen, ["--udb", udb_url, "--sacctmgr", str(dump)])
+    assert r.exit_code == 0, r.output
+    got = entries(udb_url)
+    assert got["optics"].pooled == 1  # carol, its only user, says Fairshare=parent
+    assert got["chem"].pooled == 0 and got["physics"].pooled == 0  # alice has her own

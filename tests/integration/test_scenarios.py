@@ -308,8 +308,9 @@ def test_12_navoceano_with_the_udb_nice_instead_of_the_users_own():
 
 def test_every_scenario_file_is_tested():
     stems = sorted(p.name[:2] for p in SCENARIOS.glob("*.toml"))
-    # 10 (a site of two hosts) is tested in test_site.py.
-    assert stems == [f"{i:02d}" for i in range(1, 16)]
+    # 10 (a site of two hosts) is tested in test_site.py, 16-18 (grids) in
+    # test_grid_scenarios.py.
+    assert stems == [f"{i:02d}" for i in range(1, 19)]
 
 
 def fair_target(stem: str) -> dict[str, float]:

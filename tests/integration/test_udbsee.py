@@ -82,6 +82,8 @@ def test_json(acme_acct):
         "cpuquotaused": 0.0,
         "nice": 0,
         "halflife": 0.0,
+        "scope": "",
+        "pooled": 0,
         "passwd": "",
         "comment": "",
     }

@@ -84,7 +84,8 @@ class UnicosPolicy:
         charges = leaf_charges(c, consts) * leaves
         if consts.flags & ADJGROUPS:
             fair = table.target if table.target.any() else None
-            adj = group_adjustment(idx, idx.group, active, m, charges, consts.mingshare, fair)
+            groups = idx.group if c.grid is None else c.grid.adjustable(idx.group)
+            adj = group_adjustment(idx, groups, active, m, charges, consts.mingshare, fair)
             adjusted = charges * adj
         else:
             adj, adjusted = None, charges
@@ -96,11 +97,16 @@ class UnicosPolicy:
         sched_leaf = demand_leaf & ~background
         sub_usage, sched = idx.subtree_sum(np.array((usage, sched_leaf)))
 
+        split_m = m
+        if c.grid is not None:  # other sites' usage, grid factors, pooled subtrees
+            split_m, sub_usage = c.grid.split_inputs(idx, m, sub_usage)
         floor, limit = limshare_band(consts)
         flat = not consts.flags & ADJGROUPS
         sh = near_future_shares(
-            idx, m, sub_usage, active, sched > 0, limit, floor, flat=flat, even=even
+            idx, split_m, sub_usage, active, sched > 0, limit, floor, flat=flat, even=even
         )
+        if c.grid is not None:
+            sh.raise_ = c.grid.keep_raise(sh.raise_)
         if np.count_nonzero(sh.raise_ > 1.0):
             usage = raise_usage(idx, usage, sh.raise_)
         e_share = sh.e_share * (active & ~background)
