@@ -37,7 +37,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from udb import tables
-from udb.errors import UdbError
+from udb.errors import OptionError, UdbError
 from udb.rules import MAX_ID, SHF_GROUP
 from udb.session import (
     database_problem,
@@ -357,6 +357,40 @@ class ReadOnly:
                 "(read-only): change it in the VO's policy"
             )
         return None
+
+    def refuse(self, d) -> None:
+        """DirectiveError when directive `d` changes a mounted (read-only) entry."""
+        why = self.why(d.name)
+        if why:
+            raise d.error(why)
+
+    def refuse_point(self, d, why: str) -> None:
+        """DirectiveError when `d` names a mount point: `why` it may not do that."""
+        if d.name in self.points:
+            raise d.error(f"{d.name} is a mount point: {why}")
+
+    def refuse_parent(self, d, row: dict, entries: dict[str, dict]) -> None:
+        """DirectiveError when `row` (of directive `d`) would join a mounted subtree (its
+        members are the policy's); `entries` the run's entries by name."""
+        if row["resgrp"] in self.uids:
+            name = next((n for n, r in entries.items() if r["uid"] == row["resgrp"]), "")
+            raise d.error(
+                f"resgrp {name or row['resgrp']} is in a mounted subtree (read-only): its "
+                "members come from the VO's policy"
+            )
+
+    def check_kept(self, entries: dict[str, dict], original: dict[str, dict]) -> None:
+        """OptionError when a replacement run's `entries` leave out a mount point of
+        `original`, or move its uid (its mounted entries, which a replacement keeps,
+        would hang from nothing)."""
+        gone = sorted(
+            n for n in self.points if n not in entries or entries[n]["uid"] != original[n]["uid"]
+        )
+        if gone:
+            raise OptionError(
+                f"the replacement leaves out the mount point {gone[0]} (or moves its uid): "
+                "keep it, or unmount it first (shrgrid --unmount)"
+            )
 
 
 def read_only(conn: Session | Connection) -> ReadOnly:

@@ -104,6 +104,25 @@ _BY_NAME = frozenset({"resgrp", "acids", "acids+", "acids-"})
 _NO_LOGIN = SHF_GROUP | SHF_ACCOUNT
 
 
+def _uids_and_groups(entries: dict[str, dict], touched: dict[str, Directive], blame):
+    """The entries' names by uid and the groups' resgrp by uid; `blame` told of every uid
+    used twice (the later-touched entry blamed)."""
+    by_uid: dict[int, str] = {}
+    groups: dict[int, int] = {}
+    for name, row in entries.items():
+        uid = row["uid"]
+        other = by_uid.get(uid)
+        if other is not None:
+            first, second = sorted(
+                (other, name), key=lambda n: touched[n].key if n in touched else -1
+            )
+            blame(second, f"uid {uid} is already used by {first}")
+        by_uid[uid] = name
+        if row["shflags"] & SHF_GROUP:
+            groups[uid] = row["resgrp"]
+    return by_uid, groups
+
+
 class Plan:
     """The UDB's state while a run's directives are replayed over it, in memory."""
 
@@ -142,7 +161,7 @@ class Plan:
         self._set(d, row)
         if row["uid"] is None:
             raise d.error("a new entry needs a uid field")
-        self._refuse_mounted_parent(d, row)
+        self.ro.refuse_parent(d, row, self.entries)
         if row["shflags"] & _NO_LOGIN and not any(f[0] == "passwd" for f in d.fields):
             row["passwd"] = "*"
         self.entries[d.name] = row
@@ -152,23 +171,23 @@ class Plan:
         row = self.entries.get(d.name)
         if row is None:
             raise d.error(f"no entry named {d.name}")
-        self._refuse_mounted(d)
+        self.ro.refuse(d)
         if d.name not in self.touched:
             row = self.entries[d.name] = dict(row)
         old_uid, old_flags, old_resgrp = row["uid"], row["shflags"], row["resgrp"]
         self._set(d, row)
         if row["resgrp"] != old_resgrp:
-            self._refuse_mounted_parent(d, row)
-        if row["uid"] != old_uid and d.name in self.ro.points:
-            raise d.error(f"{d.name} is a mount point: its uid holds the mounted subtree")
+            self.ro.refuse_parent(d, row, self.entries)
+        if row["uid"] != old_uid:
+            self.ro.refuse_point(d, "its uid holds the mounted subtree")
         if row["uid"] != old_uid or row["shflags"] != old_flags:
             self.uid_gone[old_uid] = d
         self.touched[d.name] = d
 
     def _delete(self, d: Directive) -> None:
-        self._refuse_mounted(d)
-        if d.name in self.ro.points and d.name in self.entries:
-            raise d.error(f"{d.name} is a mount point: unmount it first (shrgrid --unmount)")
+        self.ro.refuse(d)
+        if d.name in self.entries:
+            self.ro.refuse_point(d, "unmount it first (shrgrid --unmount)")
         row = self.entries.pop(d.name, None)
         if row is None:
             raise d.error(f"no entry named {d.name}")
@@ -176,35 +195,8 @@ class Plan:
         self.uid_gone[row["uid"]] = d
 
     def keep_mount_points(self) -> None:
-        """OptionError when a replacement run leaves out a mount point (its mounted
-        entries, which a replacement keeps, would hang from nothing)."""
-        gone = sorted(
-            n
-            for n in self.ro.points
-            if n not in self.entries or self.entries[n]["uid"] != self.original[n]["uid"]
-        )
-        if gone:
-            raise OptionError(
-                f"the replacement leaves out the mount point {gone[0]} (or moves its uid): "
-                "keep it, or "
-                "unmount it first (shrgrid --unmount)"
-            )
-
-    def _refuse_mounted(self, d: Directive) -> None:
-        """DirectiveError when `d` changes a mounted (read-only) entry."""
-        why = self.ro.why(d.name)
-        if why:
-            raise d.error(why)
-
-    def _refuse_mounted_parent(self, d: Directive, row: dict) -> None:
-        """DirectiveError when `row` would join a mounted subtree (its members are the
-        policy's: udb.mounts)."""
-        if row["resgrp"] in self.ro.uids:
-            name = next((n for n, r in self.entries.items() if r["uid"] == row["resgrp"]), "")
-            raise d.error(
-                f"resgrp {name or row['resgrp']} is in a mounted subtree (read-only): its "
-                "members come from the VO's policy"
-            )
+        """OptionError when a replacement run leaves out a mount point (udb.mounts)."""
+        self.ro.check_kept(self.entries, self.original)
 
     def _acid(self, d: Directive) -> None:
         number = d.fields[0][1]
@@ -271,20 +263,7 @@ class Plan:
                 d = max(ds, key=lambda x: x.key)
             errors.append((d.key, d.error(message)))
 
-        by_uid: dict[int, str] = {}
-        groups: dict[int, int] = {}
-        for name, row in self.entries.items():
-            uid = row["uid"]
-            other = by_uid.get(uid)
-            if other is not None:
-                first, second = sorted(
-                    (other, name), key=lambda n: touched[n].key if n in touched else -1
-                )
-                blame(second, f"uid {uid} is already used by {first}")
-            by_uid[uid] = name
-            if row["shflags"] & SHF_GROUP:
-                groups[uid] = row["resgrp"]
-
+        by_uid, groups = _uids_and_groups(self.entries, touched, blame)
         registered = set(self.accounts.values())
         for name, row in self.entries.items():
             flags, resgrp = row["shflags"], row["resgrp"]

@@ -16,6 +16,7 @@ import math
 import os
 import socket
 import sys
+from functools import partial
 from pathlib import Path
 
 import click
@@ -24,7 +25,7 @@ from fairshare.admin.shrdist import auth_path
 from fairshare.daemon import background
 from fairshare.daemon.daemon import Daemon, Options
 from fairshare.daemon.enrol import parse_new_uids
-from fairshare.daemon.grid import GRID_INTERVAL
+from fairshare.daemon.grid import GRID_INTERVAL, remote_now
 from fairshare.daemon.lock import AlreadyRunning, DaemonLock
 from fairshare.daemon.service import Notifier, log_formatter
 from fairshare.daemon.spool import Spool, default_spool
@@ -265,18 +266,8 @@ def main(
         if cycles:
             raise OptionError("--once and --cycles: give one of them")
         cycles = 1
-    where = background.default_where()
-    where = background.Where(pid_file or where.pid_file, Path(log_file or where.log_file))
     new_uids = parse_new_uids(new_uids)
-    if control:
-        code, line = (background.status if control == "status" else background.stop)(where)
-        click.echo(line)
-        sys.exit(code)
-    if not foreground:
-        if scenario:
-            raise OptionError("--detach and --simulate: a simulation runs in the foreground")
-        background.detach(where)  # stderr is the log from here on
-        log_file = None
+    log_file = control_or_detach(control, foreground, scenario, pid_file, log_file)
     setup_logging(verbose, log_file)
     observers = [Notifier()]
     if metrics_at:
@@ -317,6 +308,23 @@ def main(
         show_published(store, as_json)
 
 
+def control_or_detach(control, foreground, scenario, pid_file, log_file) -> str | None:
+    """--status or --stop (answered, then exit), or --detach (the daemon goes to the
+    background, its stderr the log); returns the log file from here on (None: stderr)."""
+    where = background.default_where()
+    where = background.Where(pid_file or where.pid_file, Path(log_file or where.log_file))
+    if control:
+        code, line = (background.status if control == "status" else background.stop)(where)
+        click.echo(line)
+        sys.exit(code)
+    if not foreground:
+        if scenario:
+            raise OptionError("--detach and --simulate: a simulation runs in the foreground")
+        background.detach(where)  # stderr is the log from here on
+        return None
+    return log_file
+
+
 def site_exits(specs: tuple[str, ...]) -> tuple:
     """The site hooks --site-hook names (none given: every one installed; "none": none),
     loaded (fairshare.core.plugins), each logged."""
@@ -353,7 +361,7 @@ def run_real(
             server = Server(
                 socket_, engine, daemon.store.host, daemon.account_of, auth_path(auth), limits
             )
-            server.answers.remote = daemon.grid_remote
+            server.answers.remote = partial(remote_now, daemon)
             server.start()
             if limits != Limits():
                 log.info("%s: the socket's clients are held to %s", LIMITS_ENV, limits)

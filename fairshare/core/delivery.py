@@ -119,7 +119,12 @@ def flat_shares(
         # What is owed is scaled to what the tree received: CPU taken by processes
         # outside it (root's, the kernel's) leaves every node short alike, and would
         # only push every trim to the top of its range, where none can correct another.
-        owed = np.minimum(alloc, want / cpus)
+        # A leaf that received nothing at all is not competing (a process caught
+        # runnable at the sample that is not, or waits on I/O): what its want would be
+        # allocated is owed to the others.
+        wanting = np.where(leaf & (got > 0), want, 0.0)
+        owed = maxmin_allocation(idx, e, wanting, cpus) / cpus
+        owed = np.minimum(owed, idx.subtree_sum(wanting) / cpus)
         if owed[0] > 0 and got[0] > 0:
             owed = owed * (got[0] / owed[0])
         steer = sched & (got >= owed * 0.5) & (got > 0) & (owed > 0)

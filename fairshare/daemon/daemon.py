@@ -51,7 +51,7 @@ from fairshare.daemon.charges import charge, resources_charged
 from fairshare.daemon.decisions import enforcer_targets, send_quota_signals
 from fairshare.daemon.enrol import Enrolment, NewUids
 from fairshare.daemon.exchange import exchange
-from fairshare.daemon.grid import GRID_INTERVAL, GridExchange, remote_by_name
+from fairshare.daemon.grid import GRID_INTERVAL, GridExchange
 from fairshare.daemon.lock import HostLock, keep_lock
 from fairshare.daemon.loop import Loop
 from fairshare.daemon.outage import UdbCalls
@@ -283,11 +283,6 @@ class Daemon:
         return self.reloader.schedule
 
     # -- the loop (fairshare.daemon.loop) ---------------------------------------------------
-
-    def grid_remote(self) -> dict[str, float]:
-        """The other sites' usage now, by entry name (the socket's priority request)."""
-        ln, site = self._lnodes, self.site
-        return {} if ln is None or site is None else remote_by_name(ln.tree, site.grid)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop the loop, SIGHUP reloads the tree (main thread only)."""

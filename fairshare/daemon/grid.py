@@ -99,8 +99,15 @@ class GridExchange:
 def remote_by_name(tree: ShareTree, grid: GridState | None) -> dict[str, float]:
     """The other sites' usage as `grid` holds it now (aged since the last exchange), by
     entry name of `tree`, the nodes with none left out: what the socket's priority
-    request counts for the global entries (Daemon.grid_remote)."""
+    request counts for the global entries (`remote_now`)."""
     if grid is None:
         return {}
     pairs = zip(tree.names[1:], grid.remote[1:].tolist(), strict=False)
     return {name: float(u) for name, u in pairs if u}
+
+
+def remote_now(daemon) -> dict[str, float]:
+    """The other sites' usage a daemon (fairshare.daemon.daemon.Daemon) holds now, by
+    entry name (the socket's priority request; {} before its first cycle)."""
+    tree, site = daemon.tree, daemon.site
+    return {} if tree is None or site is None else remote_by_name(tree, site.grid)

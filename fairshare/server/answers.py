@@ -94,7 +94,7 @@ class Answers:
     ) -> None:
         self.engine, self.host, self.accounts, self.auth = engine, host, accounts, auth
         #: The other sites' usage by entry name, for the priority request (a grid; None:
-        #: this site's alone): shrdaemon gives it its daemon's `Daemon.grid_remote`.
+        #: this site's alone): shrdaemon gives it its daemon's `fairshare.daemon.grid.remote_now`.
         self.remote: Callable[[], Mapping[str, float]] | None = None
 
     def handlers(self) -> dict[str, Callable[[Peer, dict], dict]]:

@@ -124,6 +124,19 @@ class Counters:
     time: float
 
 
+def _insert_published(conn: Connection, host: str, cols: Columns) -> None:
+    """`host`'s published rows of `cols` inserted, the fastest way each dialect has."""
+    if not len(cols["node"]):
+        return
+    if conn.dialect.name == "sqlite":
+        # The driver's executemany over plain tuples: SQLAlchemy's per-row parameter
+        # processing cost 3 times the insert itself (212 rows: 2.4 of 3.1 ms CPU).
+        conn.exec_driver_sql(_INSERT_PUBLISHED, published_tuples(host, cols))
+    else:  # PostgreSQL's COPY: the rows formatted by psycopg's C code, streamed in one
+        # statement (288 rows: 3.0 ms of CPU, multi-VALUES 10.7)
+        _copy_rows(conn, tables.lnodes.name, PUBLISHED, published_tuples(host, cols))
+
+
 class LnodeStore:
     """The daemon's rows in the UDB for one host."""
 
@@ -148,7 +161,6 @@ class LnodeStore:
     def publish(self, tree: ShareTree, table: LnodeTable, header: CycleHeader) -> None:
         """Replace this host's published lnode table with `table`'s active lnodes."""
         cols = published_columns(tree, table, np.flatnonzero(table.active))
-        n = len(cols["node"])
         head = {f.name: getattr(header, f.name) for f in dataclasses.fields(header)}
         head |= {"running": True, "stopped": None, "columnar": encode_columns(cols)}
         cycles = tables.lnode_cycles
@@ -157,14 +169,7 @@ class LnodeStore:
         with write_connection(self.engine) as conn:
             fence.check(conn, self.host, self.generation)
             conn.execute(_DELETE_PUBLISHED, {"this_host": self.host})
-            if n and conn.dialect.name == "sqlite":
-                # The driver's executemany over plain tuples: SQLAlchemy's per-row
-                # parameter processing cost 3 times the insert itself (212 rows: 2.4 of
-                # 3.1 ms CPU).
-                conn.exec_driver_sql(_INSERT_PUBLISHED, published_tuples(self.host, cols))
-            elif n:  # PostgreSQL's COPY: the rows formatted by psycopg's C code, streamed
-                # in one statement (288 rows: 3.0 ms of CPU, multi-VALUES 10.7)
-                _copy_rows(conn, tables.lnodes.name, PUBLISHED, published_tuples(self.host, cols))
+            _insert_published(conn, self.host, cols)
             done = conn.execute(_UPDATE_CYCLE, {"this_host": self.host, **head})
             if done.rowcount == 0:
                 conn.execute(insert(cycles).values(host=self.host, **head))

@@ -21,6 +21,7 @@ from fairshare.collect import ProcessSample, Sample
 from fairshare.core.consts import NOSCHED, SHAREBYACCT, TICKS_PER_SECOND, Consts
 from fairshare.daemon.accounts import AccountsOf
 from fairshare.daemon.daemon import Daemon, Options
+from fairshare.daemon.grid import remote_now
 from fairshare.enforce.base import Capabilities
 from fairshare.sim.machine import SimClock
 from fairshare.store.config import save_consts
@@ -648,12 +649,12 @@ def test_the_daemons_speed_and_the_other_sites_usage(engine):
     d.start()
     cycle(d, clock)
     assert published(d)[1]["alice"].charge == 2.0 * PER_CPU_S
-    assert d.grid_remote() == {}
+    assert remote_now(d) == {}
     ln = d._lnodes
     remote = np.zeros(ln.tree.size)
     remote[ln.tree.node("alice")] = remote[ln.tree.node("G")] = 1e9
     exchange_grid(ln.tree, ln.table, d.site.grid, remote, d.consts)
-    assert d.grid_remote()["alice"] == 1e9
+    assert remote_now(d)["alice"] == 1e9
     cycle(d, clock)
     e = d._lnodes.table.e_share
     assert e[ln.tree.node("bob")] > 10 * e[ln.tree.node("alice")]

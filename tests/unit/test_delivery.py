@@ -42,7 +42,7 @@ NRUN = {"u1": 8, "u2": 1, "u3": 1, "u4": 0}
 CAP = np.array(list(WANT.values()))
 
 
-def drive(tree: ShareTree, kernel, cycles: int, consts: Consts = CONSTS, measured=True):
+def drive(tree: ShareTree, kernel, cycles: int, consts: Consts = CONSTS, measured=True, nrun=NRUN):
     """`cycles` cycles on 2 CPUs of a kernel that gives the users (in WANT's order) the
     CPUs `kernel(table, users)` returns from the last cycle's table; `measured`: the
     cycle is told the wants (the simulator's collector), else it estimates them.
@@ -55,8 +55,8 @@ def drive(tree: ShareTree, kernel, cycles: int, consts: Consts = CONSTS, measure
     for _ in range(cycles):
         c = Consumption.zeros(tree.size)
         c.cpus = 2.0
-        c.nrun[users] = list(NRUN.values())
-        c.refs[users] = np.maximum(list(NRUN.values()), 1)
+        c.nrun[users] = list(nrun.values())
+        c.refs[users] = np.maximum(list(nrun.values()), 1)
         got = kernel(table, users)
         c.cpu[users] = got * DELTA
         if measured:
@@ -172,6 +172,23 @@ def test_cpu_taken_outside_the_tree_leaves_the_trims_alone():
     table, _ = drive(tree, outside, 100)
     trims = table.trim[[tree.node(u) for u in ("u1", "u2", "u3")]]
     assert trims.max() < 1.1 and trims.min() > 0.9
+
+
+def test_an_lnode_that_gets_nothing_leaves_its_allocation_to_its_own_group():
+    """u4 is caught runnable at every sample (it wants a CPU) but receives nothing, and
+    a flat kernel hands its weight to every lnode: u4 is not competing, so what its
+    want would be allocated is owed to its own group (u3), and the trims move until u3
+    receives Chem's half (else u4 would keep being owed a CPU, and every other lnode,
+    receiving more than it is owed, would fall to the bottom of its range)."""
+    tree = two_groups()
+
+    def kernel(table, users):
+        return water_fill(2.0, np.maximum(table.flat[users], 1e-9), CAP * [1, 1, 1, 0])
+
+    table, got = drive(tree, kernel, 200, measured=False, nrun={**NRUN, "u4": 1})
+    assert table.want[tree.node("u4")] == 1.0 and got["u4"] == 0.0
+    assert got["u3"] == pytest.approx(1.0, abs=0.02)
+    assert table.trim[tree.node("u3")] > 1.0 > table.trim[tree.node("u1")] > TRIM_RANGE[0]
 
 
 def test_the_wants_are_measured_where_known_else_estimated():
