@@ -34,10 +34,12 @@ factors), on the new lnode table, in place:
      the model (autogroups, wake-up preemption, a fork placed on the CPU of a busy
      process of another group): every node has a `trim`, a factor on its weight that
      every cycle moves by (owed / received) ** TRIM_GAIN, within TRIM_RANGE, where
-     owed is its allocation or, when it wants less, all it wants; so what it receives
-     averages what it is owed (an integral controller: between two nice values, the
-     lnode alternates in the proportion that gives the right mean).  A node that
-     received less than half of it is held back by something else and is left alone.
+     owed is its allocation or, when it wants less, all it wants (a leaf that received
+     nothing is not competing, and what is owed is scaled to what the tree received:
+     see `flat_shares`); so what it receives averages what it is owed (an integral
+     controller: between two nice values, the lnode alternates in the proportion that
+     gives the right mean).  A node that received less than half of it is held back by
+     something else and is left alone.
 
   This holds whatever the policy and its flags: without ADJGROUPS unicos splits the
   machine by Kay-Lauder's flat model, each user by its own share, and the flat shares
@@ -111,22 +113,21 @@ def flat_shares(
     satisfied = alloc * cpus >= want * (1 - _SATISFIED)
     trim = np.where(old.trim > 0, old.trim, 1.0)
     if got is not None:
-        # A node that got less than it is owed (its allocation, or all it wants when
-        # that is less) weighs more next time, one that got more weighs less (see
-        # TRIM_GAIN); one that got less than half of it is held back by something else
-        # (I/O, a lock, an estimate of its want from processes that were runnable at
-        # the sample but seldom are) and is left alone.
-        # What is owed is scaled to what the tree received: CPU taken by processes
-        # outside it (root's, the kernel's) leaves every node short alike, and would
-        # only push every trim to the top of its range, where none can correct another.
+        # What each node is owed: its allocation, or all it wants when that is less.
         # A leaf that received nothing at all is not competing (a process caught
-        # runnable at the sample that is not, or waits on I/O): what its want would be
-        # allocated is owed to the others.
+        # runnable at the sample that is not, or one waiting on I/O): what its want
+        # would be allocated is owed to the others, its own group first.  And what is
+        # owed is scaled to what the tree received: CPU taken by processes outside it
+        # (root's, the kernel's) leaves every node short alike.  Without either, every
+        # trim would go to one end of its range, where none can correct another.
         wanting = np.where(leaf & (got > 0), want, 0.0)
         owed = maxmin_allocation(idx, e, wanting, cpus) / cpus
         owed = np.minimum(owed, idx.subtree_sum(wanting) / cpus)
         if owed[0] > 0 and got[0] > 0:
             owed = owed * (got[0] / owed[0])
+        # A node that got less than it is owed weighs more next time, one that got
+        # more weighs less (see TRIM_GAIN); one that got less than half of it is held
+        # back by something else (I/O, a lock) and is left alone.
         steer = sched & (got >= owed * 0.5) & (got > 0) & (owed > 0)
         steer[0] = False  # the root has no siblings
         ratio = np.divide(owed, got, out=np.ones(idx.n), where=steer)
