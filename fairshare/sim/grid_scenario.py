@@ -103,9 +103,7 @@ def parse_grid(
     """The grid scenario in TOML `text` (from `source`; `udb` paths relative to `base`)."""
     where = _Text(text, source)
     doc = _toml(where)
-    for key in doc:
-        if key not in GRID_KEYS:
-            raise where.fail(key, f"unknown key; expected one of {', '.join(sorted(GRID_KEYS))}")
+    where.only(doc, GRID_KEYS)
     if "duration" not in doc:
         raise where.error('duration: missing; expected e.g. duration = "2d"')
     total = where.duration("duration", doc["duration"])

@@ -127,6 +127,12 @@ class _Text:
         where = line or self.line_of(rf"\s*{re.escape(key)}\s*=")
         return self.error(f"{key}: {message}", where)
 
+    def only(self, doc: dict, keys) -> None:
+        """ScenarioError at the first key of the top-level table `doc` not in `keys`."""
+        for key in doc:
+            if key not in keys:
+                raise self.fail(key, f"unknown key; expected one of {', '.join(sorted(keys))}")
+
     def duration(self, key: str, value: object, line: int | None = None) -> float:
         """`value` as seconds (fairshare.core.consts.parse_duration), failing at `key`."""
         try:
@@ -190,9 +196,7 @@ def parse_scenario(
     """The scenario in TOML `text` (from `source`; `udb` paths relative to `base`)."""
     where = _Text(text, source)
     doc = _toml(where)
-    for key in doc:
-        if key not in KEYS:
-            raise where.fail(key, f"unknown key; expected one of {', '.join(sorted(KEYS))}")
+    where.only(doc, KEYS)
     hosts = _site_hosts(doc, where)
     cpus = sum(hosts.values()) if hosts else doc.get("cpus")
     if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not 0 < cpus <= MAX_CPUS:
