@@ -45,7 +45,9 @@ class ProcessSample:
     `group`: the lnode cgroup the process is in, whose kernel counter
     (`Sample.groups`) has its CPU; its own `cpu` is then not charged.  `want`: the CPU
     seconds it would have used unconstrained since the previous sample, where the
-    collector knows it (the simulator's), else -1 (fairshare.core.delivery estimates it).
+    collector knows it (the real machine's: how long its threads ran or waited to run,
+    procfs.read_busy; the simulator's demand), else -1 (fairshare.core.delivery
+    estimates it).
     """
 
     pid: int

@@ -63,12 +63,14 @@ class Counters(NamedTuple):
     ccpu: float = 0.0  # CPU s of its reaped children (cutime + cstime)
     group: str = ""  # the lnode cgroup whose kernel counter has its CPU ("" none)
     start: int = 0  # start tick after boot (with pid, the key of its status cache)
+    busy: float = -1.0  # s its threads ran or waited to run (read_busy; -1: not read)
+    threads: int = 1
 
 
 class StatFields(NamedTuple):
     """What /proc/PID/stat gives: state letter, ppid, session id, CPU ticks
     (user + system), CPU ticks of its reaped children (cutime + cstime), nice,
-    start tick after boot, resident pages."""
+    start tick after boot, resident pages, threads."""
 
     state: bytes
     ppid: int
@@ -78,6 +80,7 @@ class StatFields(NamedTuple):
     start: int
     rss_pages: int
     child_ticks: int = 0
+    threads: int = 1
 
 
 def parse_stat(stat: bytes) -> StatFields:
@@ -93,7 +96,31 @@ def parse_stat(stat: bytes) -> StatFields:
         start=int(rest[19]),
         rss_pages=int(rest[21]),
         child_ticks=int(rest[13]) + int(rest[14]),
+        threads=int(rest[17]),
     )
+
+
+def read_busy(base: str, threads: int) -> float:
+    """The seconds the threads of the process at `base` (/proc/PID) have spent on a CPU
+    or waiting in a run queue for one: the first two fields of each thread's schedstat
+    (ns; the process's own file has its main thread's only).  -1 when not shown (a
+    kernel without CONFIG_SCHED_INFO).  What a process was runnable for is the CPU it
+    would have used had nothing held it back: its want (fairshare.core.delivery)."""
+    files = [f"{base}/schedstat"]
+    if threads > 1:
+        try:
+            files = [f"{base}/task/{tid}/schedstat" for tid in os.listdir(f"{base}/task")]
+        except OSError:
+            return -1.0
+    ns = 0
+    for f in files:
+        try:
+            run, wait = read_bytes(f).split()[:2]
+            ns += int(run) + int(wait)
+        except (OSError, ValueError):
+            if len(files) == 1:
+                return -1.0
+    return ns / 1e9
 
 
 def parse_status(status: bytes) -> tuple[int, int]:
@@ -125,9 +152,10 @@ def make_counters(
     io: tuple[float, float],
     boot_time: float,
     group: str = "",
+    busy: float = -1.0,
 ) -> Counters:
     """The Counters of one process from its parsed files (`ctx` -1: not read), in lnode
-    cgroup `group` ("" none)."""
+    cgroup `group` ("" none), `busy` its read_busy (-1: not read)."""
     return Counters(
         pid=pid,
         create_time=boot_time + st.start / CLK_TCK,
@@ -146,6 +174,8 @@ def make_counters(
         ccpu=st.child_ticks / CLK_TCK,
         start=st.start,
         group=group,
+        busy=busy,
+        threads=st.threads,
     )
 
 
@@ -216,7 +246,8 @@ def machine_idle() -> float:
 
 class Deltas(NamedTuple):
     """What one process used between two readings (CPU s, its reaped children's CPU s,
-    blocks, I/O calls, context switches, MiB-seconds)."""
+    blocks, I/O calls, context switches, MiB-seconds, and the s its threads ran or
+    waited to run: -1 when either reading lacks it)."""
 
     cpu: float
     reaped: float
@@ -224,6 +255,7 @@ class Deltas(NamedTuple):
     calls: float
     ctx: float
     mem: float
+    busy: float = -1.0
 
 
 NOTHING = Deltas(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -243,13 +275,24 @@ def _deltas(c: Counters, old: Counters | None, born: bool, elapsed: float, now: 
             max(c.io_calls - old.io_calls, 0.0),
             max(c.ctx - old.ctx, 0.0) if c.ctx >= 0 and old.ctx >= 0 else 0.0,
             c.rss * elapsed,
+            max(c.busy - old.busy, 0.0) if c.busy >= 0 and old.busy >= 0 else -1.0,
         )
     if born:
         return Deltas(
             c.cpu, c.ccpu, c.io_blocks, c.io_calls, max(c.ctx, 0.0),
-            c.rss * max(now - c.create_time, 0.0),
+            c.rss * max(now - c.create_time, 0.0), c.busy,
         )  # fmt: skip
     return NOTHING
+
+
+def _want(d: Deltas, reaped: float, most: float) -> float:
+    """What a process would have used unconstrained over an interval: the time its
+    threads ran or waited to run (d.busy), at most `most` (its threads times the
+    interval: a reading passed again for some samples spans more than one), plus its
+    reaped children's CPU; -1 when its busy time is not known."""
+    if d.busy < 0:
+        return -1.0
+    return max(min(d.busy, most), d.cpu) + reaped
 
 
 class DeltaTracker:
@@ -318,9 +361,13 @@ class DeltaTracker:
             if c is old and not mem:  # the cheap path of most processes in lnode cgroups
                 ps = kept.get(key)
                 if ps is None:
+                    # One in an lnode cgroup whose counter did not grow (the collector
+                    # re-reads the busy time of the others') was never runnable: it
+                    # wanted nothing.  An outside one not read: not known.
                     ps = ProcessSample(
                         c.pid, c.create_time, c.uid, runnable=c.runnable, nice=c.nice,
                         kernel=c.kernel, sid=c.sid, group=c.group,
+                        want=0.0 if c.group else -1.0,
                     )  # fmt: skip
                 still[key] = ps
                 out.append(ps)
@@ -344,6 +391,7 @@ class DeltaTracker:
                     kernel=c.kernel,
                     sid=c.sid,
                     group=c.group,
+                    want=_want(d, reaped, c.threads * elapsed),
                 )
             )
         d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)
@@ -456,10 +504,13 @@ class ProcfsCollector:
     process is read from /proc only when first seen in its cgroup, while at a nice
     other than 0 (its CPU is charged at its nice's graded rate, so the daemon must
     know it), and every `STATUS_EVERY` samples; in between its last reading
-    stands (its state, nice, memory and session).  Everything else is read every
-    sample.  Who is in which cgroup is read in full every `STATUS_EVERY` samples;
-    in between it is what was read then, plus the processes the enforcer moved in,
-    plus the children born since into their parent's cgroup (a fork inherits it).
+    stands (its state, nice, memory and session), except its busy time (read_busy),
+    read again whenever its cgroup's counter grew: its state at the last full read is
+    no guide to what it wants now (an interactive user caught running then looked
+    busy for 15 samples).  Everything else is read every sample.  Who is in which
+    cgroup is read in full every `STATUS_EVERY` samples; in between it is what was read
+    then, plus the processes the enforcer moved in, plus the children born since into
+    their parent's cgroup (a fork inherits it).
 
     When new sessions are placed as they appear (`sample`'s `placed`: the kernel's
     process events, which the daemon answers by moving the process into its lnode
@@ -515,6 +566,8 @@ class ProcfsCollector:
                 member[pid] = name
         lean = not (io or syscalls or refresh)
         skim = lean and placed and self._groups is not None
+        before = self._tracker.group_readings()
+        ran = {name for name, g in groups.items() if g.cpu != before.get(name)}
         listed = self._boot_clock()  # a process born from now on is new next sample
         pids = sorted(self._seen.union(member)) if skim else self._pids()
         uids: dict[tuple[int, int], tuple[int, int]] = {}
@@ -531,9 +584,12 @@ class ProcfsCollector:
                 c = self._outside.get(pid)
             elif c is not None and (c.group != group or c.nice != 0):
                 c = None
+            elif c is not None and group in ran:  # its cgroup used CPU: did it, or wait?
+                c = c._replace(busy=read_busy(f"{self._proc}/{pid}", c.threads))
             if c is None:
                 same = (last.start, last.uid) if last is not None and not syscalls else None
-                c = self._read(pid, boot, io, syscalls, refresh, uids, group, same)
+                prev = last if group else self._outside.get(pid)
+                c = self._read(pid, boot, io, syscalls, refresh, uids, group, same, prev)
                 if c is None:
                     continue
                 if not group:
@@ -614,12 +670,16 @@ class ProcfsCollector:
                     del born[pid]
                     changed = True
 
-    def _read(self, pid, boot, io, syscalls, refresh, uids, group="", same=None) -> Counters | None:
+    def _read(
+        self, pid, boot, io, syscalls, refresh, uids, group="", same=None, prev=None
+    ) -> Counters | None:
         """One process's Counters (None: gone or a zombie).  /proc/PID/status is read
         for a process not seen before, when the owner of /proc/PID changed, and on
         `refresh`, except for a process kept in an lnode cgroup whose (start, real uid)
         of its last reading, `same`, still match its start and its owner: its uid is
-        known, and a setuid would have changed the owner."""
+        known, and a setuid would have changed the owner.  Its schedstat (read_busy) is
+        read unless its previous reading `prev` shows it has slept since: not runnable
+        now, no CPU since (a process that waited for a CPU has run since, or waits)."""
         base = f"{self._proc}/{pid}"
         try:
             st = parse_stat(read_bytes(f"{base}/stat"))
@@ -650,4 +710,12 @@ class ProcfsCollector:
                 counts = parse_io(read_bytes(f"{base}/io"))
             except (OSError, ValueError):
                 pass
-        return make_counters(pid, st, uid, ctx, counts, boot, group)
+        asleep = (
+            prev is not None
+            and prev.start == st.start
+            and prev.busy >= 0
+            and st.state != b"R"
+            and prev.cpu == st.ticks / CLK_TCK
+        )
+        busy = prev.busy if asleep else read_busy(base, st.threads)
+        return make_counters(pid, st, uid, ctx, counts, boot, group, busy)

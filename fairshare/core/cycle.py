@@ -109,7 +109,8 @@ class Consumption:
     cpu_charged: CPU seconds as charged, each process's weighted by its nice's tick rate
     (fairshare.core.nicetables.tick_rates), or None to charge `cpu` as it is (nice 0's rate).
     want: CPU seconds the leaf's processes would have used unconstrained, where the
-    collector knows it (the simulator), else None (fairshare.core.delivery estimates it);
+    collector knows it (the time they were runnable; the simulator's demand), NaN for a
+    leaf where it does not, None for all (fairshare.core.delivery estimates those);
     cpus: the machine's CPUs (0: not given), for the fair target and the CPU delivered.
     grid: what the grid changes in the split (fairshare.core.grid: the other sites'
     usage where an entry's scope is global, pooled subtrees), or None: nothing.

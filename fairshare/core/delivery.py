@@ -4,11 +4,17 @@ After every policy's cycle (fairshare.core.steps.advance, after GLOBALUSAGE's si
 factors), on the new lnode table, in place:
 
 - `want`: the CPUs each active leaf would use if nothing held it back.  Where the
-  collector measured it (`Consumption.want`: the simulator knows each workload's
-  demand) that; otherwise the larger of the CPUs it used over the cycle and its
-  runnable processes at the sample: a process uses at most one CPU, a busy one is
-  runnable whenever it is sampled and an interactive one seldom is.  A group's want is
-  its leaves' sum.
+  collector measured it (`Consumption.want`, NaN where not) that: the real machine's
+  collector reads how long each process's threads ran or waited in a run queue over
+  the cycle (/proc/PID/task/TID/schedstat), the simulator knows each workload's
+  demand.  Otherwise (a process not read this cycle: one counted by its cgroup's
+  counter) the larger of the CPUs it used over the cycle and its runnable processes
+  at the sample: a process uses at most one CPU, a busy one is runnable whenever it is
+  sampled.  That guess fails an interactive user whose small commands run on a period
+  that beats with the cycle's: caught runnable at sample after sample, it looked as if
+  it wanted a whole CPU, and its group's allocation went to it (the benchmark's groups
+  case under nice, where the light user's half-second commands and the one-second
+  cycle kept in step for tens of seconds).  A group's want is its leaves' sum.
 - `target`: the fair target, the hierarchical max-min allocation of the machine's CPUs
   (fairshare.core.maxmin) for those wants over the tree's shares, as a fraction of the
   machine.  A group's target is its subtree's.
@@ -84,11 +90,11 @@ def leaf_want(c: Consumption, elapsed: float, leaves: np.ndarray) -> np.ndarray:
     """CPUs each leaf of `leaves` would use unconstrained, from one cycle of `c` (see the
     module docstring); 0 elsewhere."""
     if elapsed <= 0:
-        want = c.nrun.astype(float)
-    elif c.want is not None:
-        want = np.maximum(c.want, c.cpu) / elapsed
-    else:
-        want = np.maximum(c.cpu / elapsed, c.nrun)
+        return np.where(leaves, c.nrun, 0.0)
+    want = np.maximum(c.cpu / elapsed, c.nrun)
+    if c.want is not None:
+        known = ~np.isnan(c.want)
+        want[known] = np.maximum(c.want[known], c.cpu[known]) / elapsed
     return np.where(leaves, want, 0.0)
 
 

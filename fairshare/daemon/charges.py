@@ -132,8 +132,11 @@ def consumption(
         c.cpu = total(own)
         c.cpu_charged = total(own * rate)
         want = np.array([p.want for p in ps], dtype=float)
-        if (want >= 0).any():  # the collector knows what they wanted (the simulator's)
-            c.want = total(np.where(want >= 0, want, cpu))
+        if (want >= 0).any():  # the collector knows what they wanted (runnable time)
+            # A leaf with a process whose want is not known (not read this sample) has
+            # none: NaN, and fairshare.core.delivery estimates it.
+            unknown = total(want < 0) > 0
+            c.want = np.where(unknown, np.nan, total(np.maximum(want, 0.0)))
         if io:
             c.bio = total(column("bio"))
             c.sio = total(column("sio"))

@@ -364,7 +364,9 @@ class Daemon:
         # decisions: the CPU-quota signals, the enforcer's targets
         send_quota_signals(ln, self._pids, consts, self.actions)
         if self.scheduling:
-            self.enforcement.apply(enforcer_targets(ln, self._pids, self.options.enforce_min_uid))
+            self.enforcement.apply(
+                enforcer_targets(ln, self._pids, self.options.enforce_min_uid, self.cpus)
+            )
         # publish the lnode table (fairshare.store.published)
         header = cycle_header(self, sample.time, consts, float(c.cpu.sum()) / elapsed)
         self.udb.call("publish the lnode table", self.store.publish, ln.tree, ln.table, header)

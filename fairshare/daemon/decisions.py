@@ -155,10 +155,11 @@ def _tell(actions: OsActions, q: QuotaSignal, pids: Sequence[int], text: str) ->
 
 
 def enforcer_targets(
-    ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], min_uid: int
+    ln: Lnodes, procs: Mapping[int, Sequence[ProcessSample]], min_uid: int, cpus: float = 1.0
 ) -> list[LnodeTarget]:
     """What the enforcer must do: every active leaf that has processes to place, in
-    node order (`procs`: each leaf's processes at the last sample)."""
+    node order (`procs`: each leaf's processes at the last sample; `cpus` the
+    machine's, against which a leaf's want, in CPUs, meets its fair target)."""
     t = ln.table
     placed = []  # (node, its processes the enforcer may touch)
     for node in sorted(procs):
@@ -176,12 +177,13 @@ def enforcer_targets(
         t.background[idx].tolist(),
         t.flat[idx].tolist(),
         t.nested[idx].tolist(),
+        (t.want[idx] <= t.target[idx] * cpus * (1 + 1e-6)).tolist(),
         strict=True,
     )
     names, entry = ln.tree.names, ln.entry
     above = _groups_above(ln, [node for node, _mine in placed])
     out = []
-    for (node, mine), active, (e_share, nrun, background, flat, nested) in zip(
+    for (node, mine), active, (e_share, nrun, background, flat, nested, light) in zip(
         placed, keep, columns, strict=True
     ):
         if not active:
@@ -199,6 +201,7 @@ def enforcer_targets(
                 groups=above[node],
                 flat=flat,
                 nested=nested if nested > 0 else None,
+                light=light,
             )
         )
     return out

@@ -89,7 +89,9 @@ class LnodeTarget:
     `groups` the groups above it, top first, the root left out (empty: flat), and `flat`
     the share a flat enforcer weighs it by, so that side by side with the others it
     gets what nested cgroups would give it, and `nested` its weight among its siblings
-    in nested cgroups (both fairshare.core.delivery; None: e_share)."""
+    in nested cgroups (both fairshare.core.delivery; None: e_share); `light` whether
+    it wants no more than its fair target (an interactive user, or one asleep), whose
+    processes the nice enforcer leaves the short time slice that lets them preempt."""
 
     name: str
     pids: tuple[int, ...]
@@ -102,6 +104,7 @@ class LnodeTarget:
     groups: tuple[GroupShare, ...] = ()
     flat: float | None = None
     nested: float | None = None
+    light: bool = False
 
     @property
     def weight(self) -> float:

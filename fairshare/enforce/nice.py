@@ -24,15 +24,17 @@ user chose is never lowered, and the UDB's nice of the lnode (LnodeTarget.nice)
 is a floor: the value applied is the larger of the enforcer's and the user's
 floor (fairshare.enforce.renice.user_floor).
 
-A per-process nice above 0 also comes with a long time slice (LONG_SLICE_NS).  Since
-Linux 6.12 (EEVDF) a running process is protected from wake-up preemption for its
-slice, and without a timer of its own the end of that slice is only noticed at the
-next tick (4 ms at HZ=250): a light user's process waking among processes the
-enforcer pushed to nice 19 waited up to two ticks (p99 8 ms against 4 ms with no
-daemon, tests/bench/bench_real.py's latency case).  A waking process whose slice is
-shorter than the running one's may preempt it at once (PREEMPT_SHORT), so the
-processes ranked below the top give way as they should; their CPU share, set by
-weight alone, does not change.  Older kernels accept and ignore the slice.
+The processes of an lnode that wants more than its fair target (LnodeTarget.light
+False: it is using its share) get a long time slice (LONG_SLICE_NS), whatever their
+nice; those of a light one (an interactive user) keep the kernel's short default.
+Since Linux 6.12 (EEVDF) a running process is protected from wake-up preemption for
+its slice, and without a timer of its own the end of that slice is only noticed at
+the next tick (4 ms at HZ=250): a light user's process waking among busy ones waited
+up to two ticks (p99 8 ms against 4 ms with no daemon, tests/bench/bench_real.py's
+latency case), and longer where it had a long slice too.  A waking process whose
+slice is shorter than the running one's may preempt it at once (PREEMPT_SHORT), so
+the light user's always does; the busy processes' CPU shares, set by weight alone, do
+not change.  Older kernels accept and ignore the slice.
 
 `teardown` restores every value this enforcer changed and that nobody has changed
 since, and the default slice of every process it gave a long one (and of children
@@ -154,7 +156,7 @@ class NiceEnforcer:
         if not self.autogroup:
             for t, n in zip(targets, per_process, strict=True):
                 for pid in t.pids:
-                    self._renice(pid, int(n), t.nice)
+                    self._renice(pid, int(n), t.nice, t.light)
             return
         self._apply_autogroups(targets, e_share, nrun, background, per_process)
 
@@ -193,10 +195,10 @@ class NiceEnforcer:
             pid, i = members[g][0]
             self._renice_group(g, pid, int(n), targets[i].nice)
         for (pid, i), n in zip(loose, nices[len(pure) :], strict=True):
-            self._renice(pid, int(n), targets[i].nice)
+            self._renice(pid, int(n), targets[i].nice, targets[i].light)
         for g in mixed:
             for pid, i in members[g]:
-                self._renice(pid, int(per_process[i]), targets[i].nice)
+                self._renice(pid, int(per_process[i]), targets[i].nice, targets[i].light)
         if len(mixed) != self._mixed_reported:
             self._mixed_reported = len(mixed)
             if mixed:
@@ -220,8 +222,8 @@ class NiceEnforcer:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _renice(self, pid: int, target: int, udb_nice: int = 0) -> None:
-        self.renicer.renice(pid, target, udb_nice, LONG_SLICE_NS if target > 0 else 0)
+    def _renice(self, pid: int, target: int, udb_nice: int = 0, light: bool = False) -> None:
+        self.renicer.renice(pid, target, udb_nice, 0 if light else LONG_SLICE_NS)
 
     def _adopt_unseen_children(self) -> None:
         """Record, as ours, the descendants of changed processes that no cycle saw: they

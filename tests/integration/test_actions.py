@@ -224,26 +224,29 @@ def test_nice_enforcer_takes_the_larger_of_its_value_and_the_udb_nice(tmp_path):
     assert os_.nice == {1: 0, 2: 0, 3: 8}
 
 
-def test_nice_enforcer_gives_the_processes_it_ranks_down_a_long_slice_and_takes_it_back(
-    tmp_path,
-):
+def test_nice_enforcer_gives_busy_lnodes_a_long_slice_and_light_ones_the_kernels(tmp_path):
+    """A long slice for the processes of an lnode using its share, whatever their nice;
+    the kernel's short one for a light lnode's, so that they preempt the busy ones on
+    waking (PREEMPT_SHORT)."""
     os_ = RecordedOs({1: 0, 2: 0, 3: 0})
     e = NiceEnforcer(autogroup=False, actions=os_, proc=str(tmp_path))  # made-up pids
     targets = [
-        LnodeTarget("light", (1,), e_share=0.5, nrun=1),
+        LnodeTarget("light", (1,), e_share=0.5, nrun=1, light=True),
         LnodeTarget("heavy", (2, 3), e_share=0.5, nrun=2),
     ]
     e.apply(targets)
-    # The light process stays at nice 0 with the kernel's slice; the heavy ones, at nice
-    # 3, get the long slice so that a waking light process may preempt them at once.
     assert os_.nice == {1: 0, 2: 3, 3: 3}
     assert os_.slice == {2: LONG_SLICE_NS, 3: LONG_SLICE_NS}
     calls = len(os_.slice)
     e.apply(targets)
     assert len(os_.slice) == calls  # nothing changed: no call
-    # heavy now ranks first: its slice goes back to the default, light's nice rises.
+    # heavy now ranks first, at nice 0: still busy, it keeps its long slice; light's
+    # nice rises, and it keeps the kernel's slice while it stays light...
     e.apply([replace(targets[0], e_share=0.1), replace(targets[1], e_share=0.9)])
     assert os_.nice == {1: 7, 2: 0, 3: 0}  # 0.45 per process against 0.1: 1.25 ** 6.7
+    assert os_.slice == {2: LONG_SLICE_NS, 3: LONG_SLICE_NS}
+    # ...until it wants more than its target: then it is a busy one too.
+    e.apply([replace(targets[0], light=False), replace(targets[1], light=True)])
     assert os_.slice == {1: LONG_SLICE_NS, 2: 0, 3: 0}
     e.teardown()
     assert os_.nice == {1: 0, 2: 0, 3: 0} and os_.slice == {1: 0, 2: 0, 3: 0}

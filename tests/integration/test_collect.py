@@ -335,3 +335,68 @@ def test_with_sessions_placed_at_once_proc_is_listed_only_on_full_samples(tmp_pa
     c.sample(**{**lean, "placed": False})
     c.sample(**{**lean, "placed": False})
     assert len(listings) == 4
+
+
+def schedstat(d, run_s: float, wait_s: float) -> None:
+    (d / "schedstat").write_text(f"{int(run_s * 1e9)} {int(wait_s * 1e9)} 10\n")
+
+
+def test_want_is_the_time_a_process_ran_or_waited_for_a_cpu(tmp_path):
+    """A process's want over a sample is how long it ran or waited in a run queue
+    (/proc/PID/schedstat), not whether the sample caught it runnable; a thread group's
+    is its threads' (task/TID/schedstat)."""
+    clock = iter([0.0, 2.0, 4.0])
+    d = fake_proc(tmp_path, 4242, 61001, ticks=100)
+    schedstat(d, 1.0, 0.5)
+    many = fake_proc(tmp_path, 4243, 61001, ticks=100)
+    threaded = STAT.replace(b" 20 5 1 0 ", b" 20 5 3 0 ")  # three threads
+    (many / "stat").write_bytes(threaded.replace(b" 250 50 ", b" 100 0 "))
+    for tid, (run, wait) in {4243: (1, 0), 4244: (1, 1), 4245: (0, 0)}.items():
+        (many / "task" / str(tid)).mkdir(parents=True)
+        schedstat(many / "task" / str(tid), run, wait)
+    c = ProcfsCollector(proc=str(tmp_path), pids=lambda: [4242, 4243], mono=lambda: next(clock))
+    c.sample(io=False, syscalls=False)
+    (d / "stat").write_bytes(STAT.replace(b" 250 50 ", b" 150 0 "))  # 0.5 s of CPU
+    schedstat(d, 1.5, 1.5)  # it ran 0.5 s and waited 1.0 s for a CPU
+    (many / "stat").write_bytes(threaded.replace(b" 250 50 ", b" 300 0 "))
+    for tid, (run, wait) in {4243: (2, 1), 4244: (2, 1), 4245: (1, 1)}.items():
+        schedstat(many / "task" / str(tid), run, wait)  # 5 s more of running or waiting
+    s = c.sample(io=False, syscalls=False)
+    want = {p.pid: p.want for p in s.processes}
+    assert want[4242] == pytest.approx(1.5)  # not the 0.5 s it got
+    assert want[4243] == pytest.approx(5.0)  # three threads, at most 6 s in 2 s
+    # Asleep since (state S, no CPU): its schedstat is not read again; it wanted nothing.
+    (d / "stat").write_bytes(STAT.replace(b" 250 50 ", b" 150 0 ").replace(b") R 1 ", b") S 1 "))
+    schedstat(d, 99.0, 99.0)  # (what a read would see)
+    assert {p.pid: p.want for p in c.sample(io=False, syscalls=False).processes}[4242] == 0.0
+
+
+def test_a_process_kept_in_its_cgroup_is_wanting_only_when_its_counter_grew(tmp_path):
+    """Between full reads, a process in an lnode cgroup is not read from /proc, but its
+    busy time is whenever its cgroup used CPU: its runnable state at the last full read
+    says nothing of now (issue 28: a light user caught running at a full read looked as
+    if it wanted a whole CPU for 15 samples)."""
+    clock = iter(float(t) for t in range(0, 20, 1))
+    d = fake_proc(tmp_path, 4242, 61001)
+    (d / "stat").write_bytes(STAT.replace(b" 20 5 1 0 ", b" 20 0 1 0 "))  # nice 0, R
+    schedstat(d, 1.0, 0.0)
+    members = {"u": GroupReading(10.0, frozenset({4242}))}
+    c = ProcfsCollector(
+        proc=str(tmp_path), pids=lambda: [4242], groups=lambda full=True: members,
+        mono=lambda: next(clock),
+    )  # fmt: skip
+    c.sample(io=False, syscalls=False)
+    c.sample(io=False, syscalls=False)  # its second reading: kept from now on
+    schedstat(d, 1.01, 0.2)  # 10 ms of CPU after waiting 190 ms: a light user
+    members["u"] = GroupReading(10.01, frozenset({4242}))
+    (p,) = c.sample(io=False, syscalls=False).processes
+    assert p.runnable  # its state as the full read saw it...
+    assert p.want == pytest.approx(0.21)  # ...but it was busy 0.21 s of the second
+    (p,) = c.sample(io=False, syscalls=False).processes  # the counter did not grow
+    assert p.want == 0.0
+    for _ in range(12):  # carried through samples whose counter did not grow
+        c.sample(io=False, syscalls=False)
+    schedstat(d, 30.0, 0.0)  # (its counter stood still: what it shows is not all new)
+    members["u"] = GroupReading(10.5, frozenset({4242}))
+    (p,) = c.sample(io=False, syscalls=False).processes
+    assert p.want == pytest.approx(1.0)  # at most its one thread over the 1 s sample

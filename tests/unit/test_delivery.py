@@ -200,6 +200,13 @@ def test_the_wants_are_measured_where_known_else_estimated():
     c.want = np.array([0.0, 32.0, 0.04, 2.0])  # the collector knows: no less than the CPU used
     assert leaf_want(c, 4.0, leaves).tolist() == [0.0, 8.0, 0.01, 1.0]
     assert leaf_want(c, 0.0, leaves).tolist() == [0.0, 8.0, 0.0, 0.0]  # a re-plan: nrun
+    # Where it does not know (NaN: a process of the leaf not read), the estimate: an
+    # interactive leaf caught runnable at the sample looks as if it wants a CPU.
+    c.nrun[:] = [0, 8, 1, 0]
+    c.want = np.array([0.0, np.nan, 0.08, np.nan])
+    assert leaf_want(c, 4.0, leaves).tolist() == [0.0, 8.0, 0.02, 1.0]
+    c.want[2] = np.nan
+    assert leaf_want(c, 4.0, leaves).tolist() == [0.0, 8.0, 1.0, 1.0]
 
 
 def test_got_minute_averages_about_the_last_minute():

@@ -134,14 +134,19 @@ def test_targets_are_active_leaves_with_processes_the_enforcer_may_touch():
         bob: [p(10, 1002)],  # no lnode (not active): no target
         ln.unknown: [p(11, 12)],  # below the enforce_min_uid: charged, never moved
     }
-    (t,) = enforcer_targets(ln, procs_of, min_uid=1000)
-    assert (t.name, t.pids, t.runnable, t.e_share, t.nice) == (
+    ln.table.want[alice], ln.table.target[alice] = 1.0, 0.5
+    (t,) = enforcer_targets(ln, procs_of, min_uid=1000, cpus=2.0)
+    assert (t.name, t.pids, t.runnable, t.e_share, t.nice, t.light) == (
         "alice",
         (7, 8),
         frozenset({7}),
         0.25,
         4,
+        True,  # it wants 1 CPU, its fair target is half of 2
     )
+    ln.table.want[alice] = 1.5
+    (t,) = enforcer_targets(ln, procs_of, min_uid=1000, cpus=2.0)
+    assert not t.light
 
 
 def test_leave_releases_the_gone_keeps_idle_and_moves_cpu_into_the_quota_base():
