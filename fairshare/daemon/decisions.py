@@ -177,13 +177,14 @@ def enforcer_targets(
         t.background[idx].tolist(),
         t.flat[idx].tolist(),
         t.nested[idx].tolist(),
-        (t.want[idx] <= t.target[idx] * cpus * (1 + 1e-6)).tolist(),
+        t.want[idx].tolist(),
+        t.target[idx].tolist(),
         strict=True,
     )
     names, entry = ln.tree.names, ln.entry
     above = _groups_above(ln, [node for node, _mine in placed])
     out = []
-    for (node, mine), active, (e_share, nrun, background, flat, nested, light) in zip(
+    for (node, mine), active, (e_share, nrun, background, flat, nested, want, target) in zip(
         placed, keep, columns, strict=True
     ):
         if not active:
@@ -201,7 +202,8 @@ def enforcer_targets(
                 groups=above[node],
                 flat=flat,
                 nested=nested if nested > 0 else None,
-                light=light,
+                light=want <= target * cpus * (1 + 1e-6),
+                want=want,
             )
         )
     return out

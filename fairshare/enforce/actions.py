@@ -81,6 +81,15 @@ class OsActions(Protocol):
         ...
 
 
+def _threads(pid: int) -> list[int]:
+    """The thread ids of process `pid`, its own first (just `pid` if /proc lists none)."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+    except (OSError, ValueError):
+        tids = []
+    return [pid, *tids]
+
+
 class RealOs:
     """The real machine: os.kill, getpriority/setpriority, file writes."""
 
@@ -118,8 +127,14 @@ class RealOs:
         return os.getpriority(os.PRIO_PROCESS, pid)
 
     def set_nice(self, pid: int, nice: int) -> None:
-        """setpriority(PRIO_PROCESS, pid, nice)."""
-        os.setpriority(os.PRIO_PROCESS, pid, nice)
+        """setpriority(PRIO_PROCESS, tid, nice) for every thread of process `pid`: on
+        Linux a nice value is a thread's, and setpriority(pid) sets its main thread's."""
+        for tid in _threads(pid):
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+            except ProcessLookupError:
+                if tid == pid:
+                    raise
 
     def set_slice(self, pid: int, nice: int, slice_ns: int) -> None:
         """sched_setattr(pid, {nice, sched_runtime=slice_ns}, SCHED_FLAG_KEEP_POLICY).
@@ -133,9 +148,11 @@ class RealOs:
         attr = ctypes.create_string_buffer(
             struct.pack("=IIQiIQQQII", 56, 0, SCHED_FLAG_KEEP_POLICY, nice, 0, slice_ns, 0, 0, 0, 0)
         )
-        if _libc().syscall(number, pid, attr, 0) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"sched_setattr({pid}): {os.strerror(err)}")
+        for tid in _threads(pid):  # every thread's, as set_nice
+            if _libc().syscall(number, tid, attr, 0) != 0:
+                err = ctypes.get_errno()
+                if tid == pid or err != errno.ESRCH:
+                    raise OSError(err, f"sched_setattr({tid}): {os.strerror(err)}")
 
     def write_file(self, path: Path, text: str) -> None:
         """Path(path).write_text(text)."""

@@ -91,7 +91,9 @@ class LnodeTarget:
     gets what nested cgroups would give it, and `nested` its weight among its siblings
     in nested cgroups (both fairshare.core.delivery; None: e_share); `light` whether
     it wants no more than its fair target (an interactive user, or one asleep), whose
-    processes the nice enforcer leaves the short time slice that lets them preempt."""
+    processes the nice enforcer leaves the short time slice that lets them preempt;
+    `want` the CPUs it would use (fairshare.core.delivery): its runnable threads on
+    average, where a process of many threads counts each (a nice value is a thread's)."""
 
     name: str
     pids: tuple[int, ...]
@@ -105,6 +107,7 @@ class LnodeTarget:
     flat: float | None = None
     nested: float | None = None
     light: bool = False
+    want: float = 0.0
 
     @property
     def weight(self) -> float:
@@ -141,11 +144,14 @@ class Enforcer(Protocol):
         ...
 
 
-def arrays(targets: Sequence[LnodeTarget]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def arrays(
+    targets: Sequence[LnodeTarget], threads: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What a flat enforcer (nice, systemd) weighs `targets` by, as arrays: the flat
-    share (float: `LnodeTarget.flat`, else e_share), nrun (int) and background (bool)."""
+    share (float: `LnodeTarget.flat`, else e_share), nrun (int; `threads`: the larger of
+    nrun and its want rounded, for weights given thread by thread) and background (bool)."""
     e = np.array([t.e_share if t.flat is None else t.flat for t in targets], dtype=float)
-    n = np.array([t.nrun for t in targets], dtype=np.int64)
+    n = np.array([max(t.nrun, round(t.want)) if threads else t.nrun for t in targets])
     b = np.array([t.background for t in targets], dtype=bool)
     return e, n, b
 

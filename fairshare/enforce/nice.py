@@ -19,7 +19,11 @@ enforcer can do then is set the nice of a whole autogroup
   so it gets its lnode's per-process nice.
 
 With autogroup off, every process gets the per-process nice of its lnode
-(e_share / nrun through the kernel's 1.25-per-step weights).  A nice value a
+(e_share / nrun through the kernel's 1.25-per-step weights), every thread of it (a
+nice value is a thread's: setpriority on a pid sets its main thread's only), and nrun
+counts threads: the larger of the runnable processes and the lnode's want in CPUs,
+the time its threads ran or waited for a CPU (a process of 16 busy threads against
+two single-threaded ones took 16 times their weight per thread).  A nice value a
 user chose is never lowered, and the UDB's nice of the lnode (LnodeTarget.nice)
 is a floor: the value applied is the larger of the enforcer's and the user's
 floor (fairshare.enforce.renice.user_floor).
@@ -152,7 +156,8 @@ class NiceEnforcer:
         if not targets:
             return
         e_share, nrun, background = arrays(targets)
-        per_process = nice_values(e_share, nrun, background)
+        # A nice value weighs one thread: a process of 16 busy threads is 16 of them.
+        per_process = nice_values(e_share, arrays(targets, threads=True)[1], background)
         if not self.autogroup:
             for t, n in zip(targets, per_process, strict=True):
                 for pid in t.pids:

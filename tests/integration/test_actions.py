@@ -252,6 +252,41 @@ def test_nice_enforcer_gives_busy_lnodes_a_long_slice_and_light_ones_the_kernels
     assert os_.nice == {1: 0, 2: 0, 3: 0} and os_.slice == {1: 0, 2: 0, 3: 0}
 
 
+def test_a_nice_value_weighs_a_thread_so_a_process_of_many_threads_counts_each(tmp_path):
+    """16 busy threads in one process against two single-threaded processes: each of
+    the 16 gets a sixteenth of its lnode's share, not all of it (the benchmark's threads
+    workload under nice: 38 pp off, as with no daemon)."""
+    os_ = RecordedOs({1: 0, 2: 0, 3: 0})
+    e = NiceEnforcer(autogroup=False, actions=os_, proc=str(tmp_path))
+    e.apply([
+        LnodeTarget("threads", (1,), e_share=0.5, nrun=1, want=16.0),
+        LnodeTarget("two", (2, 3), e_share=0.5, nrun=2, want=2.0),
+    ])  # fmt: skip
+    assert os_.nice == {1: 9, 2: 0, 3: 0}  # a thread at 1/8 of the others': 1.25 ** 9.3
+
+
+def test_real_os_renices_every_thread_of_a_process():
+    """setpriority(pid) sets the main thread's nice only; RealOs sets every thread's."""
+    code = (
+        "import threading, time, sys\n"
+        "go = threading.Event()\n"
+        "for _ in range(3): threading.Thread(target=go.wait, daemon=True).start()\n"
+        "print('ready', flush=True); sys.stdin.readline()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        REAL_OS.set_nice(child.pid, 7)  # raising one's own nice needs no privilege
+        tids = os.listdir(f"/proc/{child.pid}/task")
+        assert len(tids) == 4
+        assert {os.getpriority(os.PRIO_PROCESS, int(t)) for t in tids} == {7}
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_kernel_that_refuses_slices_still_gets_its_nice_values(tmp_path, caplog, monkeypatch):
     class OldKernel(RecordedOs):
         def set_slice(self, pid: int, nice: int, slice_ns: int) -> None:
