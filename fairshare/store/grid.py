@@ -10,6 +10,10 @@ grid_peers: docs/grid.md), so no site ever writes another's database.
   serial order and a reader never sees serial n+1 before n.  A write-back the UDB did
   not take is spooled with the rest (fairshare.daemon.spool); its replay exports it in
   its own transaction, once.
+- a site keeps its records `RETAIN` seconds (a month) from their usage time: `export`
+  deletes older ones every `PRUNE_EVERY` serials.  A peer away longer than that finds
+  the serials it missed gone; it says so, once, and goes on from the first one left
+  (their usage, a month old, has decayed to nothing at any sane half-life).
 - `pull`: a peer's records past the serial last applied from it are added to
   `grid_remote` (per site, policy and node: decayed usage, charges, CPU seconds) and the
   serial recorded, in one transaction that first locks the peer's row, so two hosts of
@@ -23,10 +27,11 @@ grid_peers: docs/grid.md), so no site ever writes another's database.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
 from fairshare.core.consts import decay
@@ -36,8 +41,14 @@ from udb.errors import UdbError
 from udb.mounts import source_engine
 from udb.session import database_problem, display_name, read_connection, write_connection
 
+log = logging.getLogger("shrdaemon")
+
 #: Serials pulled from a peer per transaction.
 PULL_BATCH = 500
+#: How long a site keeps the records it exported (s, from their usage time), and how
+#: often it deletes older ones (serials).
+RETAIN = 30 * 86_400.0
+PRUNE_EVERY = 100
 
 
 class GridError(UdbError):
@@ -159,6 +170,10 @@ def export(conn: Connection, released: Sequence[tuple[int, WriteBack]]) -> int:
         for (policy, node), (u, t, ch, cpu) in sorted(sums.items())
     ]  # fmt: skip
     conn.execute(insert(tables.grid_usage), rows)
+    if serial % PRUNE_EVERY == 0:
+        u = tables.grid_usage.c
+        old = max(row["time"] for row in rows) - RETAIN
+        conn.execute(delete(tables.grid_usage).where(u.site == site, u.time < old))
     return serial
 
 
@@ -202,7 +217,8 @@ def _applied(engine: Engine, site: str) -> int:
 
 
 def _read_records(peer: Peer, after: int) -> list:
-    """The peer's own records past serial `after`, PULL_BATCH serials at most."""
+    """The peer's own records past serial `after`, PULL_BATCH serials at most, from the
+    first one it still keeps (one it pruned since is gone: said once)."""
     u, p = tables.grid_usage.c, tables.grid_peers.c
     try:
         with source_engine(peer.source).connect() as conn:
@@ -211,9 +227,19 @@ def _read_records(peer: Peer, after: int) -> list:
                 raise GridError(
                     f"peer {peer.site}: {display_name(peer.source)} is site {named or '(unnamed)'}"
                 )
+            mine = u.site == peer.site
+            first = conn.execute(select(func.min(u.serial)).where(mine, u.serial > after)).scalar()
+            if first is None:
+                return []
+            if first > after + 1:
+                log.warning(
+                    "grid: peer %s no longer keeps its records %d to %d (older than %d days): "
+                    "their usage is not applied here",
+                    peer.site, after + 1, first - 1, RETAIN // 86_400,
+                )  # fmt: skip
             return conn.execute(
                 select(u.serial, u.policy, u.node, u.usage, u.time, u.charge, u.cpu_seconds)
-                .where(u.site == peer.site, u.serial > after, u.serial <= after + PULL_BATCH)
+                .where(mine, u.serial >= first, u.serial < first + PULL_BATCH)
                 .order_by(u.serial)
             ).all()
     except DBAPIError as err:

@@ -220,6 +220,28 @@ def test_a_write_back_of_a_mounted_leaf_is_one_record_applied_once(urls):
         assert conn.execute(select(func.count()).select_from(tables.grid_remote)).scalar() == 1
 
 
+def test_a_site_prunes_old_records_and_a_peer_away_longer_says_what_it_missed(
+    urls, monkeypatch, caplog
+):
+    """Records older than RETAIN go at every PRUNE_EVERY-th serial; a peer that had not
+    pulled them goes on from the first one left, and says which it missed."""
+    monkeypatch.setattr(grid, "PRUNE_EVERY", 3)
+    provider, sites = urls
+    make_grid(provider, sites)
+    a, b = (open_udb(sites[s]) for s in "AB")
+    uid = entries(sites["A"])["gu1"][0]
+    store = LnodeStore(a, "host1")
+    for cpu, t in ((1.0, EPOCH), (2.0, EPOCH + 60), (4.0, EPOCH + grid.RETAIN + 30)):
+        store.write_back([(uid, record(cpu, t))], 1e9)
+    with read_connection(a) as conn:
+        kept = conn.execute(select(tables.grid_usage.c.serial)).scalars().all()
+    assert kept == [2, 3]  # serial 3 pruned what was older than RETAIN before its time
+    assert grid.pull(b, peer(sites["B"], "A"), EPOCH + grid.RETAIN + 30, 1e12) == 2
+    assert "no longer keeps its records 1 to 1" in caplog.text
+    usage = grid.remote_usage(b, EPOCH + grid.RETAIN + 30, 1e12)
+    assert usage["gu1"] == pytest.approx(6.0 * CHARGE_PER_CPU_S)  # 2 + 4 CPU s applied
+
+
 def test_a_peer_that_names_itself_otherwise_is_not_applied(urls):
     provider, sites = urls
     make_grid(provider, sites)
