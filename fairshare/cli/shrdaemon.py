@@ -300,6 +300,7 @@ def main(
         new_uids=new_uids,
         speed=speed,
         grid_interval=grid_interval,
+        grid_background=True,
     )
     spool = Spool(None if spool_at == "" else Path(spool_at or default_spool(url, host)), host)
     args = (observers, enforcer, options, socket_, auth, cycles, spool)

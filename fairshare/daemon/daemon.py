@@ -192,6 +192,8 @@ class Options:
     #: Seconds between a grid's fetches of mounted policies and pulls of peers' usage
     #: records (fairshare.daemon.grid; 0: never).
     grid_interval: float = GRID_INTERVAL
+    #: Fetch and pull in a thread of their own, not in the cycle (the real daemon's).
+    grid_background: bool = False
 
 
 class Daemon:
@@ -236,7 +238,7 @@ class Daemon:
         self.lock = lock
         self.ledger = WriteBacks(store, self.cpus, spool)  # what the UDB is owed
         follow_counters(self.ledger, collector)
-        self.grid = GridExchange(engine, self.options.grid_interval)
+        self.grid = GridExchange(engine, self.options.grid_interval, self.options.grid_background)
         self.udb = UdbCalls(
             self.clock.monotonic, self.ledger.kept, self.ledger.due_now, self.loop.stop
         )

@@ -11,11 +11,22 @@ A source or peer that cannot be reached is said once when it fails (and again wh
 reason changes) and once when it answers again; the mount keeps its last good version
 and the peer's records wait in its own UDB until it is back.  The UDB itself being away
 is the outage's (fairshare.daemon.outage): nothing is fetched or pulled meanwhile.
+
+With `background` (the real daemon's) the fetch and the pull run in a thread of their
+own: a source or peer that answers slowly, or not at all until its connection times
+out (up to 30 s), no longer holds up the cycle.  The cycle that finds them done takes
+what they brought (their outcome passes through the cycle's UdbCalls, as the calls made
+in the cycle do); the next exchange starts only after that.  Without it (the simulator,
+whose clock is its own) all three run in the cycle that is due.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
 
 import numpy as np
 from sqlalchemy import Engine
@@ -41,11 +52,14 @@ class GridExchange:
     """Fetching, pulling and taking the other sites' usage every `interval` s of the
     monotonic clock (0: never), and the last thing said about each source."""
 
-    def __init__(self, engine: Engine, interval: float = GRID_INTERVAL) -> None:
-        self.engine, self.interval = engine, interval
+    def __init__(
+        self, engine: Engine, interval: float = GRID_INTERVAL, background: bool = False
+    ) -> None:
+        self.engine, self.interval, self.background = engine, interval, background
         self.next = 0.0
         self.exchanges = 0
         self._said: dict[str, str | None] = {}
+        self._pending: tuple[Future, Future] | None = None  # the thread's fetch and pull
 
     def again(self) -> None:
         """Exchange at the next cycle (a new tree restarted the grid state)."""
@@ -55,15 +69,34 @@ class GridExchange:
         self, udb: UdbCalls, ln: Lnodes, site: SiteState, now: float, mono: float, consts: Consts
     ) -> bool:
         """Fetch, pull and take the other sites' usage into `site.grid` when due at `mono`
-        (`now`: epoch s); True when it was taken (the site has peers)."""
-        if self.interval <= 0 or mono < self.next:
+        (`now`: epoch s), or take what the thread fetched and pulled once it is done
+        (`background`); True when it was taken (the site has peers)."""
+        if self.interval <= 0:
+            return False
+        if self._pending is not None:
+            fetch, pull = self._pending
+            if not pull.done():
+                return False
+            self._pending = None
+            return self._take_in(udb, fetch.result, pull.result, ln, site, now, consts)
+        if mono < self.next:
             return False
         self.next = mono + self.interval
-        fetched = udb.call("fetch the mounted policies", fetch_all, self.engine, now)
+        calls = (partial(fetch_all, self.engine, now),
+                 partial(pull_all, self.engine, now, consts.halflife))  # fmt: skip
+        if not self.background:
+            return self._take_in(udb, *calls, ln, site, now, consts)
+        if udb.fenced is None:  # (a fenced daemon writes nothing, in no thread either)
+            self._pending = in_thread(*calls)
+        return False
+
+    def _take_in(self, udb: UdbCalls, fetch, pull, ln, site, now, consts) -> bool:
+        """Say what `fetch` and `pull` (calls, or the thread's results) brought, and take
+        the other sites' usage; True when it was taken."""
+        fetched = udb.call("fetch the mounted policies", fetch)
         for m, said in fetched or ():
             self._say(f"mount {m.name}", said, said.startswith("not fetched"))
-        args = (self.engine, now, consts.halflife)
-        pulled = udb.call("pull the peers' usage records", pull_all, *args)
+        pulled = udb.call("pull the peers' usage records", pull)
         for p, said in pulled or ():
             self._say(f"peer {p.site}", said, said.startswith("not pulled"))
         self.exchanges += 1
@@ -94,6 +127,22 @@ class GridExchange:
         """The other sites' usage of `tree`'s nodes (charge units, aged to `now`; 0 for
         the nodes none of them used: fairshare.core.grid.remote_usage)."""
         return remote_array(tree, [remote_usage(self.engine, now, halflife)])
+
+
+def in_thread(*calls: Callable[[], object]) -> tuple[Future, ...]:
+    """Run `calls` one after the other in a daemon thread (one that never holds up the
+    daemon's exit); a Future each for its result or exception."""
+    futures = tuple(Future() for _ in calls)
+
+    def run() -> None:
+        for call, future in zip(calls, futures, strict=True):
+            try:
+                future.set_result(call())
+            except BaseException as err:  # passed to whoever takes the result
+                future.set_exception(err)
+
+    threading.Thread(target=run, name="grid exchange", daemon=True).start()
+    return futures
 
 
 def remote_by_name(tree: ShareTree, grid: GridState | None) -> dict[str, float]:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 
 from fairshare.cli.shrdist import main as shrdist
 from fairshare.cli.shrgrid import main as shrgrid
@@ -240,6 +241,46 @@ def test_a_site_prunes_old_records_and_a_peer_away_longer_says_what_it_missed(
     assert "no longer keeps its records 1 to 1" in caplog.text
     usage = grid.remote_usage(b, EPOCH + grid.RETAIN + 30, 1e12)
     assert usage["gu1"] == pytest.approx(6.0 * CHARGE_PER_CPU_S)  # 2 + 4 CPU s applied
+
+
+def test_the_real_daemons_exchange_runs_beside_the_cycle_not_in_it(monkeypatch, caplog):
+    """With `background` a fetch that hangs (a peer's connection timing out) holds up no
+    cycle: the cycles go on, and the one that finds the fetch and pull done takes what
+    they brought, a failure included, through the cycle's UdbCalls."""
+    import threading
+
+    from fairshare.daemon import grid as exchange
+    from fairshare.daemon.outage import UdbCalls
+
+    gate, started = threading.Event(), threading.Event()
+
+    def slow_fetch(engine, now):
+        started.set()
+        gate.wait(10)
+        return []
+
+    def failing_pull(engine, now, halflife):  # this site's own UDB went away
+        raise OperationalError("pull", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(exchange, "fetch_all", slow_fetch)
+    monkeypatch.setattr(exchange, "pull_all", failing_pull)
+    udb = UdbCalls(lambda: 0.0, lambda: 0, lambda: None)
+    g = exchange.GridExchange(None, interval=60.0, background=True)
+    site, consts = type("Site", (), {"grid": None})(), type("C", (), {"halflife": 1.0})()
+    assert not g.when_due(udb, None, site, EPOCH, 100.0, consts)  # started, not waited for
+    assert started.wait(5)
+    assert not g.when_due(udb, None, site, EPOCH + 1, 101.0, consts)  # still fetching
+    assert g.exchanges == 0
+    gate.set()
+    assert isinstance(g._pending[1].exception(5), OperationalError)  # (the thread is done)
+    assert udb.unreachable_since is None
+    assert not g.when_due(udb, None, site, EPOCH + 2, 102.0, consts)
+    assert g.exchanges == 1 and g._pending is None
+    # The thread's failure is the cycle's: an outage of the UDB, said as such.
+    assert udb.unreachable_since is not None
+    assert "could not pull the peers' usage records: connection refused" in caplog.text
+    assert not g.when_due(udb, None, site, EPOCH + 3, 103.0, consts)  # next one at 160
+    assert g._pending is None
 
 
 def test_a_peer_that_names_itself_otherwise_is_not_applied(urls):
