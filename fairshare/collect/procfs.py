@@ -285,14 +285,15 @@ def _deltas(c: Counters, old: Counters | None, born: bool, elapsed: float, now: 
     return NOTHING
 
 
-def _want(d: Deltas, reaped: float, most: float) -> float:
+def _want(d: Deltas, most: float) -> float:
     """What a process would have used unconstrained over an interval: the time its
     threads ran or waited to run (d.busy), at most `most` (its threads times the
-    interval: a reading passed again for some samples spans more than one), plus its
-    reaped children's CPU; -1 when its busy time is not known."""
+    interval: a reading passed again for some samples spans more than one); -1 when
+    its busy time is not known.  Its reaped children's are not known (ProcessSample's
+    `reaped`)."""
     if d.busy < 0:
         return -1.0
-    return max(min(d.busy, most), d.cpu) + reaped
+    return max(min(d.busy, most), d.cpu)
 
 
 class DeltaTracker:
@@ -391,7 +392,8 @@ class DeltaTracker:
                     kernel=c.kernel,
                     sid=c.sid,
                     group=c.group,
-                    want=_want(d, reaped, c.threads * elapsed),
+                    want=_want(d, c.threads * elapsed),
+                    reaped=reaped,
                 )
             )
         d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)
