@@ -47,8 +47,7 @@ class ProcessSample:
     seconds it would have used unconstrained since the previous sample, where the
     collector knows it (the real machine's: how long its threads ran or waited to run,
     procfs.read_busy; the simulator's demand), else -1 (fairshare.core.delivery
-    estimates it).  `reaped`: the part of `cpu` that is its reaped children's, whose
-    wait for a CPU nobody read (fairshare.daemon.charges estimates it).
+    estimates it).
     """
 
     pid: int
@@ -65,7 +64,6 @@ class ProcessSample:
     sid: int = 0  # session id (field 6 of /proc/PID/stat; newacct's accounts are per session)
     group: str = ""  # the lnode cgroup counting its CPU ("" none: charge `cpu`)
     want: float = -1.0  # CPU s it would have used unconstrained (-1: not known)
-    reaped: float = 0.0  # CPU s of `cpu` that its children reaped since used
 
 
 @dataclass(frozen=True)

@@ -285,15 +285,20 @@ def _deltas(c: Counters, old: Counters | None, born: bool, elapsed: float, now: 
     return NOTHING
 
 
-def _want(d: Deltas, most: float) -> float:
-    """What a process would have used unconstrained over an interval: the time its
-    threads ran or waited to run (d.busy), at most `most` (its threads times the
-    interval: a reading passed again for some samples spans more than one); -1 when
-    its busy time is not known.  Its reaped children's are not known (ProcessSample's
-    `reaped`)."""
+def _want(d: Deltas, reaped: float, most: float, new_and_runnable: bool, interval: float) -> float:
+    """What a process would have used unconstrained over an `interval`: the time its
+    threads ran or waited to run (d.busy), or its CPU if more, at most `most` (its
+    threads times the interval: a reading passed again for some samples spans more than
+    one, as a process kept in its cgroup spans 15 at its next full read), plus the
+    CPU of the children it `reaped` (their wait for a CPU was never read); -1 when its
+    busy time is not known.  One born since the previous sample and runnable at this
+    one wants a CPU over the whole interval: the processes it took over from were
+    never read, nor how long they waited (a make's compilers and a fork loop's
+    children, which mostly live less than a cycle)."""
     if d.busy < 0:
         return -1.0
-    return max(min(d.busy, most), d.cpu)
+    want = min(max(d.busy, d.cpu), most) + reaped
+    return max(want, interval) if new_and_runnable else want
 
 
 class DeltaTracker:
@@ -392,8 +397,7 @@ class DeltaTracker:
                     kernel=c.kernel,
                     sid=c.sid,
                     group=c.group,
-                    want=_want(d, c.threads * elapsed),
-                    reaped=reaped,
+                    want=_want(d, reaped, c.threads * elapsed, old is None and c.runnable, elapsed),
                 )
             )
         d_idle = 0.0 if self._prev_idle is None else max(idle - self._prev_idle, 0.0)

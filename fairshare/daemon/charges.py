@@ -133,7 +133,10 @@ def consumption(
         c.cpu_charged = total(own * rate)
         want = np.array([p.want for p in ps], dtype=float)
         if (want >= 0).any():  # the collector knows what they wanted (runnable time)
-            c.want = _leaf_want(total, want, cpu, np.array([p.reaped for p in ps]), sample)
+            # A leaf with a process whose want is not known (not read this sample) has
+            # none: NaN, and fairshare.core.delivery estimates it.
+            unknown = total(want < 0) > 0
+            c.want = np.where(unknown, np.nan, total(np.maximum(want, 0.0)))
         if io:
             c.bio = total(column("bio"))
             c.sio = total(column("sio"))
@@ -154,20 +157,6 @@ def consumption(
         if c.cpu_charged is not None:
             c.cpu_charged[ln.idle] += sample.idle
     return c, procs
-
-
-def _leaf_want(total, want, cpu, reaped, sample: Sample) -> np.ndarray:
-    """Each leaf's want (CPU s) from its processes' (`want`, -1 where not known: the leaf's
-    is then NaN, and fairshare.core.delivery estimates it).  The children a process
-    reaped since the previous sample were never read: only their CPU is known.  They
-    waited for a CPU as much for each second they got as the leaf's processes that were
-    read (a make -j8's compilers, most of which live less than a cycle), so their CPU
-    counts times that ratio, once the processes read got 1% of a CPU."""
-    unknown = total(want < 0) > 0
-    own_want, own_cpu = total(np.maximum(want, 0.0)), total(cpu - reaped)
-    enough = own_cpu >= 0.01 * max(sample.elapsed, 1e-9)
-    ratio = np.divide(own_want, own_cpu, out=np.ones_like(own_want), where=enough)
-    return np.where(unknown, np.nan, own_want + total(reaped) * np.maximum(ratio, 1.0))
 
 
 def _group_cpu(graded: dict, ps, cpu, in_group, rate) -> None:

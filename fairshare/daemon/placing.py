@@ -71,8 +71,13 @@ class Placing:
     def skim(self, ln: Lnodes) -> bool:
         """Whether this cycle's sample may skip looking for unplaced processes (called
         once a cycle, before the sample, with the daemon's lnodes): from the third cycle
-        that new sessions have been placed as they appear."""
-        self._cycles = self._cycles + 1 if self._at_once(ln) else 0
+        that new sessions have been placed as they appear, unless the enforcer weighs
+        every process by its own nice value (nice): it must see each one, and how
+        many are runnable, every cycle (a make -j8's compilers, born and gone between
+        full samples, were never seen, and the build looked as if it wanted only what
+        it got)."""
+        caps = self.enforcement.enforcer.capabilities
+        self._cycles = self._cycles + 1 if self._at_once(ln) and not caps.sets_nice else 0
         return self._cycles > 2
 
     def _at_once(self, ln: Lnodes) -> bool:

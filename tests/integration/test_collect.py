@@ -371,6 +371,29 @@ def test_want_is_the_time_a_process_ran_or_waited_for_a_cpu(tmp_path):
     assert {p.pid: p.want for p in c.sample(io=False, syscalls=False).processes}[4242] == 0.0
 
 
+def test_a_process_born_since_the_last_sample_and_runnable_wants_the_whole_interval(tmp_path):
+    """A make's compilers mostly live less than a sample: the ones the sample sees,
+    just born, have been busy a fraction of it, and how long those before them waited
+    for a CPU was never read.  A newborn caught runnable wants a CPU over the interval;
+    one caught asleep, what it was busy; the children its parent reaped, their CPU."""
+    boot = psutil.boot_time() + 0.7
+    clock = {"boot": 123.40, "mono": 0.0}
+    pids: list[int] = []
+    c = ProcfsCollector(
+        wall=lambda: boot + clock["boot"], mono=lambda: clock["mono"], proc=str(tmp_path),
+        pids=lambda: list(pids), boot_clock=lambda: clock["boot"],
+    )  # fmt: skip
+    c.sample(io=False, syscalls=False, mem=False)
+    for pid, state in ((4242, b"R"), (4243, b"S")):  # both born at 123.45 s after boot
+        d = fake_proc(tmp_path, pid, 61001, ticks=10)
+        (d / "stat").write_bytes((d / "stat").read_bytes().replace(b") R 1 ", b") %s 1 " % state))
+        schedstat(d, 0.1, 0.2)
+        pids.append(pid)
+    clock["boot"], clock["mono"] = 124.40, 1.0
+    s = c.sample(io=False, syscalls=False, mem=False)
+    assert {p.pid: p.want for p in s.processes} == pytest.approx({4242: 1.0, 4243: 0.3})
+
+
 def test_a_process_kept_in_its_cgroup_is_wanting_only_when_its_counter_grew(tmp_path):
     """Between full reads, a process in an lnode cgroup is not read from /proc, but its
     busy time is whenever its cgroup used CPU: its runnable state at the last full read

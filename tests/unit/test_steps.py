@@ -96,19 +96,6 @@ def test_consumption_grades_nice_unless_the_enforcer_set_it():
     assert c.cpu[alice] == c.cpu_charged[alice] == 1.0 and c.cpu_charged[bob] == 1.0
 
 
-def test_a_leafs_want_counts_its_reaped_childrens_wait_as_its_read_processes_waited():
-    """A make -j8: its compilers mostly live less than a sample, so only their CPU is
-    known (reaped by make); they waited for a CPU as the compilers read did: 3.9 s wanted
-    per second got here.  A leaf with a process whose want is not known has none."""
-    ln = user_tree()
-    alice, bob = ln.tree.node("alice"), ln.tree.node("bob")
-    make = p(1, 1001, 0.5, want=0.02, reaped=0.48)  # reaped 0.48 s of compilers' CPU
-    cc = [p(2, 1001, 0.2, want=0.8), p(3, 1001, 0.2, want=0.8)]  # ran 0.2 s, waited 0.6
-    c, _ = consumption(ln, Sample(0.0, 1.0, [make, *cc, p(4, 1002, 0.1, want=-1.0)]))
-    assert c.want[alice] == pytest.approx(0.02 + 1.6 + 0.48 * 1.62 / 0.42)
-    assert np.isnan(c.want[bob])
-
-
 def quota_lnodes(used_before: float, ran: float):
     ln = user_tree()
     a = ln.tree.node("alice")
